@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything `make demo` and `make test` need on a fresh Debian machine that has
+# only the Swift toolchain, Python and root. Idempotent: re-running does nothing new.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(libsqlite3-dev libjansson-dev libcurl4-openssl-dev cmake pkg-config
+              clang postgresql sqlite3 curl binutils)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+VENV=${LAYERSYNC_VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating Python virtualenv $VENV"
+  python3 -m venv "$VENV"
+fi
+stamp="$VENV/.layersync-setup"
+req_hash=$( (cat server/pyproject.toml bindings/python/pyproject.toml scripts/requirements-dev.txt 2>/dev/null || true) | sha256sum | cut -d" " -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
+  echo "setup: installing Python packages into $VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -r scripts/requirements-dev.txt
+  for pkg in server bindings/python; do
+    if [ -f "$pkg/pyproject.toml" ]; then "$VENV/bin/python" -m pip install -q -e "$pkg"; fi
+  done
+  echo "$req_hash" > "$stamp"
+fi

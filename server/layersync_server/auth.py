@@ -1,0 +1,115 @@
+"""Authentication: client JWTs (sync API) and the admin token (admin API).
+
+JWT rules (docs/protocol.md, "Authentication"): signature checked with the configured
+PEM public key, algorithms RS256/RS512 (RSA key) or ES256/ES512 (EC key) only —
+``none`` and HMAC are never accepted, so the classic "HS256 signed with the public
+key" forgery fails. ``exp`` is checked with ``Settings.jwt_leeway_s`` of leeway.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+from layersync_server.errors import access_denied, unauthorized
+
+ALL_PERMISSIONS = ("read-document", "write", "download")
+_ALGORITHMS_BY_KEY = {rsa.RSAPublicKey: ["RS256", "RS512"], ec.EllipticCurvePublicKey: ["ES256", "ES512"]}
+_ADMIN_HEADER = re.compile(r'^\s*Token\s+token="?([^"]*)"?\s*$', re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a verified JWT allows: one document, one layer, a set of permissions."""
+
+    document_id: str
+    layer: str
+    user_id: str | None
+    permissions: frozenset[str]
+
+    def require(self, document_id: str, layer: str | None, permission: str) -> None:
+        """Raise 403 unless the grant covers ``document_id``, ``layer`` (None = any)
+        and ``permission``."""
+        if document_id != self.document_id:
+            raise access_denied("token does not grant this document")
+        if layer is not None and layer != self.layer:
+            raise access_denied("token does not grant this layer")
+        if permission not in self.permissions:
+            raise access_denied(f"token lacks the '{permission}' permission")
+
+
+class JwtVerifier:
+    """Verifies ``Authorization: Bearer`` headers with one public key."""
+
+    def __init__(self, public_key_path: Path | None, leeway_s: int):
+        self._leeway_s = leeway_s
+        self._key = None
+        self._algorithms: list[str] = []
+        if public_key_path is not None:
+            self._key = load_pem_public_key(Path(public_key_path).read_bytes())
+            for key_type, algorithms in _ALGORITHMS_BY_KEY.items():
+                if isinstance(self._key, key_type):
+                    self._algorithms = algorithms
+            if not self._algorithms:
+                raise ValueError("public key must be RSA or EC")
+
+    def verify(self, authorization: str | None) -> Grant:
+        """Turn an ``Authorization`` header into a :class:`Grant`.
+
+        Raises:
+            ApiError: 401 ``unauthorized`` when the header is missing; 403
+                ``access_denied`` when it is not a valid, unexpired, well-formed JWT.
+        """
+        if not authorization:
+            raise unauthorized("missing Authorization header")
+        scheme, _, token = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise access_denied("Authorization must be 'Bearer <JWT>'")
+        if self._key is None:
+            raise access_denied("server has no public key configured")
+        try:
+            claims = jwt.decode(token.strip(), self._key, algorithms=self._algorithms,
+                                leeway=self._leeway_s,
+                                options={"require": ["document_id"], "verify_aud": False})
+        except jwt.ExpiredSignatureError:
+            raise access_denied("token expired") from None
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            raise access_denied(f"invalid token: {exc}") from None
+        return _grant_from_claims(claims)
+
+
+def _grant_from_claims(claims: dict) -> Grant:
+    document_id = claims.get("document_id")
+    layer = claims.get("layer", claims.get("layer_name", ""))
+    user_id = claims.get("user_id")
+    permissions = claims.get("permissions", list(ALL_PERMISSIONS))
+    if not isinstance(document_id, str) or not document_id:
+        raise access_denied("claim document_id must be a non-empty string")
+    if not isinstance(layer, str):
+        raise access_denied("claim layer must be a string")
+    if user_id is not None and not isinstance(user_id, str):
+        raise access_denied("claim user_id must be a string")
+    if not isinstance(permissions, list) or not all(isinstance(p, str) for p in permissions):
+        raise access_denied("claim permissions must be an array of strings")
+    return Grant(document_id, layer, user_id, frozenset(permissions))
+
+
+def check_admin_token(authorization: str | None, secret: str | None) -> None:
+    """Check ``Authorization: Token token="<secret>"``.
+
+    Raises:
+        ApiError: 401 when missing, 403 when wrong or when no secret is configured.
+    """
+    if not authorization:
+        raise unauthorized("missing Authorization header")
+    if not secret:
+        raise access_denied("admin API disabled: no admin token configured")
+    match = _ADMIN_HEADER.match(authorization)
+    if not match or not hmac.compare_digest(match.group(1).encode(), secret.encode()):
+        raise access_denied("invalid admin token")

@@ -1,0 +1,150 @@
+"""The protocol's conflict rules, written once against :class:`LayerWriter`.
+
+Implements the table of docs/protocol.md ("POST .../sync"): first writer wins per
+record, optimistic concurrency on ``base_revision``, change ids applied at most once
+per layer (the first outcome is stored and replayed), tombstones, and the ``rootId``
+cascade on delete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from layersync_server.ids import is_valid_record_id
+from layersync_server.storage.base import LayerWriter, StoredRecord
+
+OPS = ("create", "update", "delete")
+
+
+@dataclass
+class ApplyResult:
+    """Outcome of a batch.
+
+    ``accepted``: ``{"change_id", "id", "revision"}`` entries; ``rejected``:
+    ``{"change_id", "id", "reason", "message", "server_record"}`` entries, both in
+    request order. ``own_revisions``: revisions written for the changed records
+    themselves (left out of the response's ``changes``); cascade tombstones are not in it.
+    """
+
+    accepted: list[dict] = field(default_factory=list)
+    rejected: list[dict] = field(default_factory=list)
+    own_revisions: set[int] = field(default_factory=set)
+
+    @property
+    def wrote(self) -> bool:
+        """True when the batch created at least one revision."""
+        return bool(self.own_revisions)
+
+
+def normalize_content(record_id: str, content: dict) -> dict:
+    """Return content with ``id`` set to ``record_id`` and ``v`` defaulted to 2."""
+    normalized = dict(content)
+    normalized["id"] = record_id
+    normalized.setdefault("v", 2)
+    return normalized
+
+
+def _rejected(change: dict, reason: str, message: str, server: StoredRecord | None) -> dict:
+    return {"change_id": change["change_id"], "id": change.get("id"), "reason": reason,
+            "message": message, "server_record": server.to_wire() if server else None}
+
+
+def _validation_problem(change: dict) -> str | None:
+    """Why a change is ``invalid``, or None. ``change_id`` was checked by the caller."""
+    op = change.get("op")
+    if op not in OPS:
+        return f"op must be one of {', '.join(OPS)}"
+    if not is_valid_record_id(change.get("id")):
+        return "id must be a string of 1..128 characters without control characters"
+    if op in ("create", "update"):
+        content = change.get("content")
+        if not isinstance(content, dict):
+            return "content must be a JSON object"
+        # lone surrogates (from \\uD800 escapes) are not valid UTF-8 text
+        if not all(_utf8_ok(v) for v in _strings(content)):
+            return "content contains invalid Unicode (lone surrogate)"
+    if op in ("update", "delete"):
+        base = change.get("base_revision")
+        if not isinstance(base, int) or isinstance(base, bool) or base < 0:
+            return "base_revision must be a non-negative integer"
+    return None
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _utf8_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _tombstone_with_children(writer: LayerWriter, record_id: str, user_id: str | None) -> int:
+    """Tombstone a record, then every live record whose ``content.rootId`` is its id."""
+    revision = writer.put_record(record_id, None, user_id)
+    for child in writer.live_children(record_id):
+        writer.put_record(child.id, None, user_id)
+    return revision
+
+
+def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
+               result: ApplyResult) -> dict:
+    """Apply one validated-or-not change; return its outcome entry (not yet recorded)."""
+    problem = _validation_problem(change)
+    if problem:
+        return _rejected(change, "invalid", problem, None)
+    op, record_id = change["op"], change["id"]
+    current = writer.get_record(record_id)
+
+    if op == "create":
+        if current is not None:
+            return _rejected(change, "exists", f"record {record_id} already exists", current)
+        revision = writer.put_record(record_id, normalize_content(record_id, change["content"]), user_id)
+    elif current is None:
+        return _rejected(change, "not_found", f"record {record_id} does not exist", None)
+    elif current.deleted:
+        if op == "delete":  # deleting a tombstone is accepted without a new revision
+            return {"change_id": change["change_id"], "id": record_id, "revision": current.revision}
+        return _rejected(change, "conflict",
+                         f"record was deleted at revision {current.revision}", current)
+    elif current.revision != change["base_revision"]:
+        return _rejected(change, "conflict", f"record changed at revision {current.revision}", current)
+    elif op == "update":
+        revision = writer.put_record(record_id, normalize_content(record_id, change["content"]), user_id)
+    else:
+        revision = _tombstone_with_children(writer, record_id, user_id)
+    result.own_revisions.add(revision)
+    return {"change_id": change["change_id"], "id": record_id, "revision": revision}
+
+
+def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None) -> ApplyResult:
+    """Apply ``changes`` in order inside ``writer``'s transaction.
+
+    Each change must be a dict with a valid string ``change_id`` (the route checks the
+    request shape). A change id already in the layer's log is not applied again; its
+    stored outcome is returned as-is. A rejected change does not stop the others.
+    """
+    result = ApplyResult()
+    for change in changes:
+        outcome = writer.recorded_outcome(change["change_id"])
+        if outcome is None:
+            outcome = _apply_one(writer, change, user_id, result)
+            writer.record_outcome(change["change_id"], outcome)
+        (result.rejected if "reason" in outcome else result.accepted).append(outcome)
+    return result
+
+
+def delete_record(writer: LayerWriter, record_id: str, user_id: str | None) -> int:
+    """Tombstone a live record and its ``rootId`` children (admin API). Returns the revision."""
+    return _tombstone_with_children(writer, record_id, user_id)

@@ -1,0 +1,46 @@
+"""Record ids and ULID-shaped ids.
+
+Record ids are strings of 1..128 characters without control characters
+(docs/protocol.md, Conventions). Clients use ULIDs: 26 Crockford base32 characters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+MAX_ID_CHARS = 128
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Ids taken from a PDF's /NM: conservative, no spaces (UUIDs, ULIDs, Acrobat ids).
+_PDF_NAME_ID = re.compile(r"^[0-9A-Za-z_.:{}-]{1,128}$")
+
+
+def is_valid_record_id(value: object) -> bool:
+    """True when ``value`` is a str of 1..128 characters with no control characters."""
+    return (isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+            and not _CONTROL.search(value))
+
+
+def is_valid_pdf_name_id(value: str) -> bool:
+    """True when a PDF ``/NM`` value can be used as a record id as-is."""
+    return bool(_PDF_NAME_ID.match(value))
+
+
+def crockford_128(value: int) -> str:
+    """Format a 128-bit integer as 26 Crockford base32 characters (ULID layout)."""
+    return "".join(CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+def derived_ulid(*parts: str) -> str:
+    """A stable ULID-shaped id: the first 128 bits of SHA-256 of the joined ``parts``."""
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()
+    return crockford_128(int.from_bytes(digest[:16], "big"))
+
+
+def new_ulid() -> str:
+    """A fresh ULID: 48-bit millisecond time + 80 random bits."""
+    value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    return crockford_128(value)

@@ -1,0 +1,203 @@
+"""The storage interface: documents, layers, records and the change-id log.
+
+Two abstract classes:
+
+* :class:`Storage` — the backend. All methods are blocking (call them from a worker
+  thread in async code) and thread-safe.
+* :class:`LayerWriter` — one write transaction on one layer, holding that layer's
+  write lock, handed out by :meth:`Storage.write_layer`. The conflict rules of the
+  protocol (``layersync_server.changes``) are written once against this class, so a
+  new backend only implements primitive reads/writes, never the rules.
+
+Revisions: each layer has an integer revision counter starting at 0; every record
+write (create, update, tombstone) increments it by one and stamps the record with
+the new value (docs/protocol.md, "Record shape").
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from dataclasses import dataclass, field
+from typing import Iterator
+
+
+class DocumentNotFound(LookupError):
+    """No document with that id."""
+
+
+class DocumentExists(Exception):
+    """A document with that id already exists (with other bytes)."""
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A record as stored. ``content`` is ``None`` for tombstones (``deleted``)."""
+
+    id: str
+    revision: int
+    deleted: bool
+    content: dict | None
+    created_by: str | None = None
+    updated_by: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+    def to_wire(self) -> dict:
+        """The protocol's record shape ``{"id", "revision", "deleted", "content"}``."""
+        return {"id": self.id, "revision": self.revision, "deleted": self.deleted,
+                "content": self.content}
+
+
+@dataclass(frozen=True)
+class LayerState:
+    """A layer's identity and counters: ``epoch`` (UUID string) and current ``revision``."""
+
+    document_id: str
+    name: str
+    epoch: str
+    revision: int
+
+
+@dataclass(frozen=True)
+class RecordPage:
+    """One page of records ordered by revision ascending.
+
+    ``next_since`` is the revision of the last record on the page when ``has_more``,
+    else the layer's current revision.
+    """
+
+    layer: LayerState
+    records: list[StoredRecord]
+    has_more: bool
+    next_since: int
+
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    """Metadata of a stored document (its PDF is read with :meth:`Storage.read_pdf`)."""
+
+    document_id: str
+    title: str
+    sha256: str
+    size_bytes: int
+    page_count: int
+    annotation_count: int
+    created_at: str
+
+
+@dataclass(frozen=True)
+class NewDocument:
+    """A document to create: metadata, the PDF bytes, and the records to import
+    into the default layer (Instant JSON dicts with ``id``), in order."""
+
+    document_id: str
+    title: str
+    pdf: bytes
+    sha256: str
+    page_count: int
+    records: list[dict] = field(default_factory=list)
+
+
+class LayerWriter(abc.ABC):
+    """One open write transaction on one layer (see :meth:`Storage.write_layer`)."""
+
+    @property
+    @abc.abstractmethod
+    def layer(self) -> LayerState:
+        """The layer as of now inside the transaction (revision moves with writes)."""
+
+    @abc.abstractmethod
+    def get_record(self, record_id: str) -> StoredRecord | None:
+        """The record (live or tombstone), or ``None`` if it never existed."""
+
+    @abc.abstractmethod
+    def live_children(self, root_id: str) -> list[StoredRecord]:
+        """Live records whose ``content.rootId`` equals ``root_id``, by revision."""
+
+    @abc.abstractmethod
+    def put_record(self, record_id: str, content: dict | None, user_id: str | None) -> int:
+        """Write ``content`` (``None`` = tombstone) at a new revision and return it.
+
+        Increments the layer revision by one. Keeps ``created_by``/``created_at`` of an
+        existing row; sets ``updated_by``/``updated_at``.
+        """
+
+    @abc.abstractmethod
+    def recorded_outcome(self, change_id: str) -> dict | None:
+        """The outcome stored for ``change_id`` by :meth:`record_outcome`, if any."""
+
+    @abc.abstractmethod
+    def record_outcome(self, change_id: str, outcome: dict) -> None:
+        """Remember the outcome (an ``accepted`` or ``rejected`` entry) of a change id."""
+
+
+class Storage(abc.ABC):
+    """A storage backend. Blocking and thread-safe."""
+
+    @abc.abstractmethod
+    def create_document(self, document: NewDocument) -> DocumentInfo:
+        """Store a document and import its records into the default layer ``""``
+        (created with a new epoch; records at revisions 1..N), atomically.
+
+        Raises:
+            DocumentExists: the id is taken.
+        """
+
+    @abc.abstractmethod
+    def get_document(self, document_id: str) -> DocumentInfo | None:
+        """The document's metadata, or ``None``."""
+
+    @abc.abstractmethod
+    def list_documents(self) -> list[DocumentInfo]:
+        """All documents, oldest first."""
+
+    @abc.abstractmethod
+    def read_pdf(self, document_id: str) -> bytes:
+        """The PDF bytes. Raises :class:`DocumentNotFound`."""
+
+    @abc.abstractmethod
+    def ensure_layer(self, document_id: str, layer: str) -> LayerState:
+        """The layer, created empty (revision 0, new UUID epoch) if missing.
+
+        Raises:
+            DocumentNotFound: the document does not exist.
+        """
+
+    @abc.abstractmethod
+    def list_records(self, document_id: str, layer: str, since: int, limit: int,
+                     include_tombstones: bool, exclude_revisions: frozenset[int] = frozenset()
+                     ) -> RecordPage:
+        """Records with ``revision > since`` ordered by revision, at most ``limit``,
+        from one consistent snapshot. Creates the layer if missing.
+
+        ``exclude_revisions`` are skipped (a sync response leaves out the revisions the
+        request itself created).
+
+        Raises:
+            DocumentNotFound: the document does not exist.
+        """
+
+    @abc.abstractmethod
+    def write_layer(self, document_id: str, layer: str) -> contextlib.AbstractContextManager[LayerWriter]:
+        """Open a write transaction on the layer (created if missing) and yield a
+        :class:`LayerWriter`. Commits when the block exits normally, rolls back on
+        an exception. Writers on the same layer are serialised.
+
+        Raises:
+            DocumentNotFound: the document does not exist.
+        """
+
+    def iter_records(self, document_id: str, layer: str, include_tombstones: bool = False,
+                     page_size: int = 1000) -> Iterator[StoredRecord]:
+        """Every record of a layer by revision, paging through :meth:`list_records`."""
+        since = 0
+        while True:
+            page = self.list_records(document_id, layer, since, page_size, include_tombstones)
+            yield from page.records
+            if not page.has_more:
+                return
+            since = page.next_since
+
+    def close(self) -> None:
+        """Release connections. The default does nothing."""
