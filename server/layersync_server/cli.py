@@ -1,0 +1,122 @@
+"""``layersync-server`` command line: serve, keygen, mint-token, upload.
+
+Every ``serve`` flag can also come from ``LAYERSYNC_SERVER_<NAME>`` (see
+:mod:`layersync_server.settings`); flags win. Exit status 0 on success, 2 on usage
+errors, 1 on other failures (message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from layersync_server import __version__
+from layersync_server.settings import ENV_PREFIX, Settings
+from layersync_server.tokens import SUPPORTED_ALGORITHMS, generate_keypair, mint_token
+
+
+def _env(name: str, default=None):
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="layersync-server", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the sync server")
+    serve.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(_env("PORT", "8787")),
+                       help="TCP port; 0 picks a free one (default 8787)")
+    serve.add_argument("--port-file", type=Path, default=_env("PORT_FILE"),
+                       help="write the bound port to this file once ready")
+    serve.add_argument("--db", type=Path, help="SQLite file (default layersync.sqlite)")
+    serve.add_argument("--public-key", type=Path, help="PEM public key verifying client JWTs")
+    serve.add_argument("--admin-token", help="secret of the admin API")
+    serve.add_argument("--max-request-bytes", type=int)
+    serve.add_argument("--max-wait-s", type=int)
+    serve.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
+
+    keygen = sub.add_parser("keygen", help="write private.pem and public.pem")
+    keygen.add_argument("--out", type=Path, required=True, help="directory to write to")
+    keygen.add_argument("--alg", choices=SUPPORTED_ALGORITHMS, default="ES256")
+
+    mint = sub.add_parser("mint-token", help="print a client JWT")
+    mint.add_argument("--private-key", type=Path, required=True)
+    mint.add_argument("--document-id", required=True)
+    mint.add_argument("--layer", help="layer name (default: the default layer)")
+    mint.add_argument("--user-id")
+    mint.add_argument("--permissions", nargs="*", help="e.g. read-document write download")
+    mint.add_argument("--expires-in", type=int, default=3600, help="seconds (default 3600)")
+    mint.add_argument("--alg", choices=SUPPORTED_ALGORITHMS)
+
+    upload = sub.add_parser("upload", help="upload a PDF through the admin API")
+    upload.add_argument("file", type=Path)
+    upload.add_argument("--url", required=True, help="server base URL")
+    upload.add_argument("--admin-token", default=_env("ADMIN_TOKEN"), required=_env("ADMIN_TOKEN") is None)
+    upload.add_argument("--document-id")
+    upload.add_argument("--title")
+    return parser
+
+
+def _serve(args) -> int:
+    from layersync_server.server import serve  # imports uvicorn; keep other commands light
+    settings = Settings.from_env(db_path=args.db, public_key_path=args.public_key,
+                                 admin_token=args.admin_token,
+                                 max_request_bytes=args.max_request_bytes,
+                                 max_wait_s=args.max_wait_s)
+    serve(settings, host=args.host, port=args.port, port_file=args.port_file,
+          log_level=args.log_level)
+    return 0
+
+
+def _keygen(args) -> int:
+    private_pem, public_pem = generate_keypair(args.alg)
+    args.out.mkdir(parents=True, exist_ok=True)
+    private_path, public_path = args.out / "private.pem", args.out / "public.pem"
+    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(private_pem)
+    public_path.write_bytes(public_pem)
+    print(json.dumps({"alg": args.alg, "private_key": str(private_path),
+                      "public_key": str(public_path)}))
+    return 0
+
+
+def _mint(args) -> int:
+    token = mint_token(args.private_key.read_bytes(), args.document_id, layer=args.layer,
+                       user_id=args.user_id, permissions=args.permissions,
+                       expires_in_s=args.expires_in, alg=args.alg)
+    print(token)
+    return 0
+
+
+def _upload(args) -> int:
+    query = {k: v for k, v in (("document_id", args.document_id), ("title", args.title)) if v}
+    url = args.url.rstrip("/") + "/api/documents" + ("?" + urllib.parse.urlencode(query) if query else "")
+    request = urllib.request.Request(url, data=args.file.read_bytes(), method="POST", headers={
+        "Content-Type": "application/pdf", "Authorization": f'Token token="{args.admin_token}"'})
+    try:
+        with urllib.request.urlopen(request) as response:
+            print(response.read().decode("utf-8"))
+        return 0
+    except urllib.error.HTTPError as exc:
+        print(exc.read().decode("utf-8", "replace"), file=sys.stderr)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    handler = {"serve": _serve, "keygen": _keygen, "mint-token": _mint, "upload": _upload}[args.command]
+    try:
+        return handler(args)
+    except (OSError, ValueError) as exc:
+        print(f"layersync-server: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,331 @@
+"""Read a PDF's annotations as Instant JSON v2 records (pikepdf).
+
+Ids are stable: a PDF's ``/NM`` is used when it is a valid, unused id; otherwise the
+id is derived from the SHA-256 of the PDF bytes, the page index and the annotation's
+index in ``/Annots`` and formatted like a ULID, so importing the same bytes twice
+gives the same ids. Popups are not records (their parent carries the text);
+subtypes without an Instant type (Caret, Sound, …) are skipped and left in the PDF.
+
+Mapping (PDF ``/Subtype`` → Instant ``type``): Text → pspdfkit/note,
+FreeText → pspdfkit/text, Highlight/Underline/StrikeOut/Squiggly →
+pspdfkit/markup/{highlight,underline,strikeout,squiggly}, Ink → pspdfkit/ink,
+Square → pspdfkit/shape/rectangle, Circle → pspdfkit/shape/ellipse,
+Line → pspdfkit/shape/line, Polygon/PolyLine → pspdfkit/shape/{polygon,polyline},
+Stamp → pspdfkit/stamp, FileAttachment → pspdfkit/file, Link → pspdfkit/link,
+Widget → pspdfkit/widget. Coordinates: :mod:`layersync_server.pdf_geometry`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import pikepdf
+
+from layersync_server.ids import derived_ulid, is_valid_pdf_name_id
+from layersync_server.pdf_geometry import PageSpace
+from layersync_server.pdf_values import (color_to_hex, decode_text, parse_default_appearance,
+                                         pdf_date_to_iso)
+
+#: Instant ``flags`` ↔ PDF annotation flag bits (PDF 32000-1 Table 165).
+FLAG_BITS = {"invisible": 1, "hidden": 2, "noZoom": 8, "noRotate": 16, "noView": 32,
+             "readOnly": 64, "locked": 128, "lockedContents": 512}
+PRINT_BIT = 4
+MARKUP_TYPES = {"/Highlight": "highlight", "/Underline": "underline",
+                "/StrikeOut": "strikeout", "/Squiggly": "squiggly"}
+LINE_ENDINGS = {"/None": "none", "/Square": "square", "/Circle": "circle", "/Diamond": "diamond",
+                "/OpenArrow": "openArrow", "/ClosedArrow": "closedArrow", "/Butt": "butt",
+                "/ROpenArrow": "reverseOpenArrow", "/RClosedArrow": "reverseClosedArrow",
+                "/Slash": "slash"}
+EPOCH_ISO = "1970-01-01T00:00:00Z"
+
+
+class PdfImportError(ValueError):
+    """The bytes are not a PDF pikepdf/qpdf can open."""
+
+
+@dataclass
+class ImportedAnnotation:
+    """One imported annotation: its record ``content`` and where it sits in the PDF."""
+
+    id: str
+    page_index: int
+    annot_index: int
+    content: dict
+    obj: pikepdf.Dictionary
+
+
+@dataclass
+class ImportedDocument:
+    """Result of :func:`import_pdf`."""
+
+    sha256: str
+    page_count: int
+    title: str | None
+    annotations: list[ImportedAnnotation]
+
+    @property
+    def records(self) -> list[dict]:
+        """The record contents, in page and ``/Annots`` order."""
+        return [a.content for a in self.annotations]
+
+
+def open_pdf(data: bytes) -> pikepdf.Pdf:
+    """Open PDF bytes. Raises :class:`PdfImportError` with qpdf's reason."""
+    if not data.lstrip()[:1024].find(b"%PDF-") >= 0:
+        raise PdfImportError("not a PDF: no %PDF- header")
+    try:
+        pdf = pikepdf.open(io.BytesIO(data))
+        len(pdf.pages)  # forces the page tree to load
+        return pdf
+    except (pikepdf.PdfError, ValueError, RuntimeError) as exc:
+        raise PdfImportError(f"cannot read PDF: {exc}") from None
+
+
+def import_pdf(data: bytes) -> ImportedDocument:
+    """Parse ``data`` and convert its annotations. Raises :class:`PdfImportError`."""
+    sha256 = hashlib.sha256(data).hexdigest()
+    with open_pdf(data) as pdf:
+        annotations = read_annotations(pdf, sha256)
+        for a in annotations:
+            a.obj = None  # the Pdf closes; keep only plain data
+        title = decode_text(pdf.docinfo.get("/Title")) if pdf.trailer.get("/Info") is not None else None
+        return ImportedDocument(sha256, len(pdf.pages), title or None, annotations)
+
+
+def read_annotations(pdf: pikepdf.Pdf, sha256: str) -> list[ImportedAnnotation]:
+    """Convert every mappable annotation of ``pdf`` (see module docs for the mapping).
+
+    ``sha256`` is the hex digest of the PDF bytes; it seeds the derived ids.
+    """
+    fallback_date = _document_date(pdf)
+    used_ids: set[str] = set()
+    result: list[ImportedAnnotation] = []
+    for page_index, page in enumerate(pdf.pages):
+        annots = page.obj.get("/Annots")
+        if not isinstance(annots, pikepdf.Array):
+            continue
+        space = PageSpace.of(page)
+        for annot_index, annot in enumerate(annots):
+            if not isinstance(annot, pikepdf.Dictionary):
+                continue
+            converter = CONVERTERS.get(str(annot.get("/Subtype", "")))
+            if converter is None:
+                continue
+            record_id = _record_id(annot, sha256, page_index, annot_index, used_ids)
+            used_ids.add(record_id)
+            instant_type, extra = converter(annot, space)
+            content = _common(annot, space, record_id, page_index, fallback_date)
+            content["type"] = instant_type
+            if instant_type not in ("pspdfkit/note", "pspdfkit/text"):
+                note = decode_text(annot.get("/Contents"))
+                if note:
+                    content["note"] = note
+            content.update({k: v for k, v in extra.items() if v is not None})
+            result.append(ImportedAnnotation(record_id, page_index, annot_index, content, annot))
+    return result
+
+
+def _record_id(annot, sha256: str, page_index: int, annot_index: int, used: set[str]) -> str:
+    name = decode_text(annot.get("/NM"))
+    if name and is_valid_pdf_name_id(name) and name not in used:
+        return name
+    return derived_ulid("pdf-annotation", sha256, str(page_index), str(annot_index))
+
+
+def _document_date(pdf: pikepdf.Pdf) -> str:
+    if pdf.trailer.get("/Info") is None:
+        return EPOCH_ISO
+    info = pdf.docinfo
+    return (pdf_date_to_iso(info.get("/ModDate")) or pdf_date_to_iso(info.get("/CreationDate"))
+            or EPOCH_ISO)
+
+
+def _number(value, default=None):
+    try:
+        return round(float(value), 4)
+    except (TypeError, ValueError):
+        return default
+
+
+def _common(annot, space: PageSpace, record_id: str, page_index: int, fallback_date: str) -> dict:
+    modified = pdf_date_to_iso(annot.get("/M"))
+    created = pdf_date_to_iso(annot.get("/CreationDate")) or modified or fallback_date
+    content: dict = {"v": 2, "id": record_id, "name": record_id, "pageIndex": page_index,
+                     "bbox": space.rect_to_bbox(annot.get("/Rect", [0, 0, 0, 0])),
+                     "opacity": _number(annot.get("/CA"), 1.0),
+                     "createdAt": created, "updatedAt": modified or created}
+    author = decode_text(annot.get("/T"))
+    if author and str(annot.get("/Subtype")) != "/Widget":
+        content["creatorName"] = author
+    flags_value = int(annot.get("/F", 0)) if isinstance(annot.get("/F"), (int, pikepdf.Object)) else 0
+    flags = [name for name, bit in FLAG_BITS.items() if flags_value & bit]
+    if not flags_value & PRINT_BIT:
+        flags.append("noPrint")
+    if flags:
+        content["flags"] = flags
+    return content
+
+
+def _border_width(annot):
+    bs = annot.get("/BS")
+    if isinstance(bs, pikepdf.Dictionary) and "/W" in bs:
+        return _number(bs.W)
+    border = annot.get("/Border")
+    if isinstance(border, pikepdf.Array) and len(border) >= 3:
+        return _number(border[2])
+    return None
+
+
+def _plain_text(annot) -> dict:
+    return {"format": "plain", "value": decode_text(annot.get("/Contents")) or ""}
+
+
+def _icon(name) -> str | None:
+    if name is None:
+        return None
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", str(name).lstrip("/")).upper()
+
+
+def _text(annot, space):
+    return "pspdfkit/note", {"text": _plain_text(annot), "icon": _icon(annot.get("/Name")),
+                             "color": color_to_hex(annot.get("/C"))}
+
+
+def _free_text(annot, space):
+    extra = parse_default_appearance(annot.get("/DA"))
+    extra.update({"text": _plain_text(annot), "backgroundColor": color_to_hex(annot.get("/C")),
+                  "horizontalAlign": {0: "left", 1: "center", 2: "right"}.get(int(annot.get("/Q", 0))),
+                  "rotation": int(annot.get("/Rotate", 0)) % 360})
+    return "pspdfkit/text", extra
+
+
+def _markup(annot, space):
+    quads = annot.get("/QuadPoints")
+    rects = space.quads_to_rects(quads) if isinstance(quads, pikepdf.Array) and len(quads) >= 8 \
+        else [space.rect_to_bbox(annot.Rect)]
+    return ("pspdfkit/markup/" + MARKUP_TYPES[str(annot.Subtype)],
+            {"rects": rects, "color": color_to_hex(annot.get("/C"))})
+
+
+def _stroke(annot) -> dict:
+    return {"strokeColor": color_to_hex(annot.get("/C")),
+            "fillColor": color_to_hex(annot.get("/IC")),
+            "strokeWidth": _border_width(annot)}
+
+
+def _ink(annot, space):
+    lines = []
+    for path in annot.get("/InkList", []):
+        numbers = list(path)
+        lines.append([space.point_to_instant(numbers[i], numbers[i + 1])
+                      for i in range(0, len(numbers) - 1, 2)])
+    return "pspdfkit/ink", {"lines": {"points": lines,
+                                      "intensities": [[1.0] * len(p) for p in lines]},
+                            "lineWidth": _border_width(annot) or 1.0,
+                            "strokeColor": color_to_hex(annot.get("/C")),
+                            "isDrawnNaturally": False, "isSignature": False}
+
+
+def _square(annot, space):
+    return "pspdfkit/shape/rectangle", _stroke(annot)
+
+
+def _circle(annot, space):
+    return "pspdfkit/shape/ellipse", _stroke(annot)
+
+
+def _line(annot, space):
+    coords = [float(v) for v in annot.get("/L", [0, 0, 0, 0])]
+    extra = _stroke(annot)
+    extra["startPoint"] = space.point_to_instant(coords[0], coords[1])
+    extra["endPoint"] = space.point_to_instant(coords[2], coords[3])
+    endings = annot.get("/LE")
+    if isinstance(endings, pikepdf.Array) and len(endings) == 2:
+        extra["lineCaps"] = {"start": LINE_ENDINGS.get(str(endings[0]), "none"),
+                             "end": LINE_ENDINGS.get(str(endings[1]), "none")}
+    return "pspdfkit/shape/line", extra
+
+
+def _vertices(annot, space) -> dict:
+    numbers = [float(v) for v in annot.get("/Vertices", [])]
+    extra = _stroke(annot)
+    extra["points"] = [space.point_to_instant(numbers[i], numbers[i + 1])
+                       for i in range(0, len(numbers) - 1, 2)]
+    return extra
+
+
+def _polygon(annot, space):
+    return "pspdfkit/shape/polygon", _vertices(annot, space)
+
+
+def _polyline(annot, space):
+    return "pspdfkit/shape/polyline", _vertices(annot, space)
+
+
+def _stamp(annot, space):
+    name = annot.get("/Name")
+    return "pspdfkit/stamp", {"stampType": str(name).lstrip("/") if name is not None else "Custom",
+                              "color": color_to_hex(annot.get("/C"))}
+
+
+def embedded_file_bytes(file_spec) -> bytes | None:
+    """The bytes of a file specification's embedded file (``/EF /F`` or ``/UF``)."""
+    if not isinstance(file_spec, pikepdf.Dictionary):
+        return None
+    ef = file_spec.get("/EF")
+    if not isinstance(ef, pikepdf.Dictionary):
+        return None
+    stream = ef.get("/F") or ef.get("/UF")
+    try:
+        return stream.read_bytes() if stream is not None else None
+    except pikepdf.PdfError:
+        return None
+
+
+def _file(annot, space):
+    spec = annot.get("/FS")
+    data = embedded_file_bytes(spec)
+    file_name = None
+    if isinstance(spec, pikepdf.Dictionary):
+        file_name = decode_text(spec.get("/UF")) or decode_text(spec.get("/F"))
+    return "pspdfkit/file", {
+        "fileAttachmentId": hashlib.sha256(data).hexdigest() if data is not None else None,
+        "fileName": file_name, "description": decode_text(annot.get("/Contents")),
+        "iconName": str(annot.get("/Name")).lstrip("/") if annot.get("/Name") is not None else None}
+
+
+def _link(annot, space):
+    action = annot.get("/A")
+    extra: dict = {}
+    if isinstance(action, pikepdf.Dictionary) and str(action.get("/S")) == "/URI":
+        extra["action"] = {"type": "uri", "uri": decode_text(action.get("/URI")) or ""}
+    return "pspdfkit/link", extra
+
+
+def _field_name(annot) -> str | None:
+    parts, node, seen = [], annot, 0
+    while isinstance(node, pikepdf.Dictionary) and seen < 64:
+        part = decode_text(node.get("/T"))
+        if part:
+            parts.append(part)
+        node, seen = node.get("/Parent"), seen + 1
+    return ".".join(reversed(parts)) or None
+
+
+def _widget(annot, space):
+    return "pspdfkit/widget", {"formFieldName": _field_name(annot),
+                               "rotation": int(annot.get("/MK", {}).get("/R", 0)) % 360
+                               if isinstance(annot.get("/MK"), pikepdf.Dictionary) else 0}
+
+
+Converter = Callable[[pikepdf.Dictionary, PageSpace], tuple[str, dict]]
+CONVERTERS: dict[str, Converter] = {
+    "/Text": _text, "/FreeText": _free_text, "/Highlight": _markup, "/Underline": _markup,
+    "/StrikeOut": _markup, "/Squiggly": _markup, "/Ink": _ink, "/Square": _square,
+    "/Circle": _circle, "/Line": _line, "/Polygon": _polygon, "/PolyLine": _polyline,
+    "/Stamp": _stamp, "/FileAttachment": _file, "/Link": _link, "/Widget": _widget,
+}

@@ -1,0 +1,1 @@
+"""HTTP routers: :mod:`.sync` (client API, ``/sync/v1``) and :mod:`.admin` (``/api``)."""

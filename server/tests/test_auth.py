@@ -1,0 +1,76 @@
+"""JWT and admin-token checks: 401 when missing, 403 for every kind of bad token."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+
+import jwt
+import pytest
+
+from layersync_server.tokens import generate_keypair, mint_token
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _records(server, doc, headers):
+    return server.http.get(server.layer_url(doc) + "/records", headers=headers)
+
+
+def test_missing_authorization_is_401(server):
+    doc = server.new_document()
+    response = _records(server, doc, {})
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+
+
+def _forged_tokens(server, doc):
+    claims = {"document_id": doc, "layer": "", "exp": int(time.time()) + 600}
+    other_private, _ = generate_keypair("ES256")
+    header = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    payload = _b64(json.dumps(claims).encode())
+    signature = hmac.new(server.public_key_path.read_bytes(), f"{header}.{payload}".encode(),
+                         hashlib.sha256).digest()
+    return {
+        "expired": server.token(doc, expires_in_s=-3600),
+        "alg-none": jwt.encode(claims, None, algorithm="none"),
+        "hs256-with-public-key": f"{header}.{payload}.{_b64(signature)}",
+        "wrong-key": mint_token(other_private, doc, layer=""),
+        "wrong-document": server.token("some-other-document"),
+        "wrong-layer": server.token(doc, layer="other"),
+        "garbage": "not.a.jwt",
+        "no-document-claim": jwt.encode({"exp": int(time.time()) + 60},
+                                        __import__("cryptography.hazmat.primitives.serialization",
+                                                   fromlist=["x"]).load_pem_private_key(
+                                            server.private_pem, None), algorithm="ES256"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["expired", "alg-none", "hs256-with-public-key", "wrong-key",
+                                  "wrong-document", "wrong-layer", "garbage", "no-document-claim"])
+def test_bad_tokens_are_403(server, kind):
+    doc = server.new_document()
+    token = _forged_tokens(server, doc)[kind]
+    response = _records(server, doc, {"Authorization": f"Bearer {token}"})
+    assert response.status_code == 403, response.text
+    assert response.json()["error"]["code"] == "access_denied"
+
+
+def test_layer_name_alias_and_small_leeway(server):
+    doc = server.new_document()
+    token = server.token(doc, layer=None, layer_name="review", expires_in_s=-5)
+    response = server.http.get(server.layer_url(doc, "review") + "/records",
+                               headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200
+
+
+def test_admin_token(server):
+    assert server.http.get("/api/documents").status_code == 401
+    wrong = server.http.get("/api/documents", headers={"Authorization": 'Token token="nope"'})
+    assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "access_denied"
+    assert server.http.get("/api/documents", headers=server.admin()).status_code == 200

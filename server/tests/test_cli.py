@@ -1,0 +1,50 @@
+"""CLI: keygen, mint-token and upload as subprocesses (serve is exercised by conftest)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+from conftest import ADMIN_TOKEN, CORPUS
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "layersync_server", *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_port_file_matches_ready_line(server):
+    assert server.url.endswith(":" + server.port_file.read_text().strip())
+
+
+@pytest.mark.parametrize("alg", ["ES256", "RS256"])
+def test_keygen_and_mint_token(tmp_path, alg):
+    assert _cli("keygen", "--out", str(tmp_path), "--alg", alg).returncode == 0
+    assert oct((tmp_path / "private.pem").stat().st_mode & 0o777) == "0o600"
+    minted = _cli("mint-token", "--private-key", str(tmp_path / "private.pem"), "--document-id",
+                  "doc1", "--layer", "review", "--user-id", "u1", "--permissions",
+                  "read-document", "write", "--expires-in", "60")
+    assert minted.returncode == 0, minted.stderr
+    token = minted.stdout.strip()
+    assert jwt.get_unverified_header(token)["alg"] == alg
+    claims = jwt.decode(token, load_pem_public_key((tmp_path / "public.pem").read_bytes()),
+                        algorithms=[alg])
+    assert claims["document_id"] == "doc1" and claims["layer"] == "review"
+    assert claims["user_id"] == "u1" and claims["permissions"] == ["read-document", "write"]
+
+
+def test_upload_command(server):
+    doc = "cli-" + uuid.uuid4().hex
+    result = _cli("upload", "--url", server.url, "--admin-token", ADMIN_TOKEN,
+                  str(CORPUS / "pdfjs-issue13447.pdf"), "--document-id", doc)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["data"]["annotation_count"] == 16
+    bad = _cli("upload", "--url", server.url, "--admin-token", "wrong",
+               str(CORPUS / "pdfjs-issue13447.pdf"))
+    assert bad.returncode == 1 and "access_denied" in bad.stderr
