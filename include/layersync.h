@@ -336,7 +336,7 @@ typedef struct layersync_client_delegate {
     layersync_document_string_cb did_reject_changes;
     /** The engine needs a fresh JWT for the document; answer with `layersync_document_reauthenticate`, now or later. */
     layersync_document_cb request_token;
-    /** Host reachability hint, asked before network work; NULL means always available. */
+    /** Reserved for a host reachability hint; not called by this version (use `layersync_client_set_network_available`). Declared now so the table's layout does not change. */
     layersync_is_network_available_cb is_network_available;
 } layersync_client_delegate;
 

@@ -1,0 +1,58 @@
+# LayerSync: `make demo` (the main job) and `make test` (every suite) are the two
+# entry points; both install what they need first (scripts/setup.sh, idempotent).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+CONFIG ?= debug
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SWIFT_BUILD_FLAGS ?= -j 2
+LIB := .build/$(CONFIG)/liblayersync.so
+SHARED ?= $(abspath ../shared)
+export LAYERSYNC_LIBRARY := $(abspath $(LIB))
+export LAYERSYNC_SHARED_DIR := $(SHARED)
+export LAYERSYNC_SERVER_BIN := $(abspath $(VENV)/bin/layersync-server)
+
+.PHONY: help setup generate build demo test test-generated test-swift test-c test-python test-server clean
+
+help:
+	@echo "make demo   - run the main job end to end (server, two clients, real PDFs)"
+	@echo "make test   - run every test suite (generated files, Swift, C/CTest, Python, server)"
+	@echo "make generate - regenerate include/layersync.h, ctypes declarations, docs/c-api.md from api/"
+
+setup:
+	@bash scripts/setup.sh
+
+generate:
+	python3 tools/gen_api.py
+
+build: setup
+	swift build -c $(CONFIG) $(SWIFT_BUILD_FLAGS) --product layersync
+
+demo: build
+	$(PY) examples/python/demo.py
+
+test: setup test-generated build test-server test-swift test-c test-python
+	@echo "make test: all suites passed"
+
+test-generated:
+	python3 tools/gen_api.py --check
+
+test-swift: setup
+	swift build -c $(CONFIG) $(SWIFT_BUILD_FLAGS) --build-tests
+	swift test -c $(CONFIG) --skip-build
+
+test-c: build
+	cmake -S . -B build/ctest -DLAYERSYNC_SWIFT_CONFIG=$(CONFIG) -DLAYERSYNC_SWIFT_SCRATCH=$(abspath .build) \
+	      -DLAYERSYNC_SERVER_BIN=$(LAYERSYNC_SERVER_BIN) -DLAYERSYNC_SHARED_DIR=$(SHARED) >/dev/null
+	cmake --build build/ctest
+	ctest --test-dir build/ctest --output-on-failure
+
+test-python: build
+	$(PY) -m pytest -q bindings/python/tests
+
+test-server: setup
+	$(PY) -m pytest -q server/tests
+
+clean:
+	rm -rf .build build

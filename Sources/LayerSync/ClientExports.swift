@@ -1,0 +1,95 @@
+import CLayerSync
+import LayerSyncCore
+
+// "Client" section of include/layersync.h.
+
+@c @implementation public func layersync_client_options_init(
+    _ options: UnsafeMutablePointer<layersync_client_options>?, _ version: UInt32
+) -> Int32 {
+    guard let options, version == UInt32(LAYERSYNC_CLIENT_OPTIONS_VERSION) else {
+        return ErrorCode.invalidArgument.rawValue
+    }
+    let defaults = ClientConfiguration(serverURL: "", storagePath: "")
+    options.pointee = layersync_client_options(
+        version: version, server_url: nil, storage_path: nil,
+        allow_insecure_http: defaults.allowInsecureHTTP, sync_delay_s: defaults.syncDelay,
+        connect_timeout_s: defaults.connectTimeout, request_timeout_s: defaults.requestTimeout,
+        long_poll_wait_s: Int32(defaults.longPollWait))
+    return 0
+}
+
+@c @implementation public func layersync_client_create(
+    _ options: UnsafePointer<layersync_client_options>?,
+    _ delegate: UnsafePointer<layersync_client_delegate>?,
+    _ outClient: UnsafeMutablePointer<OpaquePointer?>?,
+    _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    ErrorBridge.run(error) { () throws(LayerSyncError) in
+        guard let outClient else { throw LayerSyncError(.invalidArgument, "out_client must not be NULL") }
+        outClient.pointee = nil
+        guard let options else { throw LayerSyncError(.invalidArgument, "options must not be NULL") }
+        guard options.pointee.version == UInt32(LAYERSYNC_CLIENT_OPTIONS_VERSION) else {
+            throw LayerSyncError(.invalidArgument, "options.version \(options.pointee.version) is not supported; use layersync_client_options_init")
+        }
+        var table = layersync_client_delegate()
+        if let delegate {
+            guard delegate.pointee.version == UInt32(LAYERSYNC_CLIENT_DELEGATE_VERSION) else {
+                throw LayerSyncError(.invalidArgument, "delegate.version \(delegate.pointee.version) is not supported; use LAYERSYNC_CLIENT_DELEGATE_INIT")
+            }
+            table = delegate.pointee
+        }
+        var configuration = ClientConfiguration(
+            serverURL: try CString.read(options.pointee.server_url, "options.server_url"),
+            storagePath: try CString.read(options.pointee.storage_path, "options.storage_path"))
+        configuration.allowInsecureHTTP = options.pointee.allow_insecure_http
+        configuration.syncDelay = options.pointee.sync_delay_s
+        configuration.connectTimeout = options.pointee.connect_timeout_s
+        configuration.requestTimeout = options.pointee.request_timeout_s
+        configuration.longPollWait = Int(options.pointee.long_poll_wait_s)
+        guard configuration.connectTimeout > 0, configuration.requestTimeout > 0, configuration.longPollWait > 0 else {
+            throw LayerSyncError(.invalidArgument, "timeouts and long_poll_wait_s must be positive")
+        }
+        let handle = try ClientHandle(configuration: configuration, delegate: table)
+        outClient.pointee = OpaquePointer(Unmanaged.passRetained(handle).toOpaque())
+    }
+}
+
+@c @implementation public func layersync_client_destroy(
+    _ client: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    guard let client else { return 0 }
+    return ErrorBridge.run(error) { () throws(LayerSyncError) in
+        let unmanaged = Unmanaged<ClientHandle>.fromOpaque(UnsafeRawPointer(client))
+        try unmanaged.takeUnretainedValue().destroy()
+        unmanaged.release()
+    }
+}
+
+@c @implementation public func layersync_client_server_url(_ client: OpaquePointer?) -> UnsafePointer<CChar>? {
+    (try? ClientHandle.from(client)).map { $0.serverURLCString.cString }
+}
+
+@c @implementation public func layersync_client_storage_path(_ client: OpaquePointer?) -> UnsafePointer<CChar>? {
+    (try? ClientHandle.from(client)).map { $0.storagePathCString.cString }
+}
+
+@c @implementation public func layersync_client_document_for_jwt(
+    _ client: OpaquePointer?, _ jwt: UnsafePointer<CChar>?,
+    _ outDocument: UnsafeMutablePointer<OpaquePointer?>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    ErrorBridge.run(error) { () throws(LayerSyncError) in
+        guard let outDocument else { throw LayerSyncError(.invalidArgument, "out_document must not be NULL") }
+        outDocument.pointee = nil
+        let handle = try ClientHandle.from(client)
+        let descriptor = try handle.client.document(forJWT: try CString.read(jwt, "jwt"))
+        outDocument.pointee = handle.handle(for: descriptor).opaque
+    }
+}
+
+@c @implementation public func layersync_client_set_network_available(
+    _ client: OpaquePointer?, _ available: Bool, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    ErrorBridge.run(error) { () throws(LayerSyncError) in
+        try ClientHandle.from(client).client.setNetworkAvailable(available)
+    }
+}

@@ -1,0 +1,85 @@
+import CLayerSync
+import LayerSyncCore
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// What a `layersync_client *` points to: the core's ``SyncClient``, the copied callback
+/// table, the C strings the header says the client owns, and one ``DocumentHandle`` per
+/// descriptor. Retained by the pointer handed to C until `layersync_client_destroy`.
+final class ClientHandle: Sendable {
+    let delegate: DelegateTable
+    let serverURLCString: OwnedCString
+    let storagePathCString: OwnedCString
+    /// Set once, right after the core client is created; nil after destroy.
+    private let coreClient = Mutex<SyncClient?>(nil)
+    private let documents = Mutex<[ObjectIdentifier: DocumentHandle]>([:])
+
+    /// Creates the core client; its events are translated to the C callback table.
+    /// - Throws: whatever `SyncClient.init` throws (`.invalidURL`, `.couldNotWriteToDisk`, …).
+    init(configuration: ClientConfiguration, delegate: layersync_client_delegate) throws(LayerSyncError) {
+        self.delegate = DelegateTable(table: delegate)
+        serverURLCString = OwnedCString(configuration.serverURL)
+        storagePathCString = OwnedCString(configuration.storagePath)
+        // The core client owns its event handler, so the handler must not retain `self`.
+        // `self` is fully initialised here, so the weak box is set before any event can run.
+        let box = WeakClientHandle(self)
+        let client = try SyncClient(configuration: configuration) { event in
+            box.value?.deliver(event)
+        }
+        coreClient.withLock { $0 = client }
+    }
+
+    var client: SyncClient {
+        guard let client = coreClient.withLock({ $0 }) else { fatalError("layersync: client used after destroy") }
+        return client
+    }
+
+    var opaque: OpaquePointer { OpaquePointer(Unmanaged.passUnretained(self).toOpaque()) }
+
+    /// The handle behind a `layersync_client *`.
+    /// - Throws: `.invalidArgument` for NULL.
+    static func from(_ pointer: OpaquePointer?) throws(LayerSyncError) -> ClientHandle {
+        guard let pointer else { throw LayerSyncError(.invalidArgument, "client must not be NULL") }
+        return Unmanaged<ClientHandle>.fromOpaque(UnsafeRawPointer(pointer)).takeUnretainedValue()
+    }
+
+    /// The one ``DocumentHandle`` of `descriptor`, created on first use.
+    func handle(for descriptor: DocumentDescriptor) -> DocumentHandle {
+        documents.withLock { map in
+            if let existing = map[ObjectIdentifier(descriptor)] { return existing }
+            let created = DocumentHandle(descriptor: descriptor)
+            map[ObjectIdentifier(descriptor)] = created
+            return created
+        }
+    }
+
+    /// Shuts the core client down (cancel, drain callbacks), then calls `release_context`.
+    /// - Throws: `.invalidState` when called from one of this client's callbacks.
+    func destroy() throws(LayerSyncError) {
+        if client.isOnEventQueue {
+            throw LayerSyncError(.invalidState, "layersync_client_destroy called from inside a callback of the same client")
+        }
+        try client.shutdown()
+        if let release = delegate.table.release_context {
+            release(delegate.table.context)
+        }
+        documents.withLock { $0.removeAll() }
+        coreClient.withLock { $0 = nil }
+    }
+}
+
+/// Lets the core's event handler reach the ``ClientHandle`` without retaining it.
+private final class WeakClientHandle: Sendable {
+    private let reference: Mutex<ClientHandleRef>
+    init(_ handle: ClientHandle) { reference = Mutex(ClientHandleRef(value: handle)) }
+    var value: ClientHandle? { reference.withLock { $0.value } }
+}
+
+private struct ClientHandleRef: Sendable {
+    weak var value: ClientHandle?
+}

@@ -1,0 +1,118 @@
+import CLayerSync
+import LayerSyncCore
+
+// "Document" section of include/layersync.h: thin calls into DocumentDescriptor.
+
+/// Runs `body` with the descriptor behind `document`, translating errors.
+func withDescriptor(
+    _ document: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?,
+    _ body: (DocumentDescriptor) throws(LayerSyncError) -> Void
+) -> Int32 {
+    ErrorBridge.run(error) { () throws(LayerSyncError) in
+        try body(try DocumentHandle.from(document).descriptor)
+    }
+}
+
+@c @implementation public func layersync_document_id(_ document: OpaquePointer?) -> UnsafePointer<CChar>? {
+    DocumentHandle.optional(document).map { $0.documentIDCString.cString }
+}
+
+@c @implementation public func layersync_document_layer_name(_ document: OpaquePointer?) -> UnsafePointer<CChar>? {
+    DocumentHandle.optional(document).map { $0.layerNameCString.cString }
+}
+
+@c @implementation public func layersync_document_user_id(
+    _ document: OpaquePointer?, _ outUserID: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+    _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        guard outUserID != nil else { throw LayerSyncError(.invalidArgument, "out_user_id must not be NULL") }
+        CString.store(descriptor.userID, in: outUserID)
+    }
+}
+
+@c @implementation public func layersync_document_state(_ document: OpaquePointer?) -> layersync_document_state_t {
+    let state = DocumentHandle.optional(document)?.descriptor.state ?? .invalid
+    return layersync_document_state_t(rawValue: UInt32(state.rawValue))
+}
+
+@c @implementation public func layersync_document_is_downloaded(_ document: OpaquePointer?) -> Bool {
+    DocumentHandle.optional(document)?.descriptor.isDownloaded ?? false
+}
+
+@c @implementation public func layersync_document_has_unsynced_changes(_ document: OpaquePointer?) -> Bool {
+    DocumentHandle.optional(document)?.descriptor.hasUnsyncedChanges ?? false
+}
+
+@c @implementation public func layersync_document_pdf_path(
+    _ document: OpaquePointer?, _ outPath: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+    _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        guard let outPath else { throw LayerSyncError(.invalidArgument, "out_path must not be NULL") }
+        outPath.pointee = nil
+        guard let path = descriptor.pdfPath else {
+            throw LayerSyncError(.notDownloaded, "the document is not downloaded", documentID: descriptor.documentID)
+        }
+        CString.store(path, in: outPath)
+    }
+}
+
+@c @implementation public func layersync_document_download(
+    _ document: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in try descriptor.download() }
+}
+
+@c @implementation public func layersync_document_cancel_download(
+    _ document: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { $0.cancelDownload() }
+}
+
+@c @implementation public func layersync_document_sync(
+    _ document: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in try descriptor.sync() }
+}
+
+@c @implementation public func layersync_document_stop_syncing(
+    _ document: OpaquePointer?, _ cancelCurrentRequest: Bool, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { $0.stopSyncing(cancelCurrentRequest: cancelCurrentRequest) }
+}
+
+@c @implementation public func layersync_document_start_listening(
+    _ document: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in try descriptor.startListening() }
+}
+
+@c @implementation public func layersync_document_stop_listening(
+    _ document: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { $0.stopListening() }
+}
+
+@c @implementation public func layersync_document_set_sync_delay(
+    _ document: OpaquePointer?, _ delay: Double, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        guard delay.isFinite, delay >= 0 || delay == LAYERSYNC_SYNC_DISABLED else {
+            throw LayerSyncError(.invalidArgument, "delay_s must be >= 0 or LAYERSYNC_SYNC_DISABLED")
+        }
+        descriptor.syncDelay = delay
+    }
+}
+
+@c @implementation public func layersync_document_sync_delay(_ document: OpaquePointer?) -> Double {
+    DocumentHandle.optional(document)?.descriptor.syncDelay ?? LAYERSYNC_SYNC_DISABLED
+}
+
+@c @implementation public func layersync_document_reauthenticate(
+    _ document: OpaquePointer?, _ jwt: UnsafePointer<CChar>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        try descriptor.reauthenticate(jwt: try CString.read(jwt, "jwt"))
+    }
+}

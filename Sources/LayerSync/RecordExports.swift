@@ -1,0 +1,57 @@
+import CLayerSync
+import LayerSyncCore
+
+// "Records" section of include/layersync.h: Instant JSON strings in and out.
+
+@c @implementation public func layersync_document_create_annotation(
+    _ document: OpaquePointer?, _ annotationJSON: UnsafePointer<CChar>?,
+    _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        outJSON?.pointee = nil
+        let stored = try descriptor.createAnnotation(json: try CString.read(annotationJSON, "annotation_json"))
+        CString.store(stored, in: outJSON)
+    }
+}
+
+@c @implementation public func layersync_document_update_annotation(
+    _ document: OpaquePointer?, _ annotationJSON: UnsafePointer<CChar>?,
+    _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        outJSON?.pointee = nil
+        let stored = try descriptor.updateAnnotation(json: try CString.read(annotationJSON, "annotation_json"))
+        CString.store(stored, in: outJSON)
+    }
+}
+
+@c @implementation public func layersync_document_delete_annotation(
+    _ document: OpaquePointer?, _ annotationID: UnsafePointer<CChar>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        try descriptor.deleteAnnotation(id: try CString.read(annotationID, "annotation_id"))
+    }
+}
+
+@c @implementation public func layersync_document_get_annotation(
+    _ document: OpaquePointer?, _ annotationID: UnsafePointer<CChar>?,
+    _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
+        outJSON.pointee = nil
+        CString.store(try descriptor.annotation(id: try CString.read(annotationID, "annotation_id")), in: outJSON)
+    }
+}
+
+@c @implementation public func layersync_document_list_annotations(
+    _ document: OpaquePointer?, _ filterJSON: UnsafePointer<CChar>?,
+    _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
+        outJSON.pointee = nil
+        let filter = try CString.readOptional(filterJSON, "filter_json")
+        CString.store(try descriptor.listAnnotations(filterJSON: filter), in: outJSON)
+    }
+}
