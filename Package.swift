@@ -27,7 +27,10 @@ let package = Package(
         .target(
             name: "LayerSync",
             dependencies: ["LayerSyncCore", "CLayerSync"],
-            swiftSettings: [.swiftLanguageMode(.v6)]
+            swiftSettings: [.swiftLanguageMode(.v6)],
+            // SONAME liblayersync.so.<major of api/layersync.toml's version>; the CTest
+            // check `abi.soname` fails if the two drift apart.
+            linkerSettings: [.unsafeFlags(["-Xlinker", "-soname=liblayersync.so.0"])]
         ),
         .testTarget(
             name: "LayerSyncCoreTests",

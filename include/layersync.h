@@ -224,7 +224,7 @@ typedef struct layersync_error {
 } layersync_error;
 
 /**
- * Static initialiser of `layersync_error` with the current version.
+ * Static initialiser of `layersync_error`: current version, every other field zero/NULL.
  */
 #define LAYERSYNC_ERROR_INIT { LAYERSYNC_ERROR_VERSION, 0, NULL, 0, 0, NULL, NULL, NULL }
 
@@ -341,9 +341,9 @@ typedef struct layersync_client_delegate {
 } layersync_client_delegate;
 
 /**
- * Static initialiser of `layersync_client_delegate` with the current version.
+ * Static initialiser of `layersync_client_delegate`: current version, every other field zero/NULL.
  */
-#define LAYERSYNC_CLIENT_DELEGATE_INIT { LAYERSYNC_CLIENT_DELEGATE_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+#define LAYERSYNC_CLIENT_DELEGATE_INIT { LAYERSYNC_CLIENT_DELEGATE_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* ---- Library ---- */
 

@@ -190,18 +190,32 @@ def struct_decl(s: dict) -> list[str]:
         o.append(f"    {c_decl(f['type'], f['name'])};")
     o.append(f"}} {s['name']};")
     o.append("")
-    if "init_macro" in s:
+    if "init_version" in s:
         macro = s["name"].upper() + "_INIT"
-        o += c_comment(f"Static initialiser of `{s['name']}` with the current version.")
-        o.append(f"#define {macro} {s['init_macro']}")
+        if s["fields"][0]["name"] != "version":
+            raise SystemExit(f"api: {s['name']} has init_version but its first field is not `version`")
+        values = [s["init_version"]] + [zero_of(f["type"]) for f in s["fields"][1:]]
+        o += c_comment(f"Static initialiser of `{s['name']}`: current version, every other field zero/NULL.")
+        o.append(f"#define {macro} {{ {', '.join(values)} }}")
         o.append("")
     return o
+
+
+def zero_of(ctype: str) -> str:
+    """The zero value of a field, spelled so that C and C++ accept it without warnings."""
+    if "*" in ctype or ctype.endswith("_cb"):
+        return "NULL"
+    if ctype == "bool":
+        return "false"
+    if ctype == "double":
+        return "0.0"
+    return "0"
 
 
 def gen_ffi(api: Api) -> str:
     o = [f'"""ctypes declarations of liblayersync. {GENERATED}', "",
          "One declaration per C function of include/layersync.h; the Pythonic layer is",
-         'layersync/_core.py and friends. Use `bind(lib)` on a loaded ctypes.CDLL."""',
+         'layersync/client.py. Use `bind(lib)` on a loaded ctypes.CDLL."""',
          "from __future__ import annotations", "", "import ctypes", "",
          f"VERSION = {api.lib['version']!r}", f"ABI_VERSION = {api.lib['abi_version']}", ""]
     for d in api.defines:

@@ -1,0 +1,965 @@
+"""The Pythonic layer over liblayersync: :class:`Client` and :class:`Document`.
+
+Mirrors PSPDFKit Instant's ``InstantClient`` / ``InstantDocumentDescriptor``:
+
+    with layersync.Client("http://127.0.0.1:5000", "/tmp/store") as client:
+        client.wait_validated(timeout=10)
+        doc = client.document_for_jwt(jwt)
+        doc.download(wait=True, timeout=60, progress=lambda done, total: ...)
+        ann = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0,
+                                     "bbox": [10, 10, 32, 32], "text": "héllo 👋"})
+        doc.sync(wait=True, timeout=30)
+
+Threading: every method may be called from any thread. The library runs all callbacks of
+a client on one serial background thread of its own; handlers registered with
+:meth:`Client.on` (or given as ``delegate``) run on that thread, never on the caller's.
+An exception raised by a handler never reaches C: it is logged (logger ``layersync``)
+and re-raised from the next blocking call of the client (``wait_*``, ``download(wait=True)``,
+``sync(wait=True)``, ``reauthenticate(wait=True)``) or :meth:`Client.raise_callback_errors`.
+
+Every event is also recorded in a bounded, thread-safe log with sequence numbers, so a
+caller can take :meth:`Client.mark` before acting and :meth:`Client.wait_for` an event
+afterwards without racing the callback thread.
+"""
+from __future__ import annotations
+
+import collections
+import copy
+import ctypes
+import enum
+import json
+import logging
+import math
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from . import _ffi
+from ._library import get_library, load_library
+from .errors import (InvalidArgumentError, InvalidStateError, LayerSyncError, check,
+                     exception_from_error, exception_from_struct)
+
+__all__ = ["Client", "Document", "DocumentState", "Event", "EVENT_NAMES", "SYNC_DISABLED"]
+
+log = logging.getLogger("layersync")
+
+#: ``sync_delay`` value that turns automatic syncing after local edits off.
+SYNC_DISABLED: float = _ffi.LAYERSYNC_SYNC_DISABLED
+
+#: Names of the delegate callbacks that :meth:`Client.on` accepts (the fields of
+#: ``layersync_client_delegate`` except ``is_network_available``, which is a query and is
+#: given once at construction).
+EVENT_NAMES: tuple[str, ...] = (
+    "server_did_validate", "did_finish_download", "did_fail_download",
+    "did_fail_authentication", "did_finish_reauthentication", "did_fail_reauthentication",
+    "did_begin_sync", "did_change_sync_state", "did_fail_sync", "did_finish_sync",
+    "download_progress", "did_receive_changes", "did_reject_changes", "request_token",
+)
+
+
+class DocumentState(enum.IntEnum):
+    """Sync state of a document layer; raw values are Instant's ``InstantDocumentState``."""
+
+    UNKNOWN = _ffi.LAYERSYNC_DOCUMENT_STATE_UNKNOWN
+    NEEDS_CONTENT_MIGRATION = _ffi.LAYERSYNC_DOCUMENT_STATE_NEEDS_CONTENT_MIGRATION
+    MIGRATING_CONTENT = _ffi.LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT
+    NEEDS_RESET_FOR_DATABASE_MIGRATION = _ffi.LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION
+    RESETTING_FOR_DATABASE_MIGRATION = _ffi.LAYERSYNC_DOCUMENT_STATE_RESETTING_FOR_DATABASE_MIGRATION
+    CLEAN = _ffi.LAYERSYNC_DOCUMENT_STATE_CLEAN
+    DIRTY = _ffi.LAYERSYNC_DOCUMENT_STATE_DIRTY
+    SENDING_CHANGES = _ffi.LAYERSYNC_DOCUMENT_STATE_SENDING_CHANGES
+    RECEIVING_CHANGES = _ffi.LAYERSYNC_DOCUMENT_STATE_RECEIVING_CHANGES
+    INVALID = _ffi.LAYERSYNC_DOCUMENT_STATE_INVALID
+
+
+@dataclass(frozen=True)
+class Event:
+    """One callback as recorded by the client.
+
+    ``args`` are the handler's arguments after the document (see :meth:`Client.on`);
+    ``time`` is ``time.monotonic()`` when it arrived.
+    """
+
+    seq: int
+    name: str
+    document: Document | None
+    args: tuple[Any, ...]
+    time: float = field(compare=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Conversions at the boundary
+
+
+def encode_text(value: str, what: str) -> bytes:
+    """UTF-8 bytes of ``value`` for C; refuses what C cannot carry.
+
+    Raises:
+        InvalidArgumentError: ``value`` is not a str, holds a lone surrogate (not
+            encodable as UTF-8) or a NUL character (would truncate the C string).
+    """
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be str, not {type(value).__name__}")
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"{what} is not valid Unicode text: {exc.reason} at {exc.start}") from None
+    if b"\x00" in raw:
+        raise InvalidArgumentError(f"{what} contains a NUL character")
+    return raw
+
+
+def encode_json(value: Any, what: str) -> bytes:
+    """UTF-8 JSON of ``value`` (non-ASCII kept as is, so the engine stores it byte-exact)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{what} is not JSON-serialisable: {exc}") from None
+    return encode_text(text, what)
+
+
+def _decode(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8")
+
+
+def _take_string(lib: ctypes.CDLL, out: ctypes.c_char_p) -> bytes | None:
+    """Copies the bytes behind a ``char *`` the library handed over, then frees it with
+    ``layersync_free``. Reads the raw pointer (not ctypes' automatic bytes conversion), so
+    the very pointer the library allocated is the one freed."""
+    address = ctypes.c_void_p.from_buffer(out).value
+    if not address:
+        return None
+    try:
+        return ctypes.string_at(address)
+    finally:
+        lib.layersync_free(address)
+
+
+class _Error:
+    """A fresh ``layersync_error`` for one call."""
+
+    __slots__ = ("struct",)
+
+    def __init__(self) -> None:
+        self.struct = _ffi.layersync_error()
+        self.struct.version = _ffi.LAYERSYNC_ERROR_VERSION
+
+    @property
+    def ref(self) -> Any:
+        return ctypes.byref(self.struct)
+
+
+# ---------------------------------------------------------------------------------------
+# Event dispatch (runs on the library's callback thread)
+
+
+class _Dispatcher:
+    """Receives every callback, records it, runs user handlers, wakes waiters.
+
+    Holds no reference to the :class:`Client`, so a dropped client can be collected (its
+    finalizer then destroys the C client)."""
+
+    def __init__(self, max_events: int = 4096) -> None:
+        self.cond = threading.Condition()
+        self.events: collections.deque[Event] = collections.deque(maxlen=max_events)
+        self.seq = 0
+        self.handlers: dict[str, list[Callable[..., Any]]] = {n: [] for n in EVENT_NAMES}
+        self.callback_errors: list[BaseException] = []
+        self.documents: dict[int, Document] = {}
+        self.documents_lock = threading.Lock()
+        self.handle: _Handle | None = None
+        self.client_ref: Callable[[], Client | None] = lambda: None
+        self.network_available: Callable[[], bool] | None = None
+        self.released = threading.Event()
+
+    def document(self, address: int | None) -> Document | None:
+        """The one :class:`Document` wrapping ``address`` (created on first use)."""
+        if not address:
+            return None
+        with self.documents_lock:
+            doc = self.documents.get(address)
+            if doc is None and self.handle is not None:
+                doc = Document(self.handle, self, address)
+                self.documents[address] = doc
+            return doc
+
+    def emit(self, name: str, document: Document | None, args: tuple[Any, ...]) -> None:
+        # Handlers first, then record: a waiter woken by this event then also sees an
+        # exception its handlers raised, and re-raises it from the very wait.
+        with self.cond:
+            handlers = list(self.handlers.get(name, ()))
+        for handler in handlers:
+            try:
+                if name == "server_did_validate":
+                    handler(*args)
+                else:
+                    handler(document, *args)
+            except BaseException as exc:  # never let it reach C
+                log.exception("layersync: %s handler %r raised; re-raised from the next blocking call",
+                              name, handler)
+                with self.cond:
+                    self.callback_errors.append(exc)
+        with self.cond:
+            self.seq += 1
+            self.events.append(Event(self.seq, name, document, args, time.monotonic()))
+            self.cond.notify_all()
+
+    def record_failure(self, exc: BaseException) -> None:
+        log.error("layersync: internal callback failure", exc_info=exc)
+        with self.cond:
+            self.callback_errors.append(exc)
+            self.cond.notify_all()
+
+    def pop_callback_error(self) -> BaseException | None:
+        with self.cond:
+            return self.callback_errors.pop(0) if self.callback_errors else None
+
+    def add_handler(self, event: str, handler: Callable[..., Any]) -> Callable[[], None]:
+        if event not in self.handlers:
+            raise ValueError(f"unknown event {event!r}; one of {', '.join(EVENT_NAMES)}")
+        with self.cond:
+            self.handlers[event].append(handler)
+
+        def remove() -> None:
+            with self.cond:
+                try:
+                    self.handlers[event].remove(handler)
+                except ValueError:
+                    pass
+        return remove
+
+    def raise_callback_errors(self) -> None:
+        exc = self.pop_callback_error()
+        if exc is not None:
+            raise exc
+
+    def mark(self) -> int:
+        with self.cond:
+            return self.seq
+
+    def wait_for(self, names: str | Iterable[str], *, since: int = 0,
+                 document: Document | None = None,
+                 predicate: Callable[[Event], bool] | None = None,
+                 timeout: float | None = 30.0,
+                 on_event: Callable[[Event], None] | None = None,
+                 watch: Iterable[str] = ()) -> Event:
+        wanted = {names} if isinstance(names, str) else set(names)
+        watched = set(watch)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = since
+        while True:
+            self.raise_callback_errors()
+            with self.cond:
+                fresh = [e for e in self.events if e.seq > cursor]
+                if not fresh:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(f"no {'/'.join(sorted(wanted))} event within {timeout} s")
+                    if not self.callback_errors:
+                        self.cond.wait(remaining)
+                    continue
+                cursor = fresh[-1].seq
+            for e in fresh:
+                if document is not None and e.document is not document:
+                    continue
+                if e.name in watched and on_event is not None:
+                    on_event(e)
+                if e.name in wanted and (predicate is None or predicate(e)):
+                    self.raise_callback_errors()
+                    return e
+
+
+def _fresh(exc: BaseException) -> BaseException:
+    """A copy of a recorded exception to raise, so the recorded one never holds a traceback
+    (whose frames would keep callers' objects alive through the event log)."""
+    if isinstance(exc, LayerSyncError):
+        return copy.copy(exc)
+    return exc
+
+
+def _json_or_text(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", "replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _make_trampolines(d: _Dispatcher) -> dict[str, Any]:
+    """The CFUNCTYPE objects of the delegate. They must stay referenced for as long as the
+    C client exists (ctypes frees the thunks of collected callback objects)."""
+
+    def guard(fn: Callable[..., None]) -> Callable[..., None]:
+        def wrapper(*a: Any) -> None:
+            try:
+                fn(*a)
+            except BaseException as exc:
+                d.record_failure(exc)
+        return wrapper
+
+    def on_validate(_ctx: Any, info: bytes | None, err: Any) -> None:
+        error = exception_from_error(err.contents) if err else None
+        d.emit("server_did_validate", None, (_json_or_text(info), error))
+
+    def doc_event(name: str) -> Callable[..., None]:
+        def f(_ctx: Any, doc: int | None) -> None:
+            d.emit(name, d.document(doc), ())
+        return f
+
+    def doc_error_event(name: str) -> Callable[..., None]:
+        def f(_ctx: Any, doc: int | None, err: Any) -> None:
+            error = exception_from_error(err.contents) if err else None
+            d.emit(name, d.document(doc), (error,))
+        return f
+
+    def on_state(_ctx: Any, doc: int | None, state: int) -> None:
+        try:
+            value: DocumentState | int = DocumentState(state)
+        except ValueError:
+            value = state
+        d.emit("did_change_sync_state", d.document(doc), (value,))
+
+    def on_progress(_ctx: Any, doc: int | None, done: int, total: int) -> None:
+        d.emit("download_progress", d.document(doc), (int(done), int(total)))
+
+    def on_reauth(_ctx: Any, doc: int | None, jwt: bytes | None) -> None:
+        d.emit("did_finish_reauthentication", d.document(doc), (_decode(jwt),))
+
+    def json_event(name: str) -> Callable[..., None]:
+        def f(_ctx: Any, doc: int | None, value: bytes | None) -> None:
+            d.emit(name, d.document(doc), (_json_or_text(value),))
+        return f
+
+    def on_release(_ctx: Any) -> None:
+        d.released.set()
+
+    def on_network(_ctx: Any) -> bool:
+        provider = d.network_available
+        if provider is None:
+            return True
+        try:
+            return bool(provider())
+        except BaseException as exc:
+            d.record_failure(exc)
+            return True
+
+    F = _ffi
+    return {
+        "release_context": F.layersync_release_context_cb(guard(on_release)),
+        "server_did_validate": F.layersync_server_did_validate_cb(guard(on_validate)),
+        "did_finish_download": F.layersync_document_cb(guard(doc_event("did_finish_download"))),
+        "did_fail_download": F.layersync_document_error_cb(guard(doc_error_event("did_fail_download"))),
+        "did_fail_authentication": F.layersync_document_error_cb(guard(doc_error_event("did_fail_authentication"))),
+        "did_finish_reauthentication": F.layersync_document_string_cb(guard(on_reauth)),
+        "did_fail_reauthentication": F.layersync_document_error_cb(guard(doc_error_event("did_fail_reauthentication"))),
+        "did_begin_sync": F.layersync_document_cb(guard(doc_event("did_begin_sync"))),
+        "did_change_sync_state": F.layersync_document_state_cb(guard(on_state)),
+        "did_fail_sync": F.layersync_document_error_cb(guard(doc_error_event("did_fail_sync"))),
+        "did_finish_sync": F.layersync_document_cb(guard(doc_event("did_finish_sync"))),
+        "download_progress": F.layersync_download_progress_cb(guard(on_progress)),
+        "did_receive_changes": F.layersync_document_string_cb(guard(json_event("did_receive_changes"))),
+        "did_reject_changes": F.layersync_document_string_cb(guard(json_event("did_reject_changes"))),
+        "request_token": F.layersync_document_cb(guard(doc_event("request_token"))),
+        "is_network_available": F.layersync_is_network_available_cb(on_network),
+    }
+
+
+class _Handle:
+    """The C side of a client: pointer, delegate struct and trampolines kept alive together.
+    Referenced by the finalizer, so it must not reference the :class:`Client`."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+        self.pointer = ctypes.c_void_p()
+        self.delegate = _ffi.layersync_client_delegate()
+        self.trampolines: dict[str, Any] = {}
+        self.lock = threading.RLock()
+        self.closed = False
+
+    def destroy(self) -> None:
+        with self.lock:
+            if self.closed or not self.pointer.value:
+                self.closed = True
+                return
+            err = _Error()
+            rc = self.lib.layersync_client_destroy(self.pointer, err.ref)
+            if rc != _ffi.LAYERSYNC_OK:
+                # INVALID_STATE: called from one of the client's own callbacks. Leave the
+                # client alive (a later close() from another thread can succeed).
+                raise exception_from_struct(self.lib, err.struct, rc)
+            self.closed = True
+            self.pointer = ctypes.c_void_p()
+
+
+def _finalize(handle: _Handle) -> None:
+    try:
+        handle.destroy()
+    except BaseException:  # at interpreter exit: best effort, never crash
+        log.debug("layersync: destroying client at exit failed", exc_info=True)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+DelegateLike = Mapping[str, Callable[..., Any]] | object
+
+
+class Client:
+    """A LayerSync client: one per server URL and local storage directory.
+
+    Mirrors Instant's ``InstantClient``. Creating it starts the connection sequence in the
+    background (``GET /sync/v1/info``); its outcome arrives once as ``server_did_validate``
+    (see :meth:`wait_validated`). Use it as a context manager or call :meth:`close`; a client
+    left open is destroyed when collected or at interpreter exit.
+
+    Args:
+        server_url: Base URL of the sync server, e.g. ``"https://sync.example.com"``.
+            Plain ``http://`` is accepted only for loopback hosts unless
+            ``allow_insecure_http``.
+        storage_path: Directory of the local store (created 0700 if missing).
+        allow_insecure_http: Allow ``http://`` to non-loopback hosts.
+        sync_delay_s: Debounce in seconds between a local edit and the automatic sync;
+            ``None`` or :data:`SYNC_DISABLED` turns automatic syncing off. Default 1.0.
+        connect_timeout_s, request_timeout_s: Network timeouts in seconds (library
+            defaults 10 and 30 when None).
+        long_poll_wait_s: Seconds a long-poll asks the server to wait (default 30).
+        delegate: Event handlers, either a mapping ``{event name: callable}`` or an object
+            with methods named like the events (see :meth:`on`). It may also provide
+            ``is_network_available() -> bool``, a reachability hint the library asks
+            (on its callback thread) before network work.
+        library: Path of liblayersync to load instead of the default lookup.
+
+    Raises:
+        InvalidArgumentError, InvalidURLError, CouldNotWriteToDiskError: from
+            ``layersync_client_create``.
+        LibraryLoadError: the library cannot be loaded.
+    """
+
+    def __init__(self, server_url: str, storage_path: str | os.PathLike[str], *,
+                 allow_insecure_http: bool = False, sync_delay_s: float | None = 1.0,
+                 connect_timeout_s: float | None = None, request_timeout_s: float | None = None,
+                 long_poll_wait_s: int | None = None, delegate: DelegateLike | None = None,
+                 library: str | None = None) -> None:
+        lib = load_library(library) if library is not None else get_library()
+        self._lib = lib
+        self._dispatcher = d = _Dispatcher()
+        url_b = encode_text(server_url, "server_url")
+        path_b = encode_text(os.fspath(storage_path), "storage_path")
+
+        opts = _ffi.layersync_client_options()
+        rc = lib.layersync_client_options_init(ctypes.byref(opts), _ffi.LAYERSYNC_CLIENT_OPTIONS_VERSION)
+        if rc != _ffi.LAYERSYNC_OK:
+            raise LayerSyncError("layersync_client_options_init failed", code=rc)
+        opts.server_url = url_b
+        opts.storage_path = path_b
+        opts.allow_insecure_http = bool(allow_insecure_http)
+        opts.sync_delay_s = SYNC_DISABLED if sync_delay_s is None else float(sync_delay_s)
+        if connect_timeout_s is not None:
+            opts.connect_timeout_s = float(connect_timeout_s)
+        if request_timeout_s is not None:
+            opts.request_timeout_s = float(request_timeout_s)
+        if long_poll_wait_s is not None:
+            opts.long_poll_wait_s = int(long_poll_wait_s)
+
+        handle = _Handle(lib)
+        d.handle = handle
+        d.client_ref = weakref.ref(self)
+        handle.trampolines = _make_trampolines(d)
+        for name, fn in handle.trampolines.items():
+            if name == "is_network_available":
+                continue
+            setattr(handle.delegate, name, fn)
+        handle.delegate.version = _ffi.LAYERSYNC_CLIENT_DELEGATE_VERSION
+        handle.delegate.context = None
+
+        if delegate is not None:
+            self._install_delegate(delegate)
+        if d.network_available is not None:
+            handle.delegate.is_network_available = handle.trampolines["is_network_available"]
+
+        err = _Error()
+        rc = lib.layersync_client_create(ctypes.byref(opts), ctypes.byref(handle.delegate),
+                                         ctypes.byref(handle.pointer), err.ref)
+        check(lib, rc, err.struct)
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, _finalize, handle)
+        self._network_available = True
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Destroys the C client: cancels network work, drains queued callbacks, frees every
+        document handle. Idempotent. Must not be called from one of this client's handlers
+        (raises :class:`InvalidStateError`)."""
+        self._handle.destroy()
+        self._finalizer.detach()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._handle.closed
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.server_url
+        return f"<layersync.Client {state}>"
+
+    def _ptr(self) -> ctypes.c_void_p:
+        if self._handle.closed:
+            raise InvalidStateError("the client is closed")
+        return self._handle.pointer
+
+    # -- delegate and events ------------------------------------------------------------
+
+    def _install_delegate(self, delegate: DelegateLike) -> None:
+        if isinstance(delegate, Mapping):
+            items: Iterable[tuple[str, Any]] = delegate.items()
+        else:
+            items = ((n, getattr(delegate, n, None)) for n in EVENT_NAMES + ("is_network_available",))
+        for name, fn in items:
+            if fn is None:
+                continue
+            if name == "is_network_available":
+                self._dispatcher.network_available = fn
+            else:
+                self.on(name, fn)
+
+    def on(self, event: str, handler: Callable[..., Any]) -> Callable[[], None]:
+        """Registers ``handler`` for a delegate event; returns a function that removes it.
+
+        Handlers run on the library's callback thread with these arguments:
+
+        - ``server_did_validate(info: dict | None, error: LayerSyncError | None)`` — info is
+          ``GET /sync/v1/info``: ``{"server_version", "protocol": {"min", "max"}, "limits", ...}``
+        - ``did_finish_download(doc)``, ``did_begin_sync(doc)``, ``did_finish_sync(doc)``,
+          ``request_token(doc)`` (answer with ``doc.reauthenticate(jwt, wait=False)``)
+        - ``did_fail_download / did_fail_authentication / did_fail_reauthentication /
+          did_fail_sync(doc, error: LayerSyncError)``
+        - ``did_finish_reauthentication(doc, jwt: str)``
+        - ``did_change_sync_state(doc, state: DocumentState)``
+        - ``download_progress(doc, done_bytes: int, total_bytes: int)`` (total may be 0 if unknown)
+        - ``did_receive_changes(doc, {"created": [ids], "updated": [ids], "deleted": [ids]})``
+        - ``did_reject_changes(doc, [{"id", "reason", "local": dict|None, "server": dict|None}])``
+
+        Raises:
+            ValueError: unknown event name.
+        """
+        return self._dispatcher.add_handler(event, handler)
+
+    def mark(self) -> int:
+        """The sequence number of the latest recorded event; pass it as ``since`` to
+        :meth:`wait_for` / :meth:`events` to see only later events."""
+        return self._dispatcher.mark()
+
+    def events(self, since: int = 0, name: str | None = None,
+               document: Document | None = None) -> list[Event]:
+        """Recorded events with ``seq > since`` (the newest 4096 are kept), optionally filtered."""
+        with self._dispatcher.cond:
+            return [e for e in self._dispatcher.events
+                    if e.seq > since and (name is None or e.name == name)
+                    and (document is None or e.document is document)]
+
+    def raise_callback_errors(self) -> None:
+        """Re-raises the oldest exception a handler raised on the callback thread, if any."""
+        self._dispatcher.raise_callback_errors()
+
+    def wait_for(self, names: str | Iterable[str], *, since: int = 0,
+                 document: Document | None = None,
+                 predicate: Callable[[Event], bool] | None = None,
+                 timeout: float | None = 30.0,
+                 on_event: Callable[[Event], None] | None = None,
+                 watch: Iterable[str] = ()) -> Event:
+        """Blocks until an event named in ``names`` (for ``document``, if given, and matching
+        ``predicate``) with ``seq > since`` is recorded, and returns it. Take ``since`` from
+        :meth:`mark` *before* starting what should cause the event, so no event is missed.
+
+        ``on_event`` is called on the *calling* thread for every such event and for events
+        named in ``watch`` (e.g. ``download_progress``) while waiting.
+
+        Raises:
+            TimeoutError: nothing matching within ``timeout`` seconds (None: wait forever).
+            BaseException: an exception a handler raised on the callback thread.
+        """
+        return self._dispatcher.wait_for(names, since=since, document=document, predicate=predicate,
+                                         timeout=timeout, on_event=on_event, watch=watch)
+
+    def wait_validated(self, timeout: float | None = 30.0) -> dict[str, Any]:
+        """Waits for the connection sequence's outcome (``server_did_validate``).
+
+        Returns:
+            The server's info JSON as a dict.
+
+        Raises:
+            RequestFailedError, OldClientError, OldServerError, InvalidServerDataError: the
+                validation failed.
+            TimeoutError: no outcome within ``timeout`` seconds.
+        """
+        event = self.wait_for("server_did_validate", since=0, timeout=timeout)
+        info, error = event.args
+        if error is not None:
+            raise _fresh(error)
+        return info if isinstance(info, dict) else {"raw": info}
+
+    # -- properties and calls ---------------------------------------------------------------
+
+    @property
+    def server_url(self) -> str:
+        """The server URL the client was created with."""
+        return _decode(self._lib.layersync_client_server_url(self._ptr())) or ""
+
+    @property
+    def storage_path(self) -> str:
+        """The local storage directory."""
+        return _decode(self._lib.layersync_client_storage_path(self._ptr())) or ""
+
+    def set_network_available(self, available: bool) -> None:
+        """Tells the engine whether the host has network access. ``False``: no requests are
+        made, syncs fail with ``REQUEST_FAILED`` and edits stay pending; ``True``: resume."""
+        err = _Error()
+        rc = self._lib.layersync_client_set_network_available(self._ptr(), bool(available), err.ref)
+        check(self._lib, rc, err.struct)
+        self._network_available = bool(available)
+
+    def document_for_jwt(self, jwt: str) -> "Document":
+        """The document descriptor for the document and layer ``jwt`` grants (shape checked
+        offline; the server checks the signature). Mirrors Instant's
+        ``documentDescriptor(forJWT:)``. The same document and layer give the same
+        :class:`Document` object.
+
+        Raises:
+            InvalidJWTError: malformed JWT (not three base64url parts, bad claim types).
+            InvalidArgumentError, StorageLockedError, DatabaseAccessFailedError.
+        """
+        raw = encode_text(jwt, "jwt")
+        out = ctypes.c_void_p()
+        err = _Error()
+        rc = self._lib.layersync_client_document_for_jwt(self._ptr(), raw, ctypes.byref(out), err.ref)
+        check(self._lib, rc, err.struct)
+        doc = self._dispatcher.document(int(out.value or 0))
+        assert doc is not None
+        return doc
+
+
+class Document:
+    """A document descriptor (document id + layer), owned by its :class:`Client`.
+
+    Mirrors Instant's ``InstantDocumentDescriptor``. Obtain it with
+    :meth:`Client.document_for_jwt`; it stays valid until the client is closed. Records are
+    Instant JSON v2 objects passed in and out as dicts.
+    """
+
+    def __init__(self, handle: _Handle, dispatcher: _Dispatcher, address: int) -> None:
+        # No strong reference to the Client: the client's finalizer keeps the dispatcher
+        # (and through it every Document) alive, which must not keep the Client alive.
+        self._handle = handle
+        self._dispatcher = dispatcher
+        self._address = address
+        self._lib = handle.lib
+
+    def __repr__(self) -> str:
+        if self._handle.closed:
+            return "<layersync.Document (client closed)>"
+        return f"<layersync.Document id={self.id!r} layer={self.layer_name!r} state={self.state.name}>"
+
+    @property
+    def client(self) -> Client:
+        """The client that owns this document.
+
+        Raises:
+            InvalidStateError: the client object was garbage-collected.
+        """
+        client = self._dispatcher.client_ref()
+        if client is None:
+            raise InvalidStateError("the client of this document no longer exists")
+        return client
+
+    @property
+    def address(self) -> int:
+        """The C handle's address (``layersync_document *``), for interop and debugging."""
+        return self._address
+
+    def _ptr(self) -> ctypes.c_void_p:
+        if self._handle.closed:
+            raise InvalidStateError("the client of this document is closed")
+        return ctypes.c_void_p(self._address)
+
+    def _call(self, fn_name: str, *args: Any) -> None:
+        err = _Error()
+        rc = getattr(self._lib, fn_name)(self._ptr(), *args, err.ref)
+        check(self._lib, rc, err.struct)
+
+    def _call_out(self, fn_name: str, *args: Any) -> bytes | None:
+        out = ctypes.c_char_p()
+        err = _Error()
+        rc = getattr(self._lib, fn_name)(self._ptr(), *args, ctypes.byref(out), err.ref)
+        try:
+            check(self._lib, rc, err.struct)
+        finally:
+            value = _take_string(self._lib, out)
+        return value
+
+    # -- identity and state ------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The document id (the JWT's ``document_id``)."""
+        return _decode(self._lib.layersync_document_id(self._ptr())) or ""
+
+    @property
+    def layer_name(self) -> str:
+        """The layer name; ``""`` is the default layer."""
+        return _decode(self._lib.layersync_document_layer_name(self._ptr())) or ""
+
+    @property
+    def user_id(self) -> str | None:
+        """The JWT's ``user_id``, or None when it has none."""
+        raw = self._call_out("layersync_document_user_id")
+        return _decode(raw)
+
+    @property
+    def state(self) -> DocumentState:
+        """The current :class:`DocumentState`."""
+        value = int(self._lib.layersync_document_state(self._ptr()))
+        try:
+            return DocumentState(value)
+        except ValueError:
+            return DocumentState.UNKNOWN
+
+    @property
+    def is_downloaded(self) -> bool:
+        """Whether the PDF and the layer snapshot are stored locally."""
+        return bool(self._lib.layersync_document_is_downloaded(self._ptr()))
+
+    @property
+    def has_unsynced_changes(self) -> bool:
+        """Whether local changes are waiting to be sent."""
+        return bool(self._lib.layersync_document_has_unsynced_changes(self._ptr()))
+
+    @property
+    def pdf_path(self) -> str:
+        """Path of the downloaded PDF. Raises :class:`NotDownloadedError` before download."""
+        return _decode(self._call_out("layersync_document_pdf_path")) or ""
+
+    @property
+    def sync_delay(self) -> float | None:
+        """Debounce in seconds between a local edit and the automatic sync; None = off."""
+        value = float(self._lib.layersync_document_sync_delay(self._ptr()))
+        return None if value == SYNC_DISABLED else value
+
+    @sync_delay.setter
+    def sync_delay(self, delay_s: float | None) -> None:
+        value = SYNC_DISABLED if delay_s is None else float(delay_s)
+        if math.isnan(value):
+            raise InvalidArgumentError("sync_delay must be a number or None")
+        self._call("layersync_document_set_sync_delay", ctypes.c_double(value))
+
+    # -- download, sync, listen ------------------------------------------------------------------
+
+    def download(self, *, wait: bool = True, timeout: float | None = 300.0,
+                 progress: Callable[[int, int], None] | None = None) -> None:
+        """Downloads the PDF and the layer's records (Instant's ``download(usingJWT:)``).
+
+        Args:
+            wait: Block until ``did_finish_download`` / ``did_fail_download``.
+            timeout: Seconds to wait (``wait=True`` only).
+            progress: ``progress(done_bytes, total_bytes)``; with ``wait=True`` it is called
+                on the calling thread while waiting, otherwise on the callback thread until
+                the download ends.
+
+        Raises:
+            AlreadyDownloadedError, InvalidStateError: from the call.
+            Any error of ``did_fail_download`` (RequestFailedError, AccessDeniedError,
+            InvalidDocumentError, CancelledError, ...) when waiting; TimeoutError.
+        """
+        c = self._dispatcher
+        since = c.mark()
+        removers: list[Callable[[], None]] = []
+        if progress is not None and not wait:
+            def relay(doc: Document, done: int, total: int) -> None:
+                if doc is self:
+                    progress(done, total)
+
+            def finish(doc: Document, *_: Any) -> None:
+                if doc is self:
+                    for remove in removers:
+                        remove()
+            removers += [c.add_handler("download_progress", relay),
+                         c.add_handler("did_finish_download", finish),
+                         c.add_handler("did_fail_download", finish)]
+        try:
+            self._call("layersync_document_download")
+        except BaseException:
+            for remove in removers:
+                remove()
+            raise
+        if not wait:
+            return
+
+        def on_event(e: Event) -> None:
+            if e.name == "download_progress" and progress is not None:
+                progress(*e.args)
+
+        event = c.wait_for(("did_finish_download", "did_fail_download"), since=since, document=self,
+                           timeout=timeout, on_event=on_event, watch=("download_progress",))
+        if event.name == "did_fail_download":
+            raise _fresh(event.args[0] or LayerSyncError("download failed", code=_ffi.LAYERSYNC_ERROR_UNKNOWN))
+
+    def cancel_download(self) -> None:
+        """Cancels a running download; ``did_fail_download`` reports ``CANCELLED``."""
+        self._call("layersync_document_cancel_download")
+
+    def sync(self, *, wait: bool = True, timeout: float | None = 60.0) -> None:
+        """Runs a two-way sync cycle (Instant's ``sync()``): sends pending changes, receives
+        server changes, repeats until nothing is pending.
+
+        With ``wait=True`` blocks until the cycle that serves this call ends: returns on its
+        ``did_finish_sync``, raises the error of its ``did_fail_sync`` (RequestFailedError
+        when offline, AccessDeniedError when the JWT expired, ...). A cycle that was already
+        running when called does not count (its ``did_begin_sync`` came before the call).
+
+        Raises:
+            NotDownloadedError; the cycle's error; TimeoutError.
+        """
+        since = self._dispatcher.mark()
+        self._call("layersync_document_sync")
+        if not wait:
+            return
+        # The outcome of *this* request is the first terminal event after a did_begin_sync
+        # that follows the call: the engine queues a new cycle per call (or merges the call
+        # into one that is queued and has not begun), so a cycle that was already running
+        # when we called (and its did_finish_sync) must not count.
+        begun = False
+
+        def ours(e: Event) -> bool:
+            nonlocal begun
+            if e.name == "did_begin_sync":
+                begun = True
+                return False
+            return begun
+
+        event = self._dispatcher.wait_for(("did_begin_sync", "did_finish_sync", "did_fail_sync"),
+                                          since=since, document=self, predicate=ours, timeout=timeout)
+        if event.name == "did_fail_sync":
+            raise _fresh(event.args[0] or LayerSyncError("sync failed", code=_ffi.LAYERSYNC_ERROR_UNKNOWN))
+
+    def stop_syncing(self, cancel_current_request: bool = False) -> None:
+        """Stops listening and automatic syncing (Instant's ``stopSyncing(cancelCurrentRequest:)``)."""
+        self._call("layersync_document_stop_syncing", bool(cancel_current_request))
+
+    def start_listening(self) -> None:
+        """Starts the long-poll for server changes; they arrive as ``did_receive_changes``."""
+        self._call("layersync_document_start_listening")
+
+    def stop_listening(self) -> None:
+        """Stops listening for server changes."""
+        self._call("layersync_document_stop_listening")
+
+    def reauthenticate(self, jwt: str, *, wait: bool = True, timeout: float | None = 30.0) -> None:
+        """Replaces the document's JWT (Instant's ``reauthenticate(withJWT:)``). Pending
+        changes are sent afterwards.
+
+        With ``wait=True`` blocks until ``did_finish_reauthentication`` or raises the error of
+        ``did_fail_reauthentication``. Safe to call from a ``request_token`` handler only with
+        ``wait=False`` (waiting there would block the callback thread that must deliver the
+        outcome).
+
+        Raises:
+            InvalidJWTError, UserIDMismatchError, AlreadyAuthenticatingError, AccessDeniedError,
+            TimeoutError.
+        """
+        raw = encode_text(jwt, "jwt")
+        since = self._dispatcher.mark()
+        self._call("layersync_document_reauthenticate", raw)
+        if not wait:
+            return
+        event = self._dispatcher.wait_for(("did_finish_reauthentication", "did_fail_reauthentication"),
+                                      since=since, document=self, timeout=timeout)
+        if event.name == "did_fail_reauthentication":
+            raise _fresh(event.args[0] or LayerSyncError("reauthentication failed", code=_ffi.LAYERSYNC_ERROR_UNKNOWN))
+
+    # -- records -------------------------------------------------------------------------------
+
+    def create_annotation(self, annotation: Mapping[str, Any]) -> dict[str, Any]:
+        """Creates an annotation in the local layer; durable when this returns and synced
+        after ``sync_delay``.
+
+        Args:
+            annotation: Instant JSON v2 (``{"type": "pspdfkit/...", "pageIndex": 0,
+                "bbox": [x, y, w, h], ...}``); a missing ``id`` is generated (ULID).
+
+        Returns:
+            The stored annotation with its ``id``.
+
+        Raises:
+            InvalidArgumentError (not JSON, unencodable text), InvalidJSONStructureError,
+            NotDownloadedError, DatabaseAccessFailedError.
+        """
+        raw = self._call_out("layersync_document_create_annotation", encode_json(dict(annotation), "annotation"))
+        return json.loads(raw.decode("utf-8")) if raw else dict(annotation)
+
+    def update_annotation(self, annotation: Mapping[str, Any]) -> dict[str, Any]:
+        """Replaces an annotation's content (the whole object, with its ``id``).
+
+        Raises:
+            NoSuchAnnotationError and the errors of :meth:`create_annotation`.
+        """
+        raw = self._call_out("layersync_document_update_annotation", encode_json(dict(annotation), "annotation"))
+        return json.loads(raw.decode("utf-8")) if raw else dict(annotation)
+
+    def delete_annotation(self, annotation_id: str) -> None:
+        """Deletes an annotation (and its comments).
+
+        Raises:
+            NoSuchAnnotationError, InvalidArgumentError, NotDownloadedError.
+        """
+        self._call("layersync_document_delete_annotation", encode_text(annotation_id, "annotation_id"))
+
+    def get_annotation(self, annotation_id: str) -> dict[str, Any]:
+        """One annotation of the local layer as a dict.
+
+        Raises:
+            NoSuchAnnotationError, InvalidArgumentError, NotDownloadedError.
+        """
+        raw = self._call_out("layersync_document_get_annotation", encode_text(annotation_id, "annotation_id"))
+        if raw is None:
+            raise LayerSyncError("library returned no annotation", code=_ffi.LAYERSYNC_ERROR_UNKNOWN)
+        return json.loads(raw.decode("utf-8"))
+
+    def list_annotations(self, page_index: int | None = None, type: str | None = None,
+                         creator_name: str | None = None, limit: int | None = None,
+                         offset: int | None = None) -> list[dict[str, Any]]:
+        """Annotations of the local layer ordered by id, optionally filtered and paged.
+
+        Args:
+            page_index: Only this page (0-based).
+            type: Only this Instant type, e.g. ``"pspdfkit/ink"``.
+            creator_name: Only this ``creatorName``.
+            limit, offset: Paging.
+
+        Raises:
+            InvalidArgumentError, NotDownloadedError.
+        """
+        flt: dict[str, Any] = {}
+        if page_index is not None:
+            flt["pageIndex"] = int(page_index)
+        if type is not None:
+            flt["type"] = type
+        if creator_name is not None:
+            flt["creatorName"] = creator_name
+        if limit is not None:
+            flt["limit"] = int(limit)
+        if offset is not None:
+            flt["offset"] = int(offset)
+        raw = self._call_out("layersync_document_list_annotations",
+                             encode_json(flt, "filter") if flt else None)
+        return json.loads(raw.decode("utf-8")) if raw else []

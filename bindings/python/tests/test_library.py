@@ -1,0 +1,64 @@
+"""Loading liblayersync: lookup order, ABI check, version."""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import pytest
+
+import layersync
+from layersync import _ffi, _library
+
+
+def test_loads_and_abi_matches(lib):
+    assert lib.layersync_abi_version() == _ffi.ABI_VERSION
+    assert lib.layersync_version().decode() == _ffi.VERSION
+    assert layersync.library_version() == _ffi.VERSION
+
+
+def test_every_declared_function_is_exported(lib):
+    for name in _ffi.FUNCTIONS:
+        assert getattr(lib, name).argtypes is not None, name
+
+
+def test_abi_mismatch_is_refused(monkeypatch, lib):
+    monkeypatch.setattr(_ffi, "ABI_VERSION", _ffi.ABI_VERSION + 1)
+    with pytest.raises(layersync.LibraryLoadError, match="ABI version"):
+        _library.load_library(lib._name)
+
+
+def test_explicit_path_never_falls_back(tmp_path):
+    missing = tmp_path / "nope" / "liblayersync.so"
+    with pytest.raises(layersync.LibraryLoadError, match="not found"):
+        _library.load_library(missing)
+    assert isinstance(layersync.LibraryLoadError("x"), ImportError)
+
+
+def test_not_a_library_is_a_clear_error(tmp_path):
+    bogus = tmp_path / "liblayersync.so"
+    bogus.write_bytes(b"not an ELF file")
+    with pytest.raises(layersync.LibraryLoadError, match="could not be loaded"):
+        _library.load_library(bogus)
+
+
+def test_lookup_order():
+    assert _library.candidate_paths("/x/lib.so", {"LAYERSYNC_LIBRARY": "/env.so"}) == [("argument", "/x/lib.so", True)]
+    assert _library.candidate_paths(None, {"LAYERSYNC_LIBRARY": "/env.so"}) == [("$LAYERSYNC_LIBRARY", "/env.so", True)]
+    rest = _library.candidate_paths(None, {})
+    assert rest[0][0] == "bundled" and Path(rest[0][1]).parent == Path(_library.__file__).resolve().parent
+    assert [src for src, _, explicit in rest if explicit] == []
+    assert rest[-1][0] == "system"
+
+
+def test_error_code_names_match_library(lib):
+    for code, name in _ffi.ERROR_CODE_NAMES.items():
+        assert lib.layersync_error_code_name(code).decode() == name
+    assert lib.layersync_error_code_name(424242).decode() == "UNRECOGNIZED"
+
+
+def test_version_cli(capsys):
+    from layersync import cli
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0
+    assert _ffi.VERSION in capsys.readouterr().out
