@@ -3,8 +3,19 @@ annotation layers (ctypes; no compiler needed).
 
 Layers, as in pygit2: ``_ffi`` (generated ctypes declarations), ``_library`` (finding
 and loading the shared library), ``errors`` (one exception class per error code),
-``client`` (the Pythonic :class:`Client` and :class:`Document`), ``cli`` (the
-``layersync`` command).
+``client`` (the Pythonic :class:`Client` and :class:`Document`), ``aio`` (the asyncio
+adapter; ``import layersync.aio``), ``cli`` (the ``layersync`` command).
+
+Quick start::
+
+    with layersync.Client("http://127.0.0.1:8000", "/tmp/store") as client:
+        doc = client.document_for_jwt(jwt)
+        doc.download(wait=True, timeout=60)
+        note = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [8, 8, 24, 24]})
+        doc.sync(wait=True, timeout=30)
+
+Errors are :class:`LayerSyncError` subclasses, one per error code; handlers registered
+with :meth:`Client.on` run on the library's callback thread.
 
 The shared library is loaded on first use (see :mod:`layersync._library` for the lookup
 order; set ``LAYERSYNC_LIBRARY`` to a path to choose one).
@@ -23,7 +34,8 @@ ABI_VERSION: int = _ffi.ABI_VERSION
 
 def library_version() -> str:
     """The loaded library's version string (``layersync_version()``); loads it if needed."""
-    return get_library().layersync_version().decode("utf-8")
+    raw: bytes = get_library().layersync_version()
+    return raw.decode("utf-8")
 
 
 __all__ = ["Client", "Document", "DocumentState", "Event", "EVENT_NAMES", "SYNC_DISABLED",

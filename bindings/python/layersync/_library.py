@@ -5,7 +5,9 @@ Lookup order (the first that exists wins; an explicit choice never falls back):
 1. the ``path`` argument of :func:`load_library`;
 2. the environment variable ``LAYERSYNC_LIBRARY`` (a file path);
 3. a copy bundled in the package directory (``layersync/liblayersync.so``);
-4. ``ctypes.util.find_library("layersync")`` and the dynamic loader's default search.
+4. the system: ``pkg-config --variable=libdir layersync`` (an installed ``layersync.pc``),
+   then ``ctypes.util.find_library("layersync")`` (ldconfig's cache) and finally the
+   dynamic loader's default search (``LD_LIBRARY_PATH``, ``/etc/ld.so.conf``).
 
 After loading, every function is declared with :func:`layersync._ffi.bind` and the
 library's ``layersync_abi_version()`` must equal :data:`layersync._ffi.ABI_VERSION`;
@@ -16,6 +18,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import shutil
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -37,6 +41,20 @@ def _bundled_names() -> tuple[str, ...]:
     return _SHARED_NAMES.get(sys.platform, ("liblayersync.so",))
 
 
+def _pkg_config_libdir() -> str | None:
+    """``libdir`` of an installed ``layersync.pc``, or None (no pkg-config, no .pc)."""
+    exe = shutil.which("pkg-config")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, "--variable=libdir", "layersync"], capture_output=True,
+                              text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libdir = proc.stdout.strip()
+    return libdir if proc.returncode == 0 and libdir else None
+
+
 def candidate_paths(path: str | os.PathLike[str] | None = None,
                     environ: dict[str, str] | None = None) -> list[tuple[str, str, bool]]:
     """The places :func:`load_library` tries, in order.
@@ -53,6 +71,10 @@ def candidate_paths(path: str | os.PathLike[str] | None = None,
     here = Path(__file__).resolve().parent
     for name in _bundled_names():
         out.append(("bundled", str(here / name), False))
+    libdir = _pkg_config_libdir()
+    if libdir:
+        for name in _bundled_names():
+            out.append(("pkg-config", os.path.join(libdir, name), False))
     found = ctypes.util.find_library("layersync")
     if found:
         out.append(("find_library", found, False))
@@ -100,8 +122,9 @@ def load_library(path: str | os.PathLike[str] | None = None) -> ctypes.CDLL:
             tried.append(str(exc.__cause__))
     if lib is None:
         raise LibraryLoadError(
-            "liblayersync not found; build it (`swift build`) and set "
-            f"{ENV_VAR}=/path/to/liblayersync.so. Tried: " + "; ".join(tried))
+            "liblayersync not found: install a wheel that bundles it (pip install layersync), "
+            "install the C library system-wide (cmake --install; found through pkg-config or "
+            f"ldconfig), or point {ENV_VAR} at liblayersync.so. Tried: " + "; ".join(tried))
     try:
         _ffi.bind(lib)
     except AttributeError as exc:

@@ -1,27 +1,97 @@
-"""The ``layersync`` command: a small client for scripts and debugging.
+"""The ``layersync`` command (also ``python -m layersync``): a LayerSync client for shells
+and scripts. Run ``layersync --help`` for the commands, examples and exit statuses.
 
-    layersync --version
-    layersync download          --server URL --storage DIR --jwt JWT
-    layersync sync              --server URL --storage DIR --jwt JWT
-    layersync annotations list  --server URL --storage DIR --jwt JWT [--page N] [--type T]
-    layersync annotations add   --server URL --storage DIR --jwt JWT --json '{"type": ...}'
-
-``--jwt`` may come from the environment variable ``LAYERSYNC_JWT`` and ``--server`` from
-``LAYERSYNC_SERVER``. Output of ``annotations`` is JSON on stdout; progress and messages
-go to stderr. Exit status: 0 success, 1 a LayerSync error, 2 usage error.
+Human-readable output goes to stdout, progress bars and messages to stderr; ``--json``
+makes stdout machine-readable (one JSON document, or one JSON object per line for
+``listen``) and errors a JSON object on stderr. Exit statuses are in :data:`EXIT_CODES`.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import logging
 import os
 import sys
-from typing import Any, Sequence
+import time
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence, TextIO
 
 from . import _ffi
 from ._library import LibraryLoadError, get_library
-from .client import Client, Document
-from .errors import LayerSyncError
+from .client import Client, Document, Event
+from .errors import (AccessDeniedError, InvalidDocumentError, InvalidJWTError, LayerSyncError,
+                     NoSuchAnnotationError, RequestFailedError, UserIDMismatchError)
+
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_NETWORK",
+           "EXIT_AUTH", "EXIT_NOT_FOUND", "EXIT_INTERRUPTED", "EXIT_CODES", "INSTANT_JSON_FORMAT"]
+
+#: Success.
+EXIT_OK = 0
+#: Any other LayerSync error (its code name and number are printed), or no library.
+EXIT_ERROR = 1
+#: Bad command line or bad input (argparse's convention).
+EXIT_USAGE = 2
+#: The server could not be reached or did not answer in time (REQUEST_FAILED, timeout).
+EXIT_NETWORK = 3
+#: The JWT was refused or is malformed (ACCESS_DENIED, INVALID_JWT, USER_ID_MISMATCH).
+EXIT_AUTH = 4
+#: No such annotation, or no such document/layer on the server.
+EXIT_NOT_FOUND = 5
+#: Interrupted by Ctrl-C (SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "a LayerSync error not listed below (code name and number printed)",
+    EXIT_USAGE: "usage error: bad arguments or input that is not JSON",
+    EXIT_NETWORK: "network: server unreachable or no answer in time (REQUEST_FAILED, timeout); "
+                  "local edits stay stored and pending",
+    EXIT_AUTH: "authentication: JWT rejected or malformed (ACCESS_DENIED, INVALID_JWT, USER_ID_MISMATCH)",
+    EXIT_NOT_FOUND: "not found: no such annotation, document or layer",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+#: The ``format`` of an Instant JSON document (``layersync export``).
+INSTANT_JSON_FORMAT = "https://pspdfkit.com/instant-json/v1"
+
+_DESCRIPTION = """\
+LayerSync command-line client: download a PDF's annotation layer from a LayerSync
+server, edit it offline, sync it, and watch other clients' changes live.
+
+Every command needs the server URL, a JWT granting the document and layer (from your
+app's backend, or `layersync-server mint-token` in development) and a local storage
+directory; give them as options or environment variables. Commands that read or edit
+annotations download the document first if needed and work offline afterwards."""
+
+_EPILOG = """\
+examples:
+  export LAYERSYNC_SERVER=http://127.0.0.1:8000 LAYERSYNC_JWT=@token.jwt
+  layersync download                                # PDF + layer, with a progress bar
+  layersync annotations list --page 0 --type pspdfkit/note
+  layersync annotations add '{"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 24, 24],
+                             "text": {"format": "plain", "value": "hello"}}'
+  layersync annotations update 01JC0… '{"text": {"format": "plain", "value": "edited"}}'
+  layersync annotations rm 01JC0…
+  layersync sync                                    # two-way: send pending edits, receive others'
+  layersync listen --json | jq .                    # one JSON line per change until Ctrl-C
+  layersync status --json
+  layersync export -o layer.json                    # Instant JSON of the local layer
+
+environment:
+  LAYERSYNC_SERVER, LAYERSYNC_JWT (a JWT or @FILE), LAYERSYNC_STORAGE (default
+  $XDG_DATA_HOME/layersync or ~/.local/share/layersync), LAYERSYNC_LIBRARY (path of
+  liblayersync.so; default: the copy bundled in the package, then the system).
+
+not yet available (need engine support): comments, attachments, annotation search,
+the time of the last sync in `status`.
+
+exit status:
+""" + "\n".join(f"  {code:<4}{text}" for code, text in EXIT_CODES.items())
+
+
+class _UsageError(Exception):
+    """Bad input detected after argument parsing (exit status 2)."""
 
 
 def _version_text() -> str:
@@ -34,71 +104,177 @@ def _version_text() -> str:
     return text
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--server", default=os.environ.get("LAYERSYNC_SERVER"),
+def _default_storage() -> str:
+    if os.environ.get("LAYERSYNC_STORAGE"):
+        return os.environ["LAYERSYNC_STORAGE"]
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "layersync")
+
+
+def _common_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("connection")
+    g.add_argument("--server", metavar="URL", default=os.environ.get("LAYERSYNC_SERVER"),
                    help="sync server base URL (env LAYERSYNC_SERVER)")
-    p.add_argument("--storage", required=True, help="local storage directory")
-    p.add_argument("--jwt", default=os.environ.get("LAYERSYNC_JWT"), help="JWT (env LAYERSYNC_JWT)")
-    p.add_argument("--allow-insecure-http", action="store_true",
-                   help="allow http:// to a non-loopback host")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait per step (default 120)")
+    g.add_argument("--jwt", metavar="JWT|@FILE", default=os.environ.get("LAYERSYNC_JWT"),
+                   help="JWT granting the document and layer, or @FILE to read it (env LAYERSYNC_JWT)")
+    g.add_argument("--storage", metavar="DIR", default=_default_storage(),
+                   help="local storage directory (env LAYERSYNC_STORAGE; default %(default)s)")
+    g.add_argument("--allow-insecure-http", action="store_true",
+                   help="allow plain http:// to a non-loopback host")
+    g.add_argument("--timeout", metavar="S", type=float, default=120.0,
+                   help="seconds to wait for the server per step (default %(default)s)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="machine-readable JSON on stdout (and errors on stderr)")
+    o.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="show progress bars even when stderr is not a terminal")
+    o.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    o.add_argument("-v", "--verbose", action="store_true", help="log the library's events to stderr")
+    return p
+
+
+def _json_arg(text: str) -> Any:
+    if text == "-":
+        text = sys.stdin.read()
+    elif text.startswith("@"):
+        text = Path(text[1:]).read_text("utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(f"not JSON: {exc}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="layersync", description="LayerSync command-line client")
+    """The ``argparse`` parser of the ``layersync`` command."""
+    common = _common_options()
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="layersync", description=_DESCRIPTION, epilog=_EPILOG,
+                                     formatter_class=fmt)
     parser.add_argument("--version", action="version", version=_version_text())
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("download", help="download a document and its layer")
-    _common(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    def add(sp: Any, name: str, help_text: str, epilog: str = "") -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sp.add_parser(name, parents=[common], help=help_text,
+                                                   description=help_text, epilog=epilog or None,
+                                                   formatter_class=fmt)
+        return p
 
-    p = sub.add_parser("sync", help="run one two-way sync cycle")
-    _common(p)
+    add(sub, "download", "download the document's PDF and layer (prints the PDF's local path)",
+        "example:\n  layersync download --server URL --jwt @token.jwt")
+    add(sub, "sync", "run a two-way sync cycle: send pending local edits, receive server changes",
+        "example:\n  layersync sync --json   # {\"state\": \"CLEAN\", \"pending_changes\": false, ...}")
+    add(sub, "listen", "print server changes live until Ctrl-C (exit status 130)",
+        "output: one line per created/updated/deleted annotation; with --json one object per\n"
+        "event: {\"event\": \"changes\", \"created\": [ids], \"updated\": [ids], \"deleted\": [ids], \"time\": ISO-8601}\n"
+        "example:\n  layersync listen --json | jq -r .created[]")
+    add(sub, "status", "show the local state: downloaded, sync state, pending changes, annotation count",
+        "example:\n  layersync status --json | jq .pending_changes")
+    p = add(sub, "export", "write the local layer as an Instant JSON document",
+            f"output: {{\"format\": \"{INSTANT_JSON_FORMAT}\", \"annotations\": [Instant JSON v2 ...]}}\n"
+            "example:\n  layersync export -o layer.json")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
-    ann = sub.add_parser("annotations", help="list or add annotations of the local layer")
-    asub = ann.add_subparsers(dest="action", required=True)
-    p = asub.add_parser("list", help="print the layer's annotations as a JSON array")
-    _common(p)
-    p.add_argument("--page", type=int, help="only this page index (0-based)")
-    p.add_argument("--type", help="only this Instant JSON type, e.g. pspdfkit/note")
-    p.add_argument("--creator", help="only this creatorName")
-    p.add_argument("--limit", type=int)
-    p.add_argument("--offset", type=int)
-    p = asub.add_parser("add", help="create an annotation and sync it")
-    _common(p)
-    p.add_argument("--json", required=True, help="Instant JSON annotation, or @FILE")
-    p.add_argument("--no-sync", action="store_true", help="only store it locally")
+    ann = sub.add_parser("annotations", help="list, read, add, update or remove annotations",
+                         description="Annotations of the local layer (Instant JSON v2 objects). "
+                                     "Edits are stored durably, then synced (unless --no-sync).")
+    asub = ann.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = add(asub, "list", "list annotations (a table, or a JSON array with --json)",
+            "example:\n  layersync annotations list --page 0 --type pspdfkit/ink --json")
+    p.add_argument("--page", metavar="N", type=int, help="only this page index (0-based)")
+    p.add_argument("--type", metavar="TYPE", help="only this Instant JSON type, e.g. pspdfkit/note")
+    p.add_argument("--creator", metavar="NAME", help="only this creatorName")
+    p.add_argument("--limit", metavar="N", type=int, help="at most N annotations")
+    p.add_argument("--offset", metavar="N", type=int, help="skip the first N annotations")
+    p = add(asub, "get", "print one annotation as JSON",
+            "example:\n  layersync annotations get 01JC0ZQ4W5Y1G8KX0J5S6ZB1QK")
+    p.add_argument("id", help="annotation id")
+    p = add(asub, "add", "create an annotation and sync it (prints its id, or the stored JSON with --json)",
+            "example:\n  layersync annotations add @note.json\n"
+            "  echo '{\"type\": \"pspdfkit/note\", \"pageIndex\": 0, \"bbox\": [1, 1, 24, 24]}' | layersync annotations add -")
+    p.add_argument("annotation", metavar="JSON|@FILE|-", help="Instant JSON annotation (a missing id is generated)")
+    p.add_argument("--no-sync", action="store_true", help="only store it locally (it stays pending)")
+    p = add(asub, "update", "change an annotation: the JSON object's keys replace the stored ones",
+            "example:\n  layersync annotations update 01JC0… '{\"text\": {\"format\": \"plain\", \"value\": \"new\"}}'")
+    p.add_argument("id", help="annotation id")
+    p.add_argument("changes", metavar="JSON|@FILE|-", help="JSON object of top-level keys to replace")
+    p.add_argument("--no-sync", action="store_true", help="only store it locally (it stays pending)")
+    p = add(asub, "rm", "delete annotations (and their comments)",
+            "example:\n  layersync annotations rm 01JC0… 01JC1…")
+    p.add_argument("ids", metavar="id", nargs="+", help="annotation id")
+    p.add_argument("--no-sync", action="store_true", help="only delete locally (it stays pending)")
     return parser
+
+
+# ---------------------------------------------------------------------------------------
+
+
+class _Output:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.json = bool(args.json)
+        wanted = args.progress
+        self.progress = (not self.json and sys.stderr.isatty()) if wanted is None else bool(wanted)
+
+    def data(self, value: Any, human: str | None = None) -> None:
+        if self.json or human is None:
+            sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=None if self.json else 2) + "\n")
+        else:
+            sys.stdout.write(human + "\n")
+        sys.stdout.flush()
+
+    def note(self, text: str) -> None:
+        if not self.json:
+            print(text, file=sys.stderr, flush=True)
+
+
+def _tqdm() -> Any:
+    """tqdm's class, imported on first use (the CLI's only dependency)."""
+    return importlib.import_module("tqdm").tqdm
+
+
+def _read_jwt(value: str | None) -> str:
+    if not value:
+        raise _UsageError("a JWT is required: --jwt JWT|@FILE or LAYERSYNC_JWT")
+    if value.startswith("@"):
+        try:
+            return Path(value[1:]).read_text("utf-8").strip()
+        except OSError as exc:
+            raise _UsageError(f"cannot read the JWT file: {exc}") from None
+    return value.strip()
 
 
 def _open(args: argparse.Namespace) -> tuple[Client, Document]:
     if not args.server:
-        raise SystemExit("layersync: --server (or LAYERSYNC_SERVER) is required")
-    if not args.jwt:
-        raise SystemExit("layersync: --jwt (or LAYERSYNC_JWT) is required")
-    client = Client(args.server, args.storage, allow_insecure_http=args.allow_insecure_http)
+        raise _UsageError("a server URL is required: --server URL or LAYERSYNC_SERVER")
+    jwt = _read_jwt(args.jwt)
+    client = Client(args.server, args.storage, allow_insecure_http=args.allow_insecure_http,
+                    sync_delay_s=None)  # the CLI syncs explicitly
     try:
-        client.wait_validated(timeout=args.timeout)
-        return client, client.document_for_jwt(args.jwt)
+        return client, client.document_for_jwt(jwt)
     except BaseException:
         client.close()
         raise
 
 
-def _ensure_downloaded(doc: Document, timeout: float, show_progress: bool) -> None:
+def _wait_validated(client: Client, timeout: float) -> None:
+    client.wait_validated(timeout=timeout)
+
+
+def _download(client: Client, doc: Document, out: _Output, timeout: float) -> bool:
+    """Downloads unless already downloaded; returns whether it downloaded."""
     if doc.is_downloaded:
-        return
+        return False
+    _wait_validated(client, timeout)
     bar: Any = None
-    if show_progress:
-        from tqdm import tqdm
-        bar = tqdm(total=0, unit="B", unit_scale=True, desc=f"download {doc.id}", file=sys.stderr)
+    if out.progress:
+        bar = _tqdm()(total=None, unit="B", unit_scale=True, unit_divisor=1024,
+                      desc=f"download {doc.id}", file=sys.stderr, dynamic_ncols=True)
 
     def progress(done: int, total: int) -> None:
         if bar is None:
             return
-        if total and bar.total != total:
+        if total > 0 and bar.total != total:
             bar.total = total
+            bar.refresh()
         bar.update(done - bar.n)
 
     try:
@@ -106,49 +282,221 @@ def _ensure_downloaded(doc: Document, timeout: float, show_progress: bool) -> No
     finally:
         if bar is not None:
             bar.close()
+    return True
 
 
-def _run(args: argparse.Namespace) -> int:
+def _sync(client: Client, doc: Document, out: _Output, timeout: float) -> None:
+    """One sync cycle; a status line appears if it takes longer than half a second."""
+    bar: Any = None
+    remove: Callable[[], None] | None = None
+    if out.progress:
+        bar = _tqdm()(total=None, desc=f"sync {doc.id}", file=sys.stderr, delay=0.5,
+                      bar_format="{desc} [{elapsed}]")
+
+        def on_state(d: Document, state: Any) -> None:
+            if d is doc:
+                name = getattr(state, "name", str(state)).lower().replace("_", " ")
+                bar.set_description_str(f"sync {doc.id}: {name}")
+        remove = client.on("did_change_sync_state", on_state)
+    try:
+        doc.sync(wait=True, timeout=timeout)
+    finally:
+        if remove is not None:
+            remove()
+        if bar is not None:
+            bar.close()
+
+
+def _status(doc: Document) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "document_id": doc.id, "layer": doc.layer_name, "user_id": doc.user_id,
+        "downloaded": doc.is_downloaded, "state": doc.state.name,
+        "pending_changes": doc.has_unsynced_changes,
+    }
+    if doc.is_downloaded:
+        status["pdf_path"] = doc.pdf_path
+        status["annotations"] = len(doc.list_annotations())
+    return status
+
+
+def _sync_after_edit(client: Client, doc: Document, out: _Output, args: argparse.Namespace) -> None:
+    if args.no_sync:
+        return
+    try:
+        _sync(client, doc, out, args.timeout)
+    except (RequestFailedError, TimeoutError):
+        out.note("layersync: the edit is stored locally and pending; it is sent by the next `layersync sync`")
+        raise
+
+
+def _short(value: Any) -> str:
+    text = value.get("value", "") if isinstance(value, dict) else str(value or "")
+    text = " ".join(str(text).split())
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _table(items: list[dict[str, Any]]) -> str:
+    rows = [(str(a.get("id", "")), str(a.get("type", "")), str(a.get("pageIndex", "")),
+             str(a.get("creatorName") or ""), _short(a.get("text") or a.get("contents")))
+            for a in items]
+    headers = ("ID", "TYPE", "PAGE", "CREATOR", "TEXT")
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in [headers, *rows]]
+    lines.append(f"{len(rows)} annotation{'s' if len(rows) != 1 else ''}")
+    return "\n".join(lines)
+
+
+def _listen(client: Client, doc: Document, out: _Output) -> int:
+    """Prints changes until Ctrl-C (KeyboardInterrupt, handled by main) or an auth failure."""
+    since = client.mark()
+    doc.start_listening()
+    out.note(f"listening for changes to {doc.id} layer {doc.layer_name!r} (Ctrl-C to stop)")
+    if out.json:  # tells scripts (and tests) that the long-poll runs
+        print(json.dumps({"event": "listening", "document_id": doc.id, "layer": doc.layer_name}),
+              file=sys.stderr, flush=True)
+    names = ("did_receive_changes", "did_reject_changes", "did_fail_authentication")
+    while True:
+        event: Event = client.wait_for(names, since=since, document=doc, timeout=None)
+        since = event.seq
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())
+        if event.name == "did_fail_authentication":
+            raise event.args[0] if isinstance(event.args[0], LayerSyncError) else AccessDeniedError("JWT rejected")
+        if event.name == "did_reject_changes":
+            rejected = event.args[0] if isinstance(event.args[0], list) else []
+            if out.json:
+                out.data({"event": "rejected", "changes": rejected, "time": stamp})
+            else:
+                for r in rejected:
+                    out.data(None, f"{stamp} rejected {r.get('id')} ({r.get('reason', 'conflict')}): server version kept")
+            continue
+        changes = event.args[0] if isinstance(event.args[0], dict) else {}
+        if out.json:
+            out.data({"event": "changes", "created": changes.get("created", []),
+                      "updated": changes.get("updated", []), "deleted": changes.get("deleted", []),
+                      "time": stamp})
+            continue
+        for kind in ("created", "updated", "deleted"):
+            for ann_id in changes.get(kind, []):
+                detail = ""
+                if kind != "deleted":
+                    try:
+                        a = doc.get_annotation(ann_id)
+                        detail = f" {a.get('type', '')} page {a.get('pageIndex', '?')} {_short(a.get('text'))}".rstrip()
+                    except LayerSyncError:
+                        pass
+                out.data(None, f"{stamp} {kind} {ann_id}{detail}")
+
+
+def _run(args: argparse.Namespace, out: _Output) -> int:
     client, doc = _open(args)
     with client:
+        if args.command == "status":
+            status = _status(doc)
+            human = "\n".join(f"{k:<16}{'' if v is None else v}" for k, v in status.items())
+            out.data(status, human)
+            return EXIT_OK
+        downloaded_now = _download(client, doc, out, args.timeout)
         if args.command == "download":
-            _ensure_downloaded(doc, args.timeout, not args.no_progress)
-            print(f"downloaded {doc.id} layer {doc.layer_name!r} to {doc.pdf_path}", file=sys.stderr)
-            return 0
-        _ensure_downloaded(doc, args.timeout, False)
+            if not downloaded_now:
+                out.note(f"layersync: {doc.id} is already downloaded")
+            out.data({"document_id": doc.id, "layer": doc.layer_name, "pdf_path": doc.pdf_path,
+                      "downloaded": downloaded_now}, doc.pdf_path)
+            return EXIT_OK
         if args.command == "sync":
-            doc.sync(wait=True, timeout=args.timeout)
-            print(f"synced {doc.id}: state {doc.state.name}", file=sys.stderr)
-            return 0
+            _wait_validated(client, args.timeout)
+            _sync(client, doc, out, args.timeout)
+            status = _status(doc)
+            out.data(status, f"synced {doc.id}: {status['state']}, {status['annotations']} annotations")
+            return EXIT_OK
+        if args.command == "listen":
+            return _listen(client, doc, out)
+        if args.command == "export":
+            document = {"format": INSTANT_JSON_FORMAT, "annotations": doc.list_annotations()}
+            text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+            if args.output:
+                Path(args.output).write_text(text, "utf-8")
+                out.note(f"wrote {len(document['annotations'])} annotations to {args.output}")
+            else:
+                sys.stdout.write(text)
+            return EXIT_OK
+        # annotations
         if args.action == "list":
             items = doc.list_annotations(page_index=args.page, type=args.type, creator_name=args.creator,
                                          limit=args.limit, offset=args.offset)
-            json.dump(items, sys.stdout, ensure_ascii=False, indent=2)
-            sys.stdout.write("\n")
-            return 0
-        text = args.json
-        if text.startswith("@"):
-            with open(text[1:], encoding="utf-8") as f:
-                text = f.read()
-        stored = doc.create_annotation(json.loads(text))
-        if not args.no_sync:
-            doc.sync(wait=True, timeout=args.timeout)
-        json.dump(stored, sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
-        return 0
+            out.data(items, _table(items))
+        elif args.action == "get":
+            out.data(doc.get_annotation(args.id))
+        elif args.action == "add":
+            value = _json_arg(args.annotation)
+            if not isinstance(value, dict):
+                raise _UsageError("the annotation must be a JSON object")
+            stored = doc.create_annotation(value)
+            out.data(stored, str(stored.get("id")))
+            _sync_after_edit(client, doc, out, args)
+        elif args.action == "update":
+            changes = _json_arg(args.changes)
+            if not isinstance(changes, dict):
+                raise _UsageError("the changes must be a JSON object")
+            current = doc.get_annotation(args.id)
+            stored = doc.update_annotation({**current, **changes, "id": args.id})
+            out.data(stored, str(stored.get("id")))
+            _sync_after_edit(client, doc, out, args)
+        elif args.action == "rm":
+            for ann_id in args.ids:
+                doc.delete_annotation(ann_id)
+            out.data({"deleted": args.ids}, "\n".join(args.ids))
+            _sync_after_edit(client, doc, out, args)
+        return EXIT_OK
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, (RequestFailedError, TimeoutError)):
+        return EXIT_NETWORK
+    if isinstance(exc, (AccessDeniedError, InvalidJWTError, UserIDMismatchError)):
+        return EXIT_AUTH
+    if isinstance(exc, (NoSuchAnnotationError, InvalidDocumentError)):
+        return EXIT_NOT_FOUND
+    return EXIT_ERROR
+
+
+def _report(exc: BaseException, out_json: bool, stream: TextIO) -> None:
+    if out_json:
+        body: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+        if isinstance(exc, LayerSyncError):
+            body.update(code=exc.code, name=exc.code_name, message=exc.message,
+                        http_status=exc.http_status or None, document_id=exc.document_id,
+                        record_id=exc.record_id)
+        print(json.dumps({"error": body}, ensure_ascii=False), file=stream, flush=True)
+    else:
+        print(f"layersync: {exc}" if isinstance(exc, LayerSyncError) else f"layersync: {type(exc).__name__}: {exc}",
+              file=stream, flush=True)
+
+
+def _usage_exit(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    parser.error(message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``layersync`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``layersync`` console script; returns the exit status
+    (:data:`EXIT_CODES`). Usage errors exit through ``SystemExit(2)`` (argparse)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    out = _Output(args)
     try:
-        return _run(args)
+        return _run(args, out)
+    except KeyboardInterrupt:
+        out.note("layersync: interrupted")
+        return EXIT_INTERRUPTED
+    except _UsageError as exc:
+        _usage_exit(parser, str(exc))
     except (LayerSyncError, LibraryLoadError, TimeoutError) as exc:
-        print(f"layersync: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    except json.JSONDecodeError as exc:
-        print(f"layersync: --json is not JSON: {exc}", file=sys.stderr)
-        return 2
+        _report(exc, out.json, sys.stderr)
+        return _exit_code(exc)
+    except OSError as exc:  # e.g. export -o to an unwritable path
+        _report(exc, out.json, sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

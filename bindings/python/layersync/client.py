@@ -42,7 +42,9 @@ from ._library import get_library, load_library
 from .errors import (InvalidArgumentError, InvalidStateError, LayerSyncError, check,
                      exception_from_error, exception_from_struct)
 
-__all__ = ["Client", "Document", "DocumentState", "Event", "EVENT_NAMES", "SYNC_DISABLED"]
+__all__ = ["Client", "Document", "DocumentState", "Event", "EVENT_NAMES", "SYNC_DISABLED",
+           "DOWNLOAD_OUTCOME", "SYNC_OUTCOME", "REAUTH_OUTCOME", "sync_outcome_predicate",
+           "raise_if_failed", "encode_text", "encode_json"]
 
 log = logging.getLogger("layersync")
 
@@ -121,6 +123,13 @@ def encode_json(value: Any, what: str) -> bytes:
     return encode_text(text, what)
 
 
+def _json_object(raw: bytes) -> dict[str, Any]:
+    value = json.loads(raw.decode("utf-8"))
+    if not isinstance(value, dict):
+        raise LayerSyncError("library returned JSON that is not an object", code=_ffi.LAYERSYNC_ERROR_UNKNOWN)
+    return value
+
+
 def _decode(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode("utf-8")
 
@@ -174,6 +183,7 @@ class _Dispatcher:
         self.client_ref: Callable[[], Client | None] = lambda: None
         self.network_available: Callable[[], bool] | None = None
         self.released = threading.Event()
+        self.subscribers: list[Callable[[Event], None]] = []
 
     def document(self, address: int | None) -> Document | None:
         """The one :class:`Document` wrapping ``address`` (created on first use)."""
@@ -204,8 +214,19 @@ class _Dispatcher:
                     self.callback_errors.append(exc)
         with self.cond:
             self.seq += 1
-            self.events.append(Event(self.seq, name, document, args, time.monotonic()))
+            event = Event(self.seq, name, document, args, time.monotonic())
+            self.events.append(event)
             self.cond.notify_all()
+            subscribers = list(self.subscribers)
+        for subscriber in subscribers:
+            try:
+                subscriber(event)
+            except BaseException as exc:  # never let it reach C
+                log.exception("layersync: event subscriber %r raised; re-raised from the next blocking call",
+                              subscriber)
+                with self.cond:
+                    self.callback_errors.append(exc)
+                    self.cond.notify_all()
 
     def record_failure(self, exc: BaseException) -> None:
         log.error("layersync: internal callback failure", exc_info=exc)
@@ -227,6 +248,18 @@ class _Dispatcher:
             with self.cond:
                 try:
                     self.handlers[event].remove(handler)
+                except ValueError:
+                    pass
+        return remove
+
+    def subscribe(self, subscriber: Callable[[Event], None]) -> Callable[[], None]:
+        with self.cond:
+            self.subscribers.append(subscriber)
+
+        def remove() -> None:
+            with self.cond:
+                try:
+                    self.subscribers.remove(subscriber)
                 except ValueError:
                     pass
         return remove
@@ -278,6 +311,40 @@ def _fresh(exc: BaseException) -> BaseException:
     if isinstance(exc, LayerSyncError):
         return copy.copy(exc)
     return exc
+
+
+#: Events that end the wait of :meth:`Document.download`.
+DOWNLOAD_OUTCOME: tuple[str, str] = ("did_finish_download", "did_fail_download")
+#: Events :meth:`Document.sync` watches (the begin marks the cycle that serves the call).
+SYNC_OUTCOME: tuple[str, str, str] = ("did_begin_sync", "did_finish_sync", "did_fail_sync")
+#: Events that end the wait of :meth:`Document.reauthenticate`.
+REAUTH_OUTCOME: tuple[str, str] = ("did_finish_reauthentication", "did_fail_reauthentication")
+
+
+def sync_outcome_predicate() -> Callable[[Event], bool]:
+    """A stateful predicate over :data:`SYNC_OUTCOME` events (in order) that accepts the
+    first terminal event after a ``did_begin_sync``.
+
+    The engine queues a new cycle per ``sync`` call (or merges the call into one that is
+    queued and has not begun), so a cycle that was already running when the call was made
+    (and its ``did_finish_sync``) must not count as this call's outcome."""
+    begun = False
+
+    def ours(e: Event) -> bool:
+        nonlocal begun
+        if e.name == "did_begin_sync":
+            begun = True
+            return False
+        return begun
+    return ours
+
+
+def raise_if_failed(event: Event, what: str) -> None:
+    """Raises the error carried by a ``did_fail_*`` event (a fresh copy); no-op otherwise."""
+    if event.name.startswith("did_fail_"):
+        error = event.args[0] if event.args else None
+        raise _fresh(error if isinstance(error, BaseException)
+                     else LayerSyncError(f"{what} failed", code=_ffi.LAYERSYNC_ERROR_UNKNOWN))
 
 
 def _json_or_text(raw: bytes | None) -> Any:
@@ -569,6 +636,16 @@ class Client:
                     if e.seq > since and (name is None or e.name == name)
                     and (document is None or e.document is document)]
 
+    def subscribe(self, subscriber: Callable[[Event], None]) -> Callable[[], None]:
+        """Calls ``subscriber(event)`` with every :class:`Event` after it is recorded (all
+        event names, all documents); returns a function that removes it.
+
+        Runs on the library's callback thread, like :meth:`on` handlers; an exception it
+        raises is logged and re-raised from the next blocking call. This is the hook the
+        asyncio adapter (:mod:`layersync.aio`) uses.
+        """
+        return self._dispatcher.subscribe(subscriber)
+
     def raise_callback_errors(self) -> None:
         """Re-raises the oldest exception a handler raised on the callback thread, if any."""
         self._dispatcher.raise_callback_errors()
@@ -665,6 +742,24 @@ class Document:
         self._dispatcher = dispatcher
         self._address = address
         self._lib = handle.lib
+
+    def __enter__(self) -> "Document":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stops this document's network work: listening and automatic syncing stop, a
+        request in flight and a running download are cancelled (their local changes stay
+        pending and durable). The handle stays valid (it is owned by the client) and may be
+        used again, e.g. to ``sync``. No-op when the client is already closed. Used by
+        ``with doc:``; closing the :class:`Client` does this for every document and then
+        drains the callbacks."""
+        if self._handle.closed:
+            return
+        self._call("layersync_document_stop_syncing", True)
+        self._call("layersync_document_cancel_download")
 
     def __repr__(self) -> str:
         if self._handle.closed:
@@ -809,10 +904,9 @@ class Document:
             if e.name == "download_progress" and progress is not None:
                 progress(*e.args)
 
-        event = c.wait_for(("did_finish_download", "did_fail_download"), since=since, document=self,
+        event = c.wait_for(DOWNLOAD_OUTCOME, since=since, document=self,
                            timeout=timeout, on_event=on_event, watch=("download_progress",))
-        if event.name == "did_fail_download":
-            raise _fresh(event.args[0] or LayerSyncError("download failed", code=_ffi.LAYERSYNC_ERROR_UNKNOWN))
+        raise_if_failed(event, "download")
 
     def cancel_download(self) -> None:
         """Cancels a running download; ``did_fail_download`` reports ``CANCELLED``."""
@@ -834,23 +928,9 @@ class Document:
         self._call("layersync_document_sync")
         if not wait:
             return
-        # The outcome of *this* request is the first terminal event after a did_begin_sync
-        # that follows the call: the engine queues a new cycle per call (or merges the call
-        # into one that is queued and has not begun), so a cycle that was already running
-        # when we called (and its did_finish_sync) must not count.
-        begun = False
-
-        def ours(e: Event) -> bool:
-            nonlocal begun
-            if e.name == "did_begin_sync":
-                begun = True
-                return False
-            return begun
-
-        event = self._dispatcher.wait_for(("did_begin_sync", "did_finish_sync", "did_fail_sync"),
-                                          since=since, document=self, predicate=ours, timeout=timeout)
-        if event.name == "did_fail_sync":
-            raise _fresh(event.args[0] or LayerSyncError("sync failed", code=_ffi.LAYERSYNC_ERROR_UNKNOWN))
+        event = self._dispatcher.wait_for(SYNC_OUTCOME, since=since, document=self,
+                                          predicate=sync_outcome_predicate(), timeout=timeout)
+        raise_if_failed(event, "sync")
 
     def stop_syncing(self, cancel_current_request: bool = False) -> None:
         """Stops listening and automatic syncing (Instant's ``stopSyncing(cancelCurrentRequest:)``)."""
@@ -882,10 +962,8 @@ class Document:
         self._call("layersync_document_reauthenticate", raw)
         if not wait:
             return
-        event = self._dispatcher.wait_for(("did_finish_reauthentication", "did_fail_reauthentication"),
-                                      since=since, document=self, timeout=timeout)
-        if event.name == "did_fail_reauthentication":
-            raise _fresh(event.args[0] or LayerSyncError("reauthentication failed", code=_ffi.LAYERSYNC_ERROR_UNKNOWN))
+        event = self._dispatcher.wait_for(REAUTH_OUTCOME, since=since, document=self, timeout=timeout)
+        raise_if_failed(event, "reauthentication")
 
     # -- records -------------------------------------------------------------------------------
 
@@ -905,7 +983,7 @@ class Document:
             NotDownloadedError, DatabaseAccessFailedError.
         """
         raw = self._call_out("layersync_document_create_annotation", encode_json(dict(annotation), "annotation"))
-        return json.loads(raw.decode("utf-8")) if raw else dict(annotation)
+        return _json_object(raw) if raw else dict(annotation)
 
     def update_annotation(self, annotation: Mapping[str, Any]) -> dict[str, Any]:
         """Replaces an annotation's content (the whole object, with its ``id``).
@@ -914,7 +992,7 @@ class Document:
             NoSuchAnnotationError and the errors of :meth:`create_annotation`.
         """
         raw = self._call_out("layersync_document_update_annotation", encode_json(dict(annotation), "annotation"))
-        return json.loads(raw.decode("utf-8")) if raw else dict(annotation)
+        return _json_object(raw) if raw else dict(annotation)
 
     def delete_annotation(self, annotation_id: str) -> None:
         """Deletes an annotation (and its comments).
@@ -933,7 +1011,7 @@ class Document:
         raw = self._call_out("layersync_document_get_annotation", encode_text(annotation_id, "annotation_id"))
         if raw is None:
             raise LayerSyncError("library returned no annotation", code=_ffi.LAYERSYNC_ERROR_UNKNOWN)
-        return json.loads(raw.decode("utf-8"))
+        return _json_object(raw)
 
     def list_annotations(self, page_index: int | None = None, type: str | None = None,
                          creator_name: str | None = None, limit: int | None = None,
@@ -962,4 +1040,9 @@ class Document:
             flt["offset"] = int(offset)
         raw = self._call_out("layersync_document_list_annotations",
                              encode_json(flt, "filter") if flt else None)
-        return json.loads(raw.decode("utf-8")) if raw else []
+        if not raw:
+            return []
+        items = json.loads(raw.decode("utf-8"))
+        if not isinstance(items, list):
+            raise LayerSyncError("library returned a non-array annotation list", code=_ffi.LAYERSYNC_ERROR_UNKNOWN)
+        return [dict(item) for item in items]

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -143,14 +144,18 @@ class ReferenceServer:
         out = self._run("upload", "--url", self.url, "--admin-token", self.admin_token,
                         str(pdf), "--document-id", document_id)
         body = json.loads(out)
-        return body.get("data", body)
+        data = body.get("data", body) if isinstance(body, dict) else body
+        if not isinstance(data, dict):
+            raise RuntimeError(f"layersync-server upload printed no JSON object: {out!r}")
+        return data
 
     def admin_request(self, path: str, *, method: str = "GET") -> bytes:
         """Raw bytes of an admin API call (``Authorization: Token token="<secret>"``)."""
         request = urllib.request.Request(self.url + path, method=method, headers={
             "Authorization": f'Token token="{self.admin_token}"'})
         with urllib.request.urlopen(request, timeout=60) as response:
-            return response.read()
+            body: bytes = response.read()
+            return body
 
     def admin_json(self, path: str) -> Any:
         """Decoded JSON of an admin API ``GET``."""
@@ -159,7 +164,7 @@ class ReferenceServer:
     def annotations(self, document_id: str, layer: str | None = None) -> dict[str, dict[str, Any]]:
         """The server's live annotations of a layer: ``{id: content}``."""
         if layer:
-            path = f"/api/documents/{document_id}/layers/{urllib.request.quote(layer, safe='')}/annotations"
+            path = f"/api/documents/{document_id}/layers/{urllib.parse.quote(layer, safe='')}/annotations"
         else:
             path = f"/api/documents/{document_id}/annotations"
         data = self.admin_json(path)["data"]

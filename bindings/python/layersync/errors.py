@@ -83,95 +83,255 @@ def _rebuild(cls: type[LayerSyncError], message: str, state: dict[str, Any]) -> 
     return exc
 
 
-# One line per error code: (code, class name, builtin base or None, docstring).
-_TABLE: list[tuple[int, str, type[BaseException] | None, str]] = [
-    (1, "UnknownError", None, "An error that fits no other code."),
-    (2, "FeatureUnsupportedError", NotImplementedError, "The server or this build does not support the feature."),
-    (3, "InvalidDocumentError", LookupError, "The server has no such document or layer (HTTP 404)."),
-    (4, "AccessDeniedError", PermissionError, "The server rejected the JWT (HTTP 401/403)."),
-    (5, "AlreadyDownloadedError", None, "download() on a downloaded document."),
-    (6, "DatabaseAccessFailedError", OSError, "The local SQLite store failed; see sqlite_extended_code."),
-    (7, "CouldNotWriteToDiskError", OSError, "A file or directory of the local store could not be written."),
-    (8, "InvalidURLError", ValueError, "Malformed server URL, or http:// to a non-loopback host without opting in."),
-    (10, "UnmanagedDocumentError", None, "The document is not managed by this client."),
-    (11, "NoSuchAnnotationError", LookupError, "No annotation with that id in the layer."),
-    (12, "UnmanagedAnnotationError", None, "The annotation is not managed by this layer."),
-    (13, "CouldNotReadFromDiskCacheError", OSError, "A file of the local store could not be read."),
-    (14, "CouldNotRemoveDiskCacheEntriesError", OSError, "Local storage could not be removed."),
-    (16, "RequestFailedError", ConnectionError, "A network request failed (offline, timeout, 5xx); retried automatically."),
-    (17, "InvalidServerDataError", None, "The server answered with data that does not follow the protocol."),
-    (18, "InvalidRequestError", None, "The server rejected the request as malformed (HTTP 400)."),
-    (19, "PayloadLimitExceededError", None, "A single change is larger than the server's max_request_bytes."),
-    (21, "OldClientError", None, "The server needs a newer protocol than this library speaks."),
-    (22, "OldServerError", None, "This library needs a newer protocol than the server speaks."),
-    (32, "InvalidJWTError", ValueError, "The JWT is malformed (checked offline: shape and claim types)."),
-    (33, "UserIDMismatchError", ValueError, "The JWT's user_id differs from the one pinned in the local store."),
-    (40, "AttachmentNotLoadedError", None, "The attachment exists but its bytes are not downloaded yet."),
-    (41, "NoSuchAttachmentError", LookupError, "No attachment with that id."),
-    (42, "CouldNotCreateAttachmentError", OSError, "The attachment could not be stored."),
-    (66, "AlreadyAuthenticatingError", None, "A reauthentication is already running for the document."),
-    (96, "ContentMigrationNeededError", None, "The local store needs a content migration first."),
-    (97, "PerformingContentMigrationError", None, "A content migration is running."),
-    (112, "InvalidJSONStructureError", ValueError, "Valid JSON but not a valid Instant JSON record."),
-    (113, "InvalidCustomDataError", ValueError, "A record's customData is not a JSON object."),
-    (1000, "InvalidArgumentError", ValueError, "NULL where a value is required, invalid UTF-8, or text that is not JSON."),
-    (1001, "CancelledError", None, "The operation was cancelled."),
-    (1002, "StorageLockedError", None, "Another process owns this layer's local store."),
-    (1003, "ServerResetError", None, "The server's layer epoch changed; local changes were rebased."),
-    (1004, "ConflictError", None, "A local change was rejected in favour of the server's (first writer wins)."),
-    (1005, "NotDownloadedError", None, "The document must be downloaded first."),
-    (1006, "InvalidStateError", RuntimeError, "The call is not allowed in the current state."),
-]
+# One class per error code of ARCHITECTURE.md §5 (the codes come from the generated
+# _ffi module; test_errors checks that every code has exactly one class).
+
+
+class UnknownError(LayerSyncError):
+    """An error that fits no other code. Code 1 ``UNKNOWN``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_UNKNOWN
+
+
+class FeatureUnsupportedError(LayerSyncError, NotImplementedError):
+    """The server or this build does not support the feature. Code 2 ``FEATURE_UNSUPPORTED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_FEATURE_UNSUPPORTED
+
+
+class InvalidDocumentError(LayerSyncError, LookupError):
+    """The server has no such document or layer (HTTP 404). Code 3 ``INVALID_DOCUMENT``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_INVALID_DOCUMENT
+
+
+class AccessDeniedError(LayerSyncError, PermissionError):
+    """The server rejected the JWT (HTTP 401/403). Code 4 ``ACCESS_DENIED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_ACCESS_DENIED
+
+
+class AlreadyDownloadedError(LayerSyncError):
+    """download() on a downloaded document. Code 5 ``ALREADY_DOWNLOADED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_ALREADY_DOWNLOADED
+
+
+class DatabaseAccessFailedError(LayerSyncError, OSError):
+    """The local SQLite store failed; see sqlite_extended_code. Code 6 ``DATABASE_ACCESS_FAILED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED
+
+
+class CouldNotWriteToDiskError(LayerSyncError, OSError):
+    """A file or directory of the local store could not be written. Code 7 ``COULD_NOT_WRITE_TO_DISK``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_COULD_NOT_WRITE_TO_DISK
+
+
+class InvalidURLError(LayerSyncError, ValueError):
+    """Malformed server URL, or http:// to a non-loopback host without opting in. Code 8 ``INVALID_URL``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_INVALID_URL
+
+
+class UnmanagedDocumentError(LayerSyncError):
+    """The document is not managed by this client. Code 10 ``UNMANAGED_DOCUMENT``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_UNMANAGED_DOCUMENT
+
+
+class NoSuchAnnotationError(LayerSyncError, LookupError):
+    """No annotation with that id in the layer. Code 11 ``NO_SUCH_ANNOTATION``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_NO_SUCH_ANNOTATION
+
+
+class UnmanagedAnnotationError(LayerSyncError):
+    """The annotation is not managed by this layer. Code 12 ``UNMANAGED_ANNOTATION``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_UNMANAGED_ANNOTATION
+
+
+class CouldNotReadFromDiskCacheError(LayerSyncError, OSError):
+    """A file of the local store could not be read. Code 13 ``COULD_NOT_READ_FROM_DISK_CACHE``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE
+
+
+class CouldNotRemoveDiskCacheEntriesError(LayerSyncError, OSError):
+    """Local storage could not be removed. Code 14 ``COULD_NOT_REMOVE_DISK_CACHE_ENTRIES``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES
+
+
+class RequestFailedError(LayerSyncError, ConnectionError):
+    """A network request failed (offline, timeout, 5xx); retried automatically. Code 16 ``REQUEST_FAILED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_REQUEST_FAILED
+
+
+class InvalidServerDataError(LayerSyncError):
+    """The server answered with data that does not follow the protocol. Code 17 ``INVALID_SERVER_DATA``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_INVALID_SERVER_DATA
+
+
+class InvalidRequestError(LayerSyncError):
+    """The server rejected the request as malformed (HTTP 400). Code 18 ``INVALID_REQUEST``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_INVALID_REQUEST
+
+
+class PayloadLimitExceededError(LayerSyncError):
+    """A single change is larger than the server's max_request_bytes. Code 19 ``PAYLOAD_LIMIT_EXCEEDED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_PAYLOAD_LIMIT_EXCEEDED
+
+
+class OldClientError(LayerSyncError):
+    """The server needs a newer protocol than this library speaks. Code 21 ``OLD_CLIENT``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_OLD_CLIENT
+
+
+class OldServerError(LayerSyncError):
+    """This library needs a newer protocol than the server speaks. Code 22 ``OLD_SERVER``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_OLD_SERVER
+
+
+class InvalidJWTError(LayerSyncError, ValueError):
+    """The JWT is malformed (checked offline: shape and claim types). Code 32 ``INVALID_JWT``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_INVALID_JWT
+
+
+class UserIDMismatchError(LayerSyncError, ValueError):
+    """The JWT's user_id differs from the one pinned in the local store. Code 33 ``USER_ID_MISMATCH``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_USER_ID_MISMATCH
+
+
+class AttachmentNotLoadedError(LayerSyncError):
+    """The attachment exists but its bytes are not downloaded yet. Code 40 ``ATTACHMENT_NOT_LOADED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_ATTACHMENT_NOT_LOADED
+
+
+class NoSuchAttachmentError(LayerSyncError, LookupError):
+    """No attachment with that id. Code 41 ``NO_SUCH_ATTACHMENT``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_NO_SUCH_ATTACHMENT
+
+
+class CouldNotCreateAttachmentError(LayerSyncError, OSError):
+    """The attachment could not be stored. Code 42 ``COULD_NOT_CREATE_ATTACHMENT``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_COULD_NOT_CREATE_ATTACHMENT
+
+
+class AlreadyAuthenticatingError(LayerSyncError):
+    """A reauthentication is already running for the document. Code 66 ``ALREADY_AUTHENTICATING``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_ALREADY_AUTHENTICATING
+
+
+class ContentMigrationNeededError(LayerSyncError):
+    """The local store needs a content migration first. Code 96 ``CONTENT_MIGRATION_NEEDED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_CONTENT_MIGRATION_NEEDED
+
+
+class PerformingContentMigrationError(LayerSyncError):
+    """A content migration is running. Code 97 ``PERFORMING_CONTENT_MIGRATION``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_PERFORMING_CONTENT_MIGRATION
+
+
+class InvalidJSONStructureError(LayerSyncError, ValueError):
+    """Valid JSON but not a valid Instant JSON record. Code 112 ``INVALID_JSON_STRUCTURE``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE
+
+
+class InvalidCustomDataError(LayerSyncError, ValueError):
+    """A record's customData is not a JSON object. Code 113 ``INVALID_CUSTOM_DATA``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_INVALID_CUSTOM_DATA
+
+
+class InvalidArgumentError(LayerSyncError, ValueError):
+    """NULL where a value is required, invalid UTF-8, or text that is not JSON. Code 1000 ``INVALID_ARGUMENT``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_INVALID_ARGUMENT
+
+
+class CancelledError(LayerSyncError):
+    """The operation was cancelled. Code 1001 ``CANCELLED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_CANCELLED
+
+
+class StorageLockedError(LayerSyncError):
+    """Another process owns this layer's local store. Code 1002 ``STORAGE_LOCKED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_STORAGE_LOCKED
+
+
+class ServerResetError(LayerSyncError):
+    """The server's layer epoch changed; local changes were rebased. Code 1003 ``SERVER_RESET``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_SERVER_RESET
+
+
+class ConflictError(LayerSyncError):
+    """A local change was rejected in favour of the server's (first writer wins). Code 1004 ``CONFLICT``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_CONFLICT
+
+
+class NotDownloadedError(LayerSyncError):
+    """The document must be downloaded first. Code 1005 ``NOT_DOWNLOADED``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_NOT_DOWNLOADED
+
+
+class InvalidStateError(LayerSyncError, RuntimeError):
+    """The call is not allowed in the current state. Code 1006 ``INVALID_STATE``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_INVALID_STATE
+
 
 #: Code → exception class, for every code these bindings know.
-ERROR_CLASSES: dict[int, type[LayerSyncError]] = {}
+ERROR_CLASSES: dict[int, type[LayerSyncError]] = {
+    cls.default_code: cls for cls in (
+        UnknownError, FeatureUnsupportedError, InvalidDocumentError,
+        AccessDeniedError, AlreadyDownloadedError, DatabaseAccessFailedError,
+        CouldNotWriteToDiskError, InvalidURLError, UnmanagedDocumentError,
+        NoSuchAnnotationError, UnmanagedAnnotationError, CouldNotReadFromDiskCacheError,
+        CouldNotRemoveDiskCacheEntriesError, RequestFailedError, InvalidServerDataError,
+        InvalidRequestError, PayloadLimitExceededError, OldClientError,
+        OldServerError, InvalidJWTError, UserIDMismatchError,
+        AttachmentNotLoadedError, NoSuchAttachmentError, CouldNotCreateAttachmentError,
+        AlreadyAuthenticatingError, ContentMigrationNeededError, PerformingContentMigrationError,
+        InvalidJSONStructureError, InvalidCustomDataError, InvalidArgumentError,
+        CancelledError, StorageLockedError, ServerResetError,
+        ConflictError, NotDownloadedError, InvalidStateError,
+    )
+}
 
-for _code, _name, _builtin, _doc in _TABLE:
-    _bases: tuple[type, ...] = (LayerSyncError,) if _builtin is None else (LayerSyncError, _builtin)
-    _cls = type(_name, _bases, {"__doc__": f"{_doc} (code {_code}, {_ffi.ERROR_CODE_NAMES.get(_code, '?')})",
-                                "default_code": _code, "__module__": __name__})
-    globals()[_name] = _cls
-    ERROR_CLASSES[_code] = _cls
-    __all__.append(_name)
-del _code, _name, _builtin, _doc, _bases, _cls
-
-# Names for static type checkers (the classes above are created from the table).
-UnknownError: type[LayerSyncError]
-FeatureUnsupportedError: type[LayerSyncError]
-InvalidDocumentError: type[LayerSyncError]
-AccessDeniedError: type[LayerSyncError]
-AlreadyDownloadedError: type[LayerSyncError]
-DatabaseAccessFailedError: type[LayerSyncError]
-CouldNotWriteToDiskError: type[LayerSyncError]
-InvalidURLError: type[LayerSyncError]
-UnmanagedDocumentError: type[LayerSyncError]
-NoSuchAnnotationError: type[LayerSyncError]
-UnmanagedAnnotationError: type[LayerSyncError]
-CouldNotReadFromDiskCacheError: type[LayerSyncError]
-CouldNotRemoveDiskCacheEntriesError: type[LayerSyncError]
-RequestFailedError: type[LayerSyncError]
-InvalidServerDataError: type[LayerSyncError]
-InvalidRequestError: type[LayerSyncError]
-PayloadLimitExceededError: type[LayerSyncError]
-OldClientError: type[LayerSyncError]
-OldServerError: type[LayerSyncError]
-InvalidJWTError: type[LayerSyncError]
-UserIDMismatchError: type[LayerSyncError]
-AttachmentNotLoadedError: type[LayerSyncError]
-NoSuchAttachmentError: type[LayerSyncError]
-CouldNotCreateAttachmentError: type[LayerSyncError]
-AlreadyAuthenticatingError: type[LayerSyncError]
-ContentMigrationNeededError: type[LayerSyncError]
-PerformingContentMigrationError: type[LayerSyncError]
-InvalidJSONStructureError: type[LayerSyncError]
-InvalidCustomDataError: type[LayerSyncError]
-InvalidArgumentError: type[LayerSyncError]
-CancelledError: type[LayerSyncError]
-StorageLockedError: type[LayerSyncError]
-ServerResetError: type[LayerSyncError]
-ConflictError: type[LayerSyncError]
-NotDownloadedError: type[LayerSyncError]
-InvalidStateError: type[LayerSyncError]
+__all__ += [
+    "UnknownError", "FeatureUnsupportedError", "InvalidDocumentError", "AccessDeniedError",
+    "AlreadyDownloadedError", "DatabaseAccessFailedError", "CouldNotWriteToDiskError", "InvalidURLError",
+    "UnmanagedDocumentError", "NoSuchAnnotationError", "UnmanagedAnnotationError", "CouldNotReadFromDiskCacheError",
+    "CouldNotRemoveDiskCacheEntriesError", "RequestFailedError", "InvalidServerDataError", "InvalidRequestError",
+    "PayloadLimitExceededError", "OldClientError", "OldServerError", "InvalidJWTError",
+    "UserIDMismatchError", "AttachmentNotLoadedError", "NoSuchAttachmentError", "CouldNotCreateAttachmentError",
+    "AlreadyAuthenticatingError", "ContentMigrationNeededError", "PerformingContentMigrationError", "InvalidJSONStructureError",
+    "InvalidCustomDataError", "InvalidArgumentError", "CancelledError", "StorageLockedError",
+    "ServerResetError", "ConflictError", "NotDownloadedError", "InvalidStateError",
+]
 
 
 def error_class(code: int) -> type[LayerSyncError]:

@@ -62,3 +62,28 @@ def test_version_cli(capsys):
         cli.main(["--version"])
     assert exc.value.code == 0
     assert _ffi.VERSION in capsys.readouterr().out
+
+
+def test_system_lookup_asks_pkg_config(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "pkg-config"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\n[ "$1" = "--variable=libdir" ] && [ "$2" = "layersync" ] && echo /opt/ls/lib\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    sources = _library.candidate_paths(None, {})
+    assert [s for s, _, _ in sources][:2] == ["bundled", "pkg-config"]
+    assert sources[1][1] == "/opt/ls/lib/liblayersync.so"
+
+
+def test_bundled_copy_is_used_without_environment(lib, tmp_path):
+    """A package directory holding liblayersync.so loads it with no LAYERSYNC_LIBRARY."""
+    import shutil
+    import subprocess
+    import sys
+    pkg = tmp_path / "layersync"
+    shutil.copytree(Path(_library.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copyfile(lib._name, pkg / "liblayersync.so")
+    proc = subprocess.run([sys.executable, "-c", "import layersync; print(layersync.get_library()._layersync_path)"],
+                          capture_output=True, text=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{pkg / 'liblayersync.so'} (from bundled)"

@@ -1,0 +1,176 @@
+"""The real ``layersync`` command (a subprocess) against the real server on loopback."""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from layersync import cli
+
+from conftest import WAIT_S
+
+BIN = Path(sys.executable).parent / "layersync"
+COMMAND = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "layersync"]
+NOTE = {"type": "pspdfkit/note", "pageIndex": 0, "bbox": [30, 30, 24, 24], "creatorName": "cli-test",
+        "text": {"format": "plain", "value": "from the CLI — 你好 👋"}}
+
+
+def run(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
+        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*COMMAND, *args], capture_output=True, text=True, input=stdin,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.fixture
+def cli_env(server, uploaded, tmp_path) -> dict[str, str]:
+    """Environment for one CLI user of a fresh document: server, JWT file, storage."""
+    doc_id = uploaded()
+    token = tmp_path / "token.jwt"
+    token.write_text(server.mint_token(doc_id, user_id="cli") + "\n")
+    return {"LAYERSYNC_SERVER": server.url, "LAYERSYNC_JWT": f"@{token}",
+            "LAYERSYNC_STORAGE": str(tmp_path / "cli-store"), "DOC_ID": doc_id}
+
+
+def test_help_has_examples_and_exit_codes():
+    top = run("--help")
+    assert top.returncode == 0
+    for word in ("examples:", "exit status:", "listen", "annotations", "export", "status"):
+        assert word in top.stdout
+    for code in cli.EXIT_CODES:
+        assert f"  {code} " in top.stdout
+    sub = run("annotations", "add", "--help")
+    assert sub.returncode == 0 and "example" in sub.stdout and "--no-sync" in sub.stdout
+
+
+def test_python_m_version():
+    proc = subprocess.run([sys.executable, "-m", "layersync", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "layersync 0." in proc.stdout and "library" in proc.stdout
+
+
+def test_usage_errors_exit_2(cli_env):
+    assert run("annotations", "frob").returncode == cli.EXIT_USAGE
+    no_jwt = run("status", env={**cli_env, "LAYERSYNC_JWT": ""})
+    assert no_jwt.returncode == cli.EXIT_USAGE and "JWT" in no_jwt.stderr
+    bad_json = run("annotations", "add", "{not json", env=cli_env)
+    assert bad_json.returncode == cli.EXIT_USAGE and "not JSON" in bad_json.stderr
+
+
+def test_download_edit_sync_export(cli_env, server):
+    env, doc_id = cli_env, cli_env["DOC_ID"]
+    status = run("status", "--json", env=env)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout) | {} == json.loads(status.stdout)
+    assert json.loads(status.stdout)["downloaded"] is False
+
+    down = run("download", "--progress", env=env)
+    assert down.returncode == 0, down.stderr
+    assert Path(down.stdout.strip()).is_file()
+    assert f"download {doc_id}" in down.stderr  # the tqdm bar
+    again = run("download", "--json", env=env)
+    assert again.returncode == 0 and json.loads(again.stdout)["downloaded"] is False
+
+    listed = run("annotations", "list", "--json", env=env)
+    imported = json.loads(listed.stdout)
+    assert len(imported) == len(server.annotations(doc_id)) > 0
+    table = run("annotations", "list", "--limit", "1", env=env)
+    assert table.returncode == 0 and table.stdout.splitlines()[0].split()[:3] == ["ID", "TYPE", "PAGE"]
+    assert table.stdout.rstrip().endswith("\n1 annotation")
+
+    added = run("annotations", "add", "-", "--json", env=env, stdin=json.dumps(NOTE, ensure_ascii=False))
+    assert added.returncode == 0, added.stderr
+    ann_id = json.loads(added.stdout)["id"]
+    assert server.annotations(doc_id)[ann_id]["text"]["value"] == NOTE["text"]["value"]
+
+    got = run("annotations", "get", ann_id, env=env)
+    assert json.loads(got.stdout)["text"] == NOTE["text"]
+
+    changed = {"text": {"format": "plain", "value": "edited by the CLI ✏️"}}
+    upd = run("annotations", "update", ann_id, json.dumps(changed), "--no-sync", env=env)
+    assert upd.returncode == 0 and upd.stdout.strip() == ann_id
+    pending = json.loads(run("status", "--json", env=env).stdout)
+    assert pending["pending_changes"] is True and pending["state"] == "DIRTY"
+    synced = run("sync", "--json", "--progress", env=env)
+    assert synced.returncode == 0, synced.stderr
+    assert json.loads(synced.stdout)["pending_changes"] is False
+    assert server.annotations(doc_id)[ann_id]["text"]["value"] == "edited by the CLI ✏️"
+
+    out = Path(env["LAYERSYNC_STORAGE"]).parent / "export.json"
+    exported = run("export", "-o", str(out), env=env)
+    assert exported.returncode == 0, exported.stderr
+    document = json.loads(out.read_text("utf-8"))
+    assert document["format"] == cli.INSTANT_JSON_FORMAT
+    assert {a["id"] for a in document["annotations"]} == set(server.annotations(doc_id))
+
+    removed = run("annotations", "rm", ann_id, env=env)
+    assert removed.returncode == 0, removed.stderr
+    assert ann_id not in server.annotations(doc_id)
+    missing = run("annotations", "get", ann_id, "--json", env=env)
+    assert missing.returncode == cli.EXIT_NOT_FOUND
+    error = json.loads(missing.stderr)["error"]
+    assert error["name"] == "NO_SUCH_ANNOTATION" and error["code"] == 11
+
+
+def test_network_error_exit_3(cli_env, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = run("download", "--timeout", "20", env={**cli_env, "LAYERSYNC_SERVER": f"http://127.0.0.1:{port}"})
+    assert proc.returncode == cli.EXIT_NETWORK, proc.stderr
+    assert "REQUEST_FAILED" in proc.stderr
+
+
+def test_auth_errors_exit_4(cli_env, server):
+    malformed = run("status", "--jwt", "not-a-jwt", env=cli_env)
+    assert malformed.returncode == cli.EXIT_AUTH and "INVALID_JWT" in malformed.stderr
+    good = server.mint_token(cli_env["DOC_ID"], user_id="cli")
+    head, payload, signature = good.split(".")
+    forged = ".".join([head, payload, ("A" if signature[0] != "A" else "B") + signature[1:]])
+    refused = run("download", "--jwt", forged, "--json", env=cli_env)
+    assert refused.returncode == cli.EXIT_AUTH, refused.stderr
+    assert json.loads(refused.stderr.strip().splitlines()[-1])["error"]["name"] == "ACCESS_DENIED"
+
+
+def _read_line(proc: subprocess.Popen[str], stream: Any, timeout: float) -> str:
+    sel = selectors.DefaultSelector()
+    sel.register(stream, selectors.EVENT_READ)
+    try:
+        if not sel.select(timeout):
+            proc.kill()
+            raise AssertionError(f"no output within {timeout} s; stderr: {proc.stderr.read() if proc.stderr else ''}")
+        return str(stream.readline())
+    finally:
+        sel.close()
+
+
+def test_listen_prints_changes_until_ctrl_c(cli_env, downloaded, tmp_path):
+    env = cli_env
+    assert run("download", env=env).returncode == 0
+    proc = subprocess.Popen([*COMMAND, "listen", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **env})
+    try:
+        started = json.loads(_read_line(proc, proc.stderr, WAIT_S))
+        assert started["event"] == "listening"
+        _, other = downloaded(env["DOC_ID"], user_id="bob")
+        created = other.create_annotation(NOTE)
+        other.sync(wait=True, timeout=WAIT_S)
+        seen: list[str] = []
+        deadline = time.monotonic() + WAIT_S
+        while created["id"] not in seen:
+            line = json.loads(_read_line(proc, proc.stdout, max(0.1, deadline - time.monotonic())))
+            assert line["event"] == "changes" and "time" in line
+            seen += line["created"] + line["updated"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(WAIT_S) == cli.EXIT_INTERRUPTED
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
