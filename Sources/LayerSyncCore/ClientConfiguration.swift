@@ -1,0 +1,29 @@
+/// Settings of a ``SyncClient``; fixed when the client is created.
+public struct ClientConfiguration: Sendable {
+    /// Base URL of the sync server, e.g. `https://sync.example.com` (a path prefix is allowed).
+    public var serverURL: String
+    /// Directory that holds the local stores (created with mode 0700 if absent).
+    public var storagePath: String
+    /// Allow plain `http://` to non-loopback hosts. Loopback (127.0.0.0/8, ::1,
+    /// `localhost`) is always allowed.
+    public var allowInsecureHTTP: Bool = false
+    /// Default debounce, in seconds, between a local edit and the automatic sync for new
+    /// descriptors; a negative value (the C header's `LAYERSYNC_SYNC_DISABLED`, -1) turns
+    /// automatic sync off.
+    public var syncDelay: Double = 1.0
+    /// Seconds allowed for establishing a connection.
+    public var connectTimeout: Double = 10
+    /// Seconds allowed for one ordinary request (long-polls get `longPollWait` on top).
+    public var requestTimeout: Double = 30
+    /// Seconds a long-poll asks the server to hold the request (`wait=`).
+    public var longPollWait: Int = 30
+
+    /// Creates a configuration with defaults for everything else.
+    /// - Parameters:
+    ///   - serverURL: Base URL of the sync server.
+    ///   - storagePath: Directory of the local stores.
+    public init(serverURL: String, storagePath: String) {
+        self.serverURL = serverURL
+        self.storagePath = storagePath
+    }
+}

@@ -1,0 +1,110 @@
+import Dispatch
+
+/// Listening for server changes with HTTP long-poll (`GET .../changes`).
+extension DocumentDescriptor {
+    /// Longest pause between failed long-polls, in seconds.
+    static let maximumBackoffSeconds = 30.0
+    /// First pause after a failed long-poll, in seconds (doubled per failure, then full jitter).
+    static let initialBackoffSeconds = 0.5
+
+    /// Starts the long-poll loop: each answer is applied to the local store and reported with
+    /// `didReceiveChanges` (and `didRejectChanges` when a server change beat an unsent local
+    /// one). Transient failures are retried with capped exponential backoff and full jitter;
+    /// an auth failure (401/403) stops listening and reports `didFailAuthentication` once —
+    /// a successful reauthentication resumes it. No-op if already listening.
+    /// - Throws: `.notDownloaded`, `.invalidState` after shutdown.
+    public func startListening() throws(LayerSyncError) {
+        try requireDownloaded()
+        guard !context.isShutDown else { throw LayerSyncError(.invalidState, "the client is shut down") }
+        beginListening()
+    }
+
+    /// Stops the long-poll loop; a request in flight is aborted at once.
+    public func stopListening() {
+        mutableState.withLock { state in
+            state.listening = false
+            state.listenStoppedByAuth = false
+            state.listenGeneration += 1
+            state.listen?.cancel()
+            state.listenWake?.value.signal()
+        }
+    }
+
+    /// Whether the long-poll loop is running.
+    public var isListening: Bool { mutableState.withLock { $0.listening } }
+
+    func beginListening() {
+        let cancellation = TransferCancellation()
+        let wake = DispatchSemaphore(value: 0)
+        let generation: Int? = mutableState.withLock { state in
+            guard !state.listening else { return nil }
+            state.listening = true
+            state.listenStoppedByAuth = false
+            state.listenGeneration += 1
+            state.listen = cancellation
+            state.listenWake = UncheckedSendable(wake)
+            return state.listenGeneration
+        }
+        guard let generation else { return }
+        listenQueue.async { [self] in listenLoop(generation: generation, cancellation: cancellation, wake: wake) }
+    }
+
+    private func isCurrentListener(_ generation: Int) -> Bool {
+        !context.isShutDown && mutableState.withLock { $0.listening && $0.listenGeneration == generation }
+    }
+
+    private func listenLoop(generation: Int, cancellation: TransferCancellation, wake: DispatchSemaphore) {
+        var failures = 0
+        while isCurrentListener(generation) {
+            guard context.server.isNetworkAvailable else {
+                _ = wake.wait(timeout: .now() + Self.maximumBackoffSeconds)
+                continue
+            }
+            let token = jwt
+            do throws(LayerSyncError) {
+                let since = try store.since()
+                let page = try context.server.changes(documentID: documentID, layer: layerName, since: since,
+                                                      waitSeconds: context.configuration.longPollWait, jwt: token,
+                                                      session: listenSession, cancellation: cancellation)
+                failures = 0
+                guard isCurrentListener(generation) else { return }
+                let result: LayerSyncError? = workQueue.sync { [self] in
+                    do throws(LayerSyncError) {
+                        try applyLongPollPage(page, token: token, cancellation: cancellation)
+                        return nil
+                    } catch {
+                        return error
+                    }
+                }
+                if let result { throw result }
+            } catch where error.code == .cancelled {
+                return
+            } catch where error.code == .accessDenied && error.httpStatus != nil {
+                mutableState.withLock { state in
+                    if state.listenGeneration == generation {
+                        state.listening = false
+                        state.listenStoppedByAuth = true
+                    }
+                }
+                noteAuthenticationFailure(error, token: token)
+                return
+            } catch {
+                failures += 1
+                let ceiling = min(Self.maximumBackoffSeconds, Self.initialBackoffSeconds * Double(1 << min(failures, 16)))
+                _ = wake.wait(timeout: .now() + Double.random(in: 0...ceiling))
+            }
+        }
+    }
+
+    /// Applies one long-poll answer on the work queue (re-basing on a new epoch) and triggers
+    /// an automatic sync when local changes are pending.
+    private func applyLongPollPage(_ page: LayerPage, token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
+        if page.epoch != (try store.epoch()) {
+            try rebase(token: token, cancellation: cancellation)
+        } else {
+            report(try store.applyServerRecords(page.records, since: page.hasMore ? page.nextSince : page.revision))
+        }
+        publishState()
+        if hasUnsyncedChanges { scheduleAutoSync() }
+    }
+}

@@ -1,0 +1,177 @@
+import Dispatch
+import Synchronization
+
+/// One document layer of a ``SyncClient`` (Instant's `InstantDocumentDescriptor`): its
+/// download, authentication, sync state and local records.
+///
+/// Obtained from ``SyncClient/document(forJWT:)``; the same (document id, layer) gives the
+/// same instance. Every method may be called from any thread, including the event handler.
+///
+/// Work runs on two serial queues per descriptor: the work queue (download, sync cycles,
+/// reauthentication, applying long-poll answers — so store updates from the server never
+/// interleave) and the listen queue (the blocking long-poll loop).
+public final class DocumentDescriptor: Sendable {
+    /// The document id (from the JWT's `document_id`).
+    public let documentID: String
+    /// The layer name (`""` is the default layer).
+    public let layerName: String
+
+    let context: ClientContext
+    let store: LayerStore
+    let workQueue: DispatchQueue
+    let listenQueue: DispatchQueue
+    let workSession: HTTPSession
+    let listenSession: HTTPSession
+    let pdfFilePath: String
+    let mutableState: Mutex<MutableState>
+
+    /// Everything that changes, guarded by `mutableState`.
+    struct MutableState: Sendable {
+        var claims: JWTClaims
+        /// The token whose auth failure was already reported (once per token).
+        var authFailedToken: String?
+        var reauthenticating = false
+        /// Set while a download runs.
+        var download: TransferCancellation?
+        /// `.sendingChanges` / `.receivingChanges` while a sync cycle runs.
+        var syncActivity: DocumentState?
+        var cycleQueued = false
+        var cycle: TransferCancellation?
+        var debounceGeneration = 0
+        var syncDelay: Double
+        var lastSyncFailedOffline = false
+        var listening = false
+        var listenGeneration = 0
+        var listen: TransferCancellation?
+        var listenWake: UncheckedSendable<DispatchSemaphore>?
+        var listenStoppedByAuth = false
+        var lastReportedState: DocumentState = .unknown
+        var invalid = false
+    }
+
+    init(claims: JWTClaims, context: ClientContext) throws(LayerSyncError) {
+        documentID = claims.documentID
+        layerName = claims.layerName
+        self.context = context
+        let directory = context.layout.layerDirectory(claims.documentID, layer: claims.layerName)
+        store = try LayerStore.open(directory: directory)
+        pdfFilePath = context.layout.pdfPath(claims.documentID)
+        let pinned = try store.meta("user_id")
+        if let pinned, let user = claims.userID, user != pinned {
+            throw LayerSyncError(.userIDMismatch, "the JWT's user_id '\(user)' differs from '\(pinned)' pinned to the local layer",
+                                 documentID: claims.documentID)
+        }
+        if pinned == nil, let user = claims.userID { try store.setMeta("user_id", user) }
+        let label = "layersync.document.\(claims.documentID).\(claims.layerName)"
+        workQueue = DispatchQueue(label: label + ".work")
+        listenQueue = DispatchQueue(label: label + ".listen")
+        workSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
+        listenSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
+        mutableState = Mutex(MutableState(claims: claims, syncDelay: context.configuration.syncDelay))
+        let initial = computeState(pending: (try? store.pendingCount()) ?? 0, downloaded: isDownloaded, activity: nil, invalid: false)
+        mutableState.withLock { $0.lastReportedState = initial }
+    }
+
+    /// The user the layer is pinned to (the JWT's `user_id`), if any.
+    public var userID: String? {
+        mutableState.withLock { $0.claims.userID } ?? (try? store.meta("user_id")) ?? nil
+    }
+
+    /// The current token.
+    var jwt: String { mutableState.withLock { $0.claims.token } }
+
+    /// The current state (``DocumentState``).
+    public var state: DocumentState {
+        let pending = (try? store.pendingCount()) ?? 0
+        let downloaded = isDownloaded
+        return mutableState.withLock { computeState(pending: pending, downloaded: downloaded, activity: $0.syncActivity, invalid: $0.invalid) }
+    }
+
+    /// Whether the PDF and the layer snapshot are stored locally.
+    public var isDownloaded: Bool {
+        ((try? store.isDownloaded()) ?? false) && StorageLayout.fileExists(pdfFilePath)
+    }
+
+    /// Whether local changes wait to be accepted by the server.
+    public var hasUnsyncedChanges: Bool { ((try? store.pendingCount()) ?? 0) > 0 }
+
+    /// Path of the downloaded PDF, `nil` until downloaded.
+    public var pdfPath: String? { isDownloaded ? pdfFilePath : nil }
+
+    /// Debounce in seconds between a local edit and the automatic sync it triggers;
+    /// negative (`LAYERSYNC_SYNC_DISABLED`) turns automatic sync off. Defaults to the
+    /// client configuration's `syncDelay`.
+    public var syncDelay: Double {
+        get { mutableState.withLock { $0.syncDelay } }
+        set { mutableState.withLock { $0.syncDelay = newValue } }
+    }
+
+    // MARK: State reporting
+
+    private func computeState(pending: Int, downloaded: Bool, activity: DocumentState?, invalid: Bool) -> DocumentState {
+        if invalid { return .invalid }
+        if let activity { return activity }
+        if !downloaded { return .unknown }
+        return pending > 0 ? .dirty : .clean
+    }
+
+    /// Recomputes the state and emits `didChangeSyncState` if it differs from the last one reported.
+    func publishState() {
+        let pending = (try? store.pendingCount()) ?? 0
+        let downloaded = isDownloaded
+        mutableState.withLock { state in
+            let current = computeState(pending: pending, downloaded: downloaded, activity: state.syncActivity, invalid: state.invalid)
+            guard current != state.lastReportedState else { return }
+            state.lastReportedState = current
+            context.events.emit(.didChangeSyncState(self, current))
+        }
+    }
+
+    /// Emits an event of this client (never under a lock of the caller's choosing: `emit` only enqueues).
+    func emit(_ event: ClientEvent) { context.events.emit(event) }
+
+    /// Emits `didReceiveChanges` / `didRejectChanges` for a non-empty outcome.
+    func report(_ outcome: ServerChangeOutcome) {
+        if !outcome.rejections.isEmpty { emit(.didRejectChanges(self, outcome.rejections)) }
+        if !outcome.changes.isEmpty { emit(.didReceiveChanges(self, outcome.changes)) }
+    }
+
+    func requireDownloaded() throws(LayerSyncError) {
+        if mutableState.withLock({ $0.invalid }) {
+            throw LayerSyncError(.invalidState, "the document's local storage was removed", documentID: documentID)
+        }
+        guard try store.isDownloaded() else {
+            throw LayerSyncError(.notDownloaded, "download the document first", documentID: documentID)
+        }
+    }
+
+    // MARK: Lifecycle
+
+    /// Cancels every running transfer and timer of this descriptor (shutdown).
+    func cancelAllWork() {
+        mutableState.withLock { state in
+            state.download?.cancel()
+            state.cycle?.cancel()
+            state.debounceGeneration += 1
+            state.listening = false
+            state.listenGeneration += 1
+            state.listen?.cancel()
+            state.listenWake?.value.signal()
+        }
+    }
+
+    /// Waits until the work and listen queues have finished what they were running.
+    func waitUntilIdle() {
+        workQueue.sync {}
+        listenQueue.sync {}
+    }
+
+    /// Called when the network becomes available again: resumes pending syncs and wakes long-polls.
+    func networkDidBecomeAvailable() {
+        let (resume, auto) = mutableState.withLock { state in
+            state.listenWake?.value.signal()
+            return (state.lastSyncFailedOffline, state.syncDelay >= 0 && state.authFailedToken == nil)
+        }
+        if resume || (auto && hasUnsyncedChanges && isDownloaded) { requestSyncCycle() }
+    }
+}

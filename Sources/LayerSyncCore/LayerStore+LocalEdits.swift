@@ -1,0 +1,139 @@
+/// Local record edits: each one commits the record and its pending change in one
+/// transaction (ARCHITECTURE.md §4 rule 1).
+extension LayerStore {
+    /// Inserts a new record and queues its `create`.
+    /// - Parameters:
+    ///   - id: The record id.
+    ///   - content: The Instant JSON text to store.
+    /// - Throws: `.invalidArgument` if a record (live or deleted) with `id` exists; `.databaseAccessFailed`.
+    func createRecord(id: String, content: String) throws(LayerSyncError) {
+        try transaction { db throws(LayerSyncError) in
+            if try !db.query("SELECT 1 FROM records WHERE id = ?", [.text(id)]).isEmpty {
+                throw LayerSyncError(.invalidArgument, "a record with id \(id) already exists", recordID: id)
+            }
+            try db.query("INSERT INTO records(id, content) VALUES (?, ?)", [.text(id), .text(content)])
+            try Self.enqueue(db, recordID: id, operation: .create, content: content)
+        }
+    }
+
+    /// Replaces a live record's content and queues an `update`.
+    /// - Parameters:
+    ///   - id: The record id.
+    ///   - content: The new Instant JSON text.
+    /// - Throws: `.noSuchAnnotation` if no live record has `id`; `.databaseAccessFailed`.
+    func updateRecord(id: String, content: String) throws(LayerSyncError) {
+        try transaction { db throws(LayerSyncError) in
+            guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first else {
+                throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(id)", recordID: id)
+            }
+            try db.query("UPDATE records SET content = ? WHERE id = ?", [.text(content), .text(id)])
+            try Self.enqueue(db, recordID: id, operation: .update, content: content)
+        }
+    }
+
+    /// Deletes a live record and every live record whose `rootId` is its id (its comments),
+    /// queueing a `delete` for each.
+    /// - Parameter id: The record id.
+    /// - Returns: The ids deleted, the record first.
+    /// - Throws: `.noSuchAnnotation` if no live record has `id`; `.databaseAccessFailed`.
+    @discardableResult
+    func deleteRecord(id: String) throws(LayerSyncError) -> [String] {
+        try transaction { db throws(LayerSyncError) in
+            guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first else {
+                throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(id)", recordID: id)
+            }
+            let comments = try db.query(
+                "SELECT id FROM records WHERE content IS NOT NULL AND id <> ? AND json_extract(content, '$.rootId') = ? ORDER BY rowid",
+                [.text(id), .text(id)]
+            ).compactMap { $0.first?.text }
+            let ids = [id] + comments
+            for recordID in ids {
+                try db.query("UPDATE records SET content = NULL WHERE id = ?", [.text(recordID)])
+                try Self.enqueue(db, recordID: recordID, operation: .delete, content: nil)
+            }
+            return ids
+        }
+    }
+
+    /// Queues a change, coalescing it into the record's newest not-yet-sent change:
+    /// create+update → create, update+update → update, update+delete → delete, and
+    /// create+delete of a never-sent create → nothing (the record is forgotten). A change
+    /// behind a frozen (already sent) one gets its own row.
+    static func enqueue(_ db: SQLiteDatabase, recordID: String, operation: PendingChange.Operation,
+                        content: String?) throws(LayerSyncError) {
+        let rows = try db.query(
+            "SELECT seq, op, attempted FROM pending_changes WHERE record_id = ? ORDER BY seq", [.text(recordID)])
+        if let last = rows.last, last[2].integer == 0, let sequence = last[0].integer,
+           let lastOperation = last[1].text.flatMap(PendingChange.Operation.init(rawValue:)) {
+            switch (lastOperation, operation) {
+            case (.create, .delete) where rows.count == 1:
+                try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(sequence)])
+                try db.query("DELETE FROM records WHERE id = ? AND server_revision IS NULL", [.text(recordID)])
+            case (.create, _):
+                try db.query("UPDATE pending_changes SET op = ?, content = ? WHERE seq = ?",
+                             [.text(operation == .delete ? "delete" : "create"), content.map { .text($0) } ?? .null, .integer(sequence)])
+            default:
+                try db.query("UPDATE pending_changes SET op = ?, content = ? WHERE seq = ?",
+                             [.text(operation.rawValue), content.map { .text($0) } ?? .null, .integer(sequence)])
+            }
+            return
+        }
+        try db.query("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES (?, ?, ?, ?)",
+                     [.text(ULID.generate()), .text(recordID), .text(operation.rawValue), content.map { .text($0) } ?? .null])
+    }
+
+    /// The content of a live record.
+    /// - Parameter id: The record id.
+    /// - Returns: The Instant JSON text, or `nil` if there is no live record with `id`.
+    /// - Throws: `.databaseAccessFailed`.
+    func record(id: String) throws(LayerSyncError) -> String? {
+        try withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first?.text
+        }
+    }
+
+    /// Filter of ``listRecords(filter:)``; every field optional.
+    struct RecordFilter: Sendable {
+        var pageIndex: Int64?
+        var type: String?
+        var creatorName: String?
+        var limit: Int64?
+        var offset: Int64?
+    }
+
+    /// Live records in creation order, filtered.
+    /// - Parameter filter: The filter.
+    /// - Returns: The records' Instant JSON texts.
+    /// - Throws: `.databaseAccessFailed`.
+    func listRecords(filter: RecordFilter) throws(LayerSyncError) -> [String] {
+        var sql = "SELECT content FROM records WHERE content IS NOT NULL"
+        var bindings: [SQLiteDatabase.Value] = []
+        if let pageIndex = filter.pageIndex {
+            sql += " AND json_extract(content, '$.pageIndex') = ?"
+            bindings.append(.integer(pageIndex))
+        }
+        if let type = filter.type {
+            sql += " AND json_extract(content, '$.type') = ?"
+            bindings.append(.text(type))
+        }
+        if let creatorName = filter.creatorName {
+            sql += " AND json_extract(content, '$.creatorName') = ?"
+            bindings.append(.text(creatorName))
+        }
+        sql += " ORDER BY rowid LIMIT ? OFFSET ?"
+        bindings.append(.integer(filter.limit ?? -1))
+        bindings.append(.integer(filter.offset ?? 0))
+        return try withDatabase { db throws(LayerSyncError) in
+            try db.query(sql, bindings).compactMap { $0.first?.text }
+        }
+    }
+
+    /// Number of queued local changes.
+    /// - Returns: The count.
+    /// - Throws: `.databaseAccessFailed`.
+    func pendingCount() throws(LayerSyncError) -> Int {
+        try withDatabase { db throws(LayerSyncError) in
+            Int(try db.query("SELECT count(*) FROM pending_changes").first?.first?.integer ?? 0)
+        }
+    }
+}

@@ -1,0 +1,208 @@
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The local store of one document layer: `layer.sqlite` plus an exclusive `flock` on
+/// the `lock` file next to it (ARCHITECTURE.md §4 rule 8, §8).
+///
+/// Durability: WAL journal with `synchronous=FULL`, so a write is on disk when its
+/// transaction commits (rule 1), not only after the next checkpoint.
+/// Within a process every opener of the same directory shares one instance
+/// (``open(directory:)``); a second process gets `.storageLocked`.
+///
+/// Tables (schema version 1, `PRAGMA user_version`):
+/// - `records`: `content` is the local view (NULL when deleted locally);
+///   `server_revision`/`server_content`/`server_deleted` the last known server version
+///   (`server_revision` NULL = the server has never confirmed this record).
+/// - `pending_changes`: the outgoing queue, see ``PendingChange``.
+/// - `meta`: `epoch`, `since`, `user_id`, `client_id`, `downloaded`.
+final class LayerStore: Sendable {
+    /// Schema version stored in `PRAGMA user_version`.
+    static let schemaVersion: Int64 = 1
+
+    /// The layer directory.
+    let directory: String
+    private let database: Mutex<SQLiteDatabase>
+    private let lockDescriptor: Int32
+
+    private struct Registration: Sendable {
+        weak var store: LayerStore?
+    }
+
+    private static let registry = Mutex<[String: Registration]>([:])
+
+    /// Opens the store of a layer directory, or returns the instance already open in this process.
+    /// - Parameter directory: The layer directory (created 0700 if absent).
+    /// - Returns: The shared store.
+    /// - Throws: `.storageLocked` if another process holds it, `.couldNotWriteToDisk`,
+    ///   `.databaseAccessFailed`.
+    static func open(directory: String) throws(LayerSyncError) -> LayerStore {
+        let result: Result<LayerStore, LayerSyncError> = registry.withLock { registry in
+            if let store = registry[directory]?.store { return .success(store) }
+            do throws(LayerSyncError) {
+                let store = try LayerStore(directory: directory)
+                registry[directory] = Registration(store: store)
+                return .success(store)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    private init(directory: String) throws(LayerSyncError) {
+        try StorageLayout.createDirectory(directory)
+        self.directory = directory
+        let lockPath = directory + "/lock"
+        let descriptor = Glibc.open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw LayerSyncError(.couldNotWriteToDisk, "cannot open \(lockPath): \(String(cString: strerror(errno)))")
+        }
+        // A store of this process that is being deallocated may still hold the lock for a moment.
+        var attempts = 0
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            let error = errno
+            attempts += 1
+            if error == EWOULDBLOCK, attempts < 20 {
+                usleep(10_000)
+                continue
+            }
+            close(descriptor)
+            if error == EWOULDBLOCK {
+                throw LayerSyncError(.storageLocked, "the layer store \(directory) is used by another process")
+            }
+            throw LayerSyncError(.couldNotWriteToDisk, "cannot lock \(lockPath): \(String(cString: strerror(error)))")
+        }
+        lockDescriptor = descriptor
+        let databasePath = directory + "/layer.sqlite"
+        // Create the file ourselves so that it (and SQLite's -wal/-shm, which copy its mode) is 0600.
+        let file = Glibc.open(databasePath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if file >= 0 { close(file) }
+        let db: SQLiteDatabase
+        do {
+            db = try SQLiteDatabase(path: databasePath)
+            try Self.migrate(db)
+        } catch {
+            close(descriptor)
+            throw error
+        }
+        database = Mutex(db)
+    }
+
+    deinit {
+        close(lockDescriptor)
+    }
+
+    private static func migrate(_ db: SQLiteDatabase) throws(LayerSyncError) {
+        try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+        let version = try db.query("PRAGMA user_version").first?.first?.integer ?? 0
+        if version > schemaVersion {
+            throw LayerSyncError(.databaseAccessFailed, "layer store has schema \(version), newer than this library's \(schemaVersion)")
+        }
+        if version < 1 {
+            try db.transaction { () throws(LayerSyncError) in
+                try db.execute("""
+                    CREATE TABLE records(
+                        id TEXT PRIMARY KEY NOT NULL,
+                        content TEXT,
+                        server_revision INTEGER,
+                        server_content TEXT,
+                        server_deleted INTEGER NOT NULL DEFAULT 0);
+                    CREATE TABLE pending_changes(
+                        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                        change_id TEXT NOT NULL UNIQUE,
+                        record_id TEXT NOT NULL,
+                        op TEXT NOT NULL CHECK (op IN ('create','update','delete')),
+                        content TEXT,
+                        attempted INTEGER NOT NULL DEFAULT 0,
+                        base_revision INTEGER,
+                        payload TEXT);
+                    CREATE INDEX pending_changes_record ON pending_changes(record_id, seq);
+                    CREATE TABLE meta(key TEXT PRIMARY KEY NOT NULL, value TEXT);
+                    PRAGMA user_version = 1;
+                    """)
+                try db.query("INSERT INTO meta(key, value) VALUES ('client_id', ?)", [.text(ULID.generate())])
+            }
+        }
+    }
+
+    /// Runs `body` with the connection, under the store's lock.
+    /// - Parameter body: The work; must not call back into the store.
+    /// - Returns: What `body` returns.
+    /// - Throws: What `body` throws.
+    func withDatabase<T: Sendable>(_ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
+        let result: Result<T, LayerSyncError> = database.withLock { db in
+            do throws(LayerSyncError) { return .success(try body(db)) } catch { return .failure(error) }
+        }
+        return try result.get()
+    }
+
+    /// Runs `body` in one SQLite transaction under the store's lock.
+    /// - Parameter body: The work.
+    /// - Returns: What `body` returns.
+    /// - Throws: What `body` throws (the transaction is rolled back), or `.databaseAccessFailed`.
+    func transaction<T: Sendable>(_ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
+        try withDatabase { db throws(LayerSyncError) in
+            try db.transaction { () throws(LayerSyncError) in try body(db) }
+        }
+    }
+
+    // MARK: Meta
+
+    /// Reads a `meta` value.
+    static func meta(_ db: SQLiteDatabase, _ key: String) throws(LayerSyncError) -> String? {
+        try db.query("SELECT value FROM meta WHERE key = ?", [.text(key)]).first?.first?.text
+    }
+
+    /// Writes (or with `nil` removes) a `meta` value.
+    static func setMeta(_ db: SQLiteDatabase, _ key: String, _ value: String?) throws(LayerSyncError) {
+        if let value {
+            try db.query("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                         [.text(key), .text(value)])
+        } else {
+            try db.query("DELETE FROM meta WHERE key = ?", [.text(key)])
+        }
+    }
+
+    /// Reads a `meta` value.
+    /// - Parameter key: The key.
+    /// - Returns: The value, or `nil`.
+    /// - Throws: `.databaseAccessFailed`.
+    func meta(_ key: String) throws(LayerSyncError) -> String? {
+        try withDatabase { db throws(LayerSyncError) in try Self.meta(db, key) }
+    }
+
+    /// Writes a `meta` value durably.
+    /// - Parameters:
+    ///   - key: The key.
+    ///   - value: The value, or `nil` to remove it.
+    /// - Throws: `.databaseAccessFailed`.
+    func setMeta(_ key: String, _ value: String?) throws(LayerSyncError) {
+        try withDatabase { db throws(LayerSyncError) in try Self.setMeta(db, key, value) }
+    }
+
+    /// The layer epoch the store last synced against, `nil` before the first download.
+    func epoch() throws(LayerSyncError) -> String? { try meta("epoch") }
+
+    /// The last server revision whose changes are applied locally (0 before download).
+    func since() throws(LayerSyncError) -> Int64 { Int64(try meta("since") ?? "0") ?? 0 }
+
+    /// Whether the snapshot has been downloaded into the store.
+    func isDownloaded() throws(LayerSyncError) -> Bool { try meta("downloaded") == "1" }
+
+    /// The stable id of this local store, sent as `client_id`.
+    func clientID() throws(LayerSyncError) -> String { try meta("client_id") ?? "" }
+
+    /// Raises `since` to `revision` (never lowers it).
+    /// - Parameter revision: The new revision.
+    /// - Throws: `.databaseAccessFailed`.
+    func advanceSince(to revision: Int64) throws(LayerSyncError) {
+        try withDatabase { db throws(LayerSyncError) in try Self.advanceSince(db, to: revision) }
+    }
+
+    static func advanceSince(_ db: SQLiteDatabase, to revision: Int64) throws(LayerSyncError) {
+        let current = Int64(try meta(db, "since") ?? "0") ?? 0
+        if revision > current { try setMeta(db, "since", String(revision)) }
+    }
+}

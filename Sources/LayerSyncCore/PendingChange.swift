@@ -1,0 +1,39 @@
+/// A local change waiting in the store's queue, in the form the sync cycle sends it.
+///
+/// Once sent (attempted) a change is frozen: its `payload` — the exact JSON of the
+/// change in the request — never changes, so a retry after a lost response is
+/// byte-identical and carries the same change id (protocol.md: the server applies each
+/// change id at most once).
+struct PendingChange: Sendable, Equatable {
+    /// The operation of a change.
+    enum Operation: String, Sendable {
+        case create, update, delete
+    }
+
+    /// Queue position (SQLite `AUTOINCREMENT`).
+    var sequence: Int64
+    /// The change id (a ULID).
+    var changeID: String
+    /// The record it changes.
+    var recordID: String
+    /// What it does.
+    var operation: Operation
+    /// The change as JSON text: `{"change_id","op","id"[,"base_revision"][,"content"]}`.
+    var payload: String
+}
+
+/// What applying a server answer changed locally.
+struct ServerChangeOutcome: Sendable {
+    /// Records changed by the server, for `didReceiveChanges`.
+    var changes = RecordChanges()
+    /// Local changes that lost, for `didRejectChanges`.
+    var rejections: [RejectedChange] = []
+
+    /// Appends another outcome.
+    mutating func merge(_ other: ServerChangeOutcome) {
+        changes.created += other.changes.created
+        changes.updated += other.changes.updated
+        changes.deleted += other.changes.deleted
+        rejections += other.rejections
+    }
+}

@@ -1,0 +1,149 @@
+import CSQLite
+
+/// A thin owner of one `sqlite3` connection. Not thread-safe by itself: ``LayerStore``
+/// uses it only inside its mutex (the connection is opened with `SQLITE_OPEN_NOMUTEX`).
+final class SQLiteDatabase {
+    /// One bindable SQL value.
+    enum Value {
+        case null
+        case integer(Int64)
+        case text(String)
+    }
+
+    private var handle: OpaquePointer?
+    private var statements: [String: OpaquePointer] = [:]
+    /// The file path.
+    let path: String
+
+    /// Opens (creating if needed) a database file.
+    /// - Parameter path: The file path.
+    /// - Throws: `.databaseAccessFailed` with SQLite's extended code.
+    init(path: String) throws(LayerSyncError) {
+        self.path = path
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        handle = db
+        guard rc == SQLITE_OK, db != nil else {
+            let code = db.map { sqlite3_extended_errcode($0) } ?? rc
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(db)
+            handle = nil
+            throw LayerSyncError(.databaseAccessFailed, "cannot open \(path): \(message)", sqliteExtendedCode: code)
+        }
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, 5000)
+    }
+
+    deinit {
+        for statement in statements.values { sqlite3_finalize(statement) }
+        sqlite3_close_v2(handle)
+    }
+
+    private func failure(_ rc: Int32, _ sql: String) -> LayerSyncError {
+        let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "no connection"
+        let code = handle.map { sqlite3_extended_errcode($0) } ?? rc
+        return LayerSyncError(.databaseAccessFailed, "SQLite: \(message) (\(sql.prefix(60)))", sqliteExtendedCode: code)
+    }
+
+    /// Runs one or more statements without results.
+    /// - Parameter sql: The SQL text.
+    /// - Throws: `.databaseAccessFailed`.
+    func execute(_ sql: String) throws(LayerSyncError) {
+        let rc = sqlite3_exec(handle, sql, nil, nil, nil)
+        guard rc == SQLITE_OK else { throw failure(rc, sql) }
+    }
+
+    /// Runs a statement and collects its rows.
+    /// - Parameters:
+    ///   - sql: One SQL statement with `?` placeholders (prepared once and cached).
+    ///   - bindings: Values for the placeholders, in order.
+    /// - Returns: Rows of column values (`.null`, `.integer`, `.text`).
+    /// - Throws: `.databaseAccessFailed`.
+    @discardableResult
+    func query(_ sql: String, _ bindings: [Value] = []) throws(LayerSyncError) -> [[Value]] {
+        let statement = try prepared(sql)
+        defer {
+            sqlite3_reset(statement)
+            sqlite3_clear_bindings(statement)
+        }
+        for (offset, value) in bindings.enumerated() {
+            let index = Int32(offset + 1)
+            let rc: Int32
+            switch value {
+            case .null: rc = sqlite3_bind_null(statement, index)
+            case .integer(let number): rc = sqlite3_bind_int64(statement, index, number)
+            case .text(let text):
+                // SQLITE_TRANSIENT: SQLite copies the bytes before returning.
+                rc = sqlite3_bind_text(statement, index, text, -1, unsafeBitCast(-1, to: sqlite3_destructor_type.self))
+            }
+            guard rc == SQLITE_OK else { throw failure(rc, sql) }
+        }
+        var rows: [[Value]] = []
+        while true {
+            let rc = sqlite3_step(statement)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw failure(rc, sql) }
+            let columns = sqlite3_column_count(statement)
+            var row: [Value] = []
+            row.reserveCapacity(Int(columns))
+            for column in 0..<columns {
+                switch sqlite3_column_type(statement, column) {
+                case SQLITE_NULL: row.append(.null)
+                case SQLITE_INTEGER: row.append(.integer(sqlite3_column_int64(statement, column)))
+                default:
+                    let count = Int(sqlite3_column_bytes(statement, column))
+                    if let bytes = sqlite3_column_text(statement, column) {
+                        row.append(.text(String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)))
+                    } else {
+                        row.append(.text(""))
+                    }
+                }
+            }
+            rows.append(row)
+        }
+        return rows
+    }
+
+    /// Runs `body` in a `BEGIN IMMEDIATE` transaction; commits if it returns, rolls back if it throws.
+    /// - Parameter body: The work.
+    /// - Returns: What `body` returns.
+    /// - Throws: What `body` throws, or `.databaseAccessFailed`.
+    func transaction<T>(_ body: () throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Number of rows changed by the last statement.
+    var changes: Int { Int(sqlite3_changes(handle)) }
+
+    private func prepared(_ sql: String) throws(LayerSyncError) -> OpaquePointer {
+        if let statement = statements[sql] { return statement }
+        var statement: OpaquePointer?
+        let rc = sqlite3_prepare_v2(handle, sql, -1, &statement, nil)
+        guard rc == SQLITE_OK, let statement else { throw failure(rc, sql) }
+        statements[sql] = statement
+        return statement
+    }
+}
+
+extension SQLiteDatabase.Value {
+    /// The text, or `nil` for NULL/integers.
+    var text: String? {
+        if case .text(let value) = self { return value }
+        return nil
+    }
+
+    /// The integer, or `nil` for NULL/text.
+    var integer: Int64? {
+        if case .integer(let value) = self { return value }
+        return nil
+    }
+}

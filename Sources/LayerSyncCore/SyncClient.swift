@@ -1,0 +1,138 @@
+import Dispatch
+import Synchronization
+
+/// A LayerSync client: one per server URL and storage directory (Instant's `InstantClient`).
+///
+/// It owns the on-disk storage, hands out one ``DocumentDescriptor`` per
+/// (document id, layer), and reports everything through one event handler.
+///
+/// Threading: every method may be called from any thread, including from inside the
+/// event handler (except ``shutdown()``). All events of a client are delivered in order
+/// by calling the handler on one serial background queue, never while the engine holds a
+/// lock.
+public final class SyncClient: Sendable {
+    let context: ClientContext
+    private struct DescriptorKey: Hashable, Sendable {
+        var documentID: String
+        var layerName: String
+    }
+    private let descriptors = Mutex<[DescriptorKey: DocumentDescriptor]>([:])
+
+    /// Creates a client and starts its connection sequence.
+    ///
+    /// Validation is synchronous; then `GET /sync/v1/info` runs in the background and its
+    /// outcome is reported once as ``ClientEvent/serverDidValidate(_:)``: the server info, or
+    /// `.requestFailed` (unreachable), `.oldClient`/`.oldServer` (protocol mismatch),
+    /// `.invalidServerData`.
+    /// - Parameters:
+    ///   - configuration: Server URL, storage path and tuning.
+    ///   - eventHandler: Receives every event of this client, on one serial background queue.
+    /// - Throws: `.invalidURL` for a malformed URL or plain http to a non-loopback host
+    ///   without `allowInsecureHTTP`; `.couldNotWriteToDisk` when the storage directory
+    ///   cannot be created (mode 0700); `.invalidArgument` for a negative timeout.
+    public init(configuration: ClientConfiguration, eventHandler: @escaping @Sendable (ClientEvent) -> Void) throws(LayerSyncError) {
+        let url = try ServerURL(configuration.serverURL, allowInsecureHTTP: configuration.allowInsecureHTTP)
+        guard configuration.connectTimeout > 0, configuration.requestTimeout > 0, configuration.longPollWait >= 0 else {
+            throw LayerSyncError(.invalidArgument, "timeouts must be positive")
+        }
+        guard !configuration.storagePath.isEmpty else {
+            throw LayerSyncError(.invalidArgument, "storagePath is empty")
+        }
+        let layout = StorageLayout(root: configuration.storagePath, server: url)
+        try StorageLayout.createDirectory(layout.serverDirectory)
+        let events = EventChannel(label: "layersync.client.events", handler: eventHandler)
+        context = ClientContext(configuration: configuration,
+                                server: SyncServer(url: url, requestTimeout: configuration.requestTimeout),
+                                layout: layout, events: events)
+        let context = self.context
+        DispatchQueue.global().async {
+            let session = HTTPSession(connectTimeoutSeconds: configuration.connectTimeout)
+            do throws(LayerSyncError) {
+                let info = try context.server.info(session: session, cancellation: context.lifetime)
+                context.serverInfo.withLock { $0 = info }
+                context.events.emit(.serverDidValidate(.success(info)))
+            } catch {
+                context.events.emit(.serverDidValidate(.failure(error)))
+            }
+        }
+    }
+
+    /// The normalised server URL.
+    public var serverURL: String { context.server.url.base }
+
+    /// The storage directory.
+    public var storagePath: String { context.layout.root }
+
+    /// The server's info once the connection sequence succeeded, else `nil`.
+    public var serverInfo: ServerInfo? { context.serverInfo.withLock { $0 } }
+
+    /// The descriptor for the document and layer a JWT grants (Instant's
+    /// `documentDescriptor(forJWT:)`). Only the token's shape is checked here.
+    ///
+    /// The same (document id, layer) always gives the same instance, which the client keeps
+    /// alive until it is deallocated; a later call with another token for the same layer
+    /// returns it unchanged (use ``DocumentDescriptor/reauthenticate(jwt:)`` to change tokens).
+    /// Opening the descriptor opens (and locks) the layer's local store.
+    /// - Parameter jwt: The token.
+    /// - Returns: The descriptor.
+    /// - Throws: `.invalidJWT` (shape), `.userIDMismatch` (user differs from the one pinned to
+    ///   the local layer), `.storageLocked` (another process uses the layer),
+    ///   `.couldNotWriteToDisk`, `.databaseAccessFailed`, `.invalidState` after shutdown.
+    public func document(forJWT jwt: String) throws(LayerSyncError) -> DocumentDescriptor {
+        let claims = try JWTClaims(token: jwt)
+        guard !context.isShutDown else { throw LayerSyncError(.invalidState, "the client is shut down") }
+        let key = DescriptorKey(documentID: claims.documentID, layerName: claims.layerName)
+        let result: Result<DocumentDescriptor, LayerSyncError> = descriptors.withLock { descriptors in
+            if let existing = descriptors[key] { return .success(existing) }
+            do throws(LayerSyncError) {
+                let descriptor = try DocumentDescriptor(claims: claims, context: context)
+                descriptors[key] = descriptor
+                return .success(descriptor)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    /// Every descriptor handed out so far.
+    public var documents: [DocumentDescriptor] { descriptors.withLock { Array($0.values) } }
+
+    /// Tells the engine whether the network is usable (Instant's reachability hint).
+    /// While `false` no request is attempted: syncs fail fast with `.requestFailed` and their
+    /// changes stay pending; long-polls wait. `true` resumes pending work at once.
+    /// - Parameter available: Whether requests may be attempted.
+    public func setNetworkAvailable(_ available: Bool) {
+        let was = context.server.isNetworkAvailable
+        context.server.isNetworkAvailable = available
+        guard available, !was else { return }
+        for descriptor in documents { descriptor.networkDidBecomeAvailable() }
+    }
+
+    /// Whether the caller runs inside this client's event handler.
+    public var isOnEventQueue: Bool { context.events.isCurrent }
+
+    /// Stops the client: cancels all network work (running transfers abort at once,
+    /// long-polls end), stops debounce timers, waits until every event already queued has been
+    /// delivered, and afterwards emits no more events. Idempotent. Local records stay readable
+    /// and writable through existing descriptors, but nothing is synced any more.
+    /// - Throws: `.invalidState` when called from the event handler (it would wait for itself).
+    public func shutdown() throws(LayerSyncError) {
+        guard !isOnEventQueue else {
+            throw LayerSyncError(.invalidState, "shutdown() cannot be called from the event handler")
+        }
+        guard context.beginShutdown() else { return }
+        context.lifetime.cancel()
+        let all = documents
+        for descriptor in all { descriptor.cancelAllWork() }
+        for descriptor in all { descriptor.waitUntilIdle() }
+        context.events.close()
+    }
+
+    deinit {
+        if context.beginShutdown() {
+            context.lifetime.cancel()
+            for descriptor in descriptors.withLock({ Array($0.values) }) { descriptor.cancelAllWork() }
+        }
+    }
+}

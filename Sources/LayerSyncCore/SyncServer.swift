@@ -1,0 +1,203 @@
+import Synchronization
+
+/// A page of a layer: the answer of `GET .../records` and `GET .../changes`.
+struct LayerPage: Sendable {
+    var epoch: String
+    var revision: Int64
+    var records: [ServerRecord]
+    var hasMore: Bool
+    var nextSince: Int64
+}
+
+/// The answer of `POST .../sync`.
+struct SyncAnswer: Sendable {
+    var epoch: String
+    var revision: Int64
+    var epochChanged: Bool
+    var accepted: [LayerStore.AcceptedChange]
+    var rejected: [LayerStore.RejectedChangeAnswer]
+    var changes: [ServerRecord]
+    var hasMore: Bool
+    var nextSince: Int64
+}
+
+/// The sync server as the client sees it: the endpoints of protocol.md version 1, with
+/// their error envelope mapped to ``ErrorCode``s. Every request carries
+/// `LayerSync-Protocol: 1`, and all but `info` a `Bearer` JWT.
+final class SyncServer: Sendable {
+    /// The protocol version this client speaks.
+    static let protocolVersion = 1
+
+    /// The base URL.
+    let url: ServerURL
+    private let requestTimeout: Double
+    private let networkAvailable = Atomic<Bool>(true)
+
+    /// Creates the endpoint set.
+    /// - Parameters:
+    ///   - url: The validated base URL.
+    ///   - requestTimeout: Seconds per ordinary request.
+    init(url: ServerURL, requestTimeout: Double) {
+        self.url = url
+        self.requestTimeout = requestTimeout
+    }
+
+    /// Whether requests may be attempted (the host's reachability hint).
+    var isNetworkAvailable: Bool {
+        get { networkAvailable.load(ordering: .acquiring) }
+        set { networkAvailable.store(newValue, ordering: .releasing) }
+    }
+
+    // MARK: Endpoints
+
+    /// `GET /sync/v1/info` and the protocol check.
+    /// - Returns: The server info.
+    /// - Throws: `.requestFailed`, `.invalidServerData`, `.oldClient`, `.oldServer`, `.cancelled`.
+    func info(session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> ServerInfo {
+        let response = try send(HTTPRequest(url: url.url("/sync/v1/info")), jwt: nil, session: session, cancellation: cancellation)
+        let json = String(decoding: response.body, as: UTF8.self)
+        guard let body = try? JSONValue.parse(bytes: response.body),
+              let protocolInfo = body["protocol"],
+              let minimum = protocolInfo["min"]?.int64Value, let maximum = protocolInfo["max"]?.int64Value else {
+            throw LayerSyncError(.invalidServerData, "GET /sync/v1/info did not answer a LayerSync info object")
+        }
+        if Int(minimum) > Self.protocolVersion {
+            throw LayerSyncError(.oldClient, "the server needs protocol \(minimum) or newer; this client speaks \(Self.protocolVersion)")
+        }
+        if Int(maximum) < Self.protocolVersion {
+            throw LayerSyncError(.oldServer, "the server speaks protocol up to \(maximum); this client needs \(Self.protocolVersion)")
+        }
+        return ServerInfo(
+            serverVersion: body["server_version"]?.stringValue ?? "",
+            protocolMin: Int(minimum), protocolMax: Int(maximum),
+            maxRequestBytes: Int(body["limits"]?["max_request_bytes"]?.int64Value ?? 4_194_304),
+            capabilities: body["capabilities"]?.arrayValue?.compactMap(\.stringValue) ?? [],
+            json: json)
+    }
+
+    /// `GET /sync/v1/documents/{id}/pdf`, streamed into a file.
+    /// - Parameters:
+    ///   - documentID: The document.
+    ///   - jwt: The token.
+    ///   - fileDescriptor: Where the bytes go.
+    ///   - progress: Called with (bytes done, bytes total or -1).
+    /// - Returns: The number of bytes received.
+    /// - Throws: Mapped HTTP errors, `.requestFailed`, `.couldNotWriteToDisk`, `.cancelled`.
+    func downloadPDF(documentID: String, jwt: String, fileDescriptor: Int32, progress: @escaping @Sendable (Int64, Int64) -> Void,
+                     session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) {
+        var request = HTTPRequest(url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/pdf"))
+        request.bodyFileDescriptor = fileDescriptor
+        request.progress = progress
+        request.timeoutSeconds = 0  // large files: rely on connect timeout + cancellation
+        _ = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+    }
+
+    /// `GET .../records?since=` (snapshot or delta page).
+    func records(documentID: String, layer: String, since: Int64, limit: Int? = nil, jwt: String,
+                 session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> LayerPage {
+        var path = layerPath(documentID, layer) + "/records?since=\(since)"
+        if let limit { path += "&limit=\(limit)" }
+        let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
+        return try Self.page(response.body)
+    }
+
+    /// `GET .../changes?since=&wait=` (long-poll).
+    func changes(documentID: String, layer: String, since: Int64, waitSeconds: Int, jwt: String,
+                 session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> LayerPage {
+        var request = HTTPRequest(url: url.url(layerPath(documentID, layer) + "/changes?since=\(since)&wait=\(waitSeconds)"))
+        request.timeoutSeconds = requestTimeout + Double(waitSeconds)
+        let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+        return try Self.page(response.body)
+    }
+
+    /// `POST .../sync`.
+    /// - Parameters:
+    ///   - body: The exact request body.
+    /// - Returns: The decoded answer.
+    /// - Throws: `.payloadLimitExceeded` for 413 and the other mapped errors.
+    func sync(documentID: String, layer: String, body: [UInt8], jwt: String,
+              session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> SyncAnswer {
+        var request = HTTPRequest(method: "POST", url: url.url(layerPath(documentID, layer) + "/sync"))
+        request.headers = ["Content-Type: application/json"]
+        request.body = body
+        let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+        guard let json = try? JSONValue.parse(bytes: response.body), let epoch = json["epoch"]?.stringValue,
+              let revision = json["revision"]?.int64Value else {
+            throw LayerSyncError(.invalidServerData, "sync answer without epoch/revision")
+        }
+        var accepted: [LayerStore.AcceptedChange] = []
+        for item in json["accepted"]?.arrayValue ?? [] {
+            guard let changeID = item["change_id"]?.stringValue, let id = item["id"]?.stringValue,
+                  let revision = item["revision"]?.int64Value else {
+                throw LayerSyncError(.invalidServerData, "malformed accepted entry")
+            }
+            accepted.append(.init(changeID: changeID, recordID: id, revision: revision))
+        }
+        var rejected: [LayerStore.RejectedChangeAnswer] = []
+        for item in json["rejected"]?.arrayValue ?? [] {
+            guard let changeID = item["change_id"]?.stringValue, let id = item["id"]?.stringValue else {
+                throw LayerSyncError(.invalidServerData, "malformed rejected entry")
+            }
+            var serverRecord: ServerRecord?
+            if let record = item["server_record"], !record.isNull { serverRecord = try ServerRecord(json: record) }
+            rejected.append(.init(changeID: changeID, recordID: id, reason: item["reason"]?.stringValue ?? "conflict",
+                                  serverRecord: serverRecord))
+        }
+        var changes: [ServerRecord] = []
+        for item in json["changes"]?.arrayValue ?? [] { changes.append(try ServerRecord(json: item)) }
+        return SyncAnswer(epoch: epoch, revision: revision, epochChanged: json["epoch_changed"]?.boolValue ?? false,
+                          accepted: accepted, rejected: rejected, changes: changes,
+                          hasMore: json["has_more"]?.boolValue ?? false,
+                          nextSince: json["next_since"]?.int64Value ?? revision)
+    }
+
+    // MARK: Plumbing
+
+    private func layerPath(_ documentID: String, _ layer: String) -> String {
+        "/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/layers/\(ServerURL.layerSegment(layer))"
+    }
+
+    private static func page(_ body: [UInt8]) throws(LayerSyncError) -> LayerPage {
+        guard let json = try? JSONValue.parse(bytes: body), let epoch = json["epoch"]?.stringValue,
+              let revision = json["revision"]?.int64Value, let items = json["records"]?.arrayValue else {
+            throw LayerSyncError(.invalidServerData, "layer page without epoch/revision/records")
+        }
+        var records: [ServerRecord] = []
+        records.reserveCapacity(items.count)
+        for item in items { records.append(try ServerRecord(json: item)) }
+        return LayerPage(epoch: epoch, revision: revision, records: records,
+                         hasMore: json["has_more"]?.boolValue ?? false,
+                         nextSince: json["next_since"]?.int64Value ?? revision)
+    }
+
+    /// Sends a request and maps a non-2xx answer through the error envelope.
+    private func send(_ request: HTTPRequest, jwt: String?, session: HTTPSession,
+                      cancellation: TransferCancellation) throws(LayerSyncError) -> HTTPResponse {
+        guard isNetworkAvailable else {
+            throw LayerSyncError(.requestFailed, "the network is marked unavailable (setNetworkAvailable(false))")
+        }
+        var request = request
+        request.headers.append("LayerSync-Protocol: \(Self.protocolVersion)")
+        request.headers.append("Accept: application/json")
+        if let jwt { request.headers.append("Authorization: Bearer \(jwt)") }
+        if request.timeoutSeconds == 30 { request.timeoutSeconds = requestTimeout }
+        let response = try session.perform(request, cancellation: cancellation)
+        if (200..<300).contains(response.status) { return response }
+        var message = "HTTP \(response.status)"
+        if let envelope = try? JSONValue.parse(bytes: response.body), let error = envelope["error"] {
+            message = "\(error["code"]?.stringValue ?? "error"): \(error["message"]?.stringValue ?? "")"
+        }
+        let code: ErrorCode
+        switch response.status {
+        case 400: code = .invalidRequest
+        case 401, 403: code = .accessDenied
+        case 404: code = .invalidDocument
+        case 409: code = .serverReset
+        case 413: code = .payloadLimitExceeded
+        case 426: code = .oldClient
+        case 500...: code = .requestFailed
+        default: code = .unknown
+        }
+        throw LayerSyncError(code, "\(request.method) \(request.url): \(message)", httpStatus: response.status)
+    }
+}

@@ -1,0 +1,181 @@
+import Foundation
+import Testing
+@testable import LayerSyncCore
+
+func temporaryDirectory(_ name: String = "store") -> String {
+    NSTemporaryDirectory() + "layersync-\(name)-" + UUID().uuidString
+}
+
+@Suite struct LayerStoreTests {
+    private func pendingRows(_ store: LayerStore) throws -> [[String?]] {
+        try store.withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT op, content, attempted, record_id FROM pending_changes ORDER BY seq").map { row in
+                [row[0].text, row[1].text, row[2].integer.map(String.init), row[3].text]
+            }
+        }
+    }
+
+    @Test func aWriteIsReadableAfterReopeningTheFile() throws {
+        let directory = temporaryDirectory()
+        do {
+            let store = try LayerStore.open(directory: directory)
+            try store.createRecord(id: "r1", content: #"{"id":"r1","type":"pspdfkit/note","text":"héllo 👋"}"#)
+        }  // the only reference is gone: the store closes and releases its lock
+        let reopened = try LayerStore.open(directory: directory)
+        #expect(try reopened.record(id: "r1") == #"{"id":"r1","type":"pspdfkit/note","text":"héllo 👋"}"#)
+        #expect(try reopened.pendingCount() == 1)
+        // Files are private.
+        let attributes = try FileManager.default.attributesOfItem(atPath: directory + "/layer.sqlite")
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        let directoryAttributes = try FileManager.default.attributesOfItem(atPath: directory)
+        #expect((directoryAttributes[.posixPermissions] as? Int) == 0o700)
+        #expect(try reopened.withDatabase { db throws(LayerSyncError) in try db.query("PRAGMA user_version").first?.first?.integer } == 1)
+    }
+
+    @Test func sameDirectorySharesOneStoreInAProcess() throws {
+        let directory = temporaryDirectory()
+        let a = try LayerStore.open(directory: directory)
+        let b = try LayerStore.open(directory: directory)
+        #expect(a === b)
+    }
+
+    @Test func anotherProcessHoldingTheLockGivesStorageLocked() throws {
+        let directory = temporaryDirectory()
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let holder = Process()
+        // One process that takes the lock, signals readiness, and sleeps (killed by terminate()).
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        let ready = directory + "/ready"
+        holder.arguments = ["-c", "import fcntl,sys,time; f=open(sys.argv[1],'w'); fcntl.flock(f, fcntl.LOCK_EX); open(sys.argv[2],'w').close(); time.sleep(30)",
+                            directory + "/lock", ready]
+        try holder.run()
+        defer { holder.terminate(); holder.waitUntilExit() }
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: ready), Date() < deadline { usleep(20_000) }
+        do {
+            _ = try LayerStore.open(directory: directory)
+            Issue.record("opened a store locked by another process")
+        } catch {
+            #expect(error.code == .storageLocked)
+        }
+    }
+
+    @Test func coalescesEditsIntoTheUnsentChange() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        try store.createRecord(id: "a", content: #"{"v":1}"#)
+        try store.updateRecord(id: "a", content: #"{"v":2}"#)
+        #expect(try pendingRows(store) == [["create", #"{"v":2}"#, "0", "a"]])
+        try store.deleteRecord(id: "a")
+        #expect(try pendingRows(store).isEmpty)          // create+delete of a never-sent create: nothing left
+        #expect(try store.record(id: "a") == nil)
+        try store.createRecord(id: "a", content: "{}")   // the id is free again
+        #expect(throws: LayerSyncError.self) { try store.createRecord(id: "a", content: "{}") }
+        #expect(throws: LayerSyncError.self) { try store.updateRecord(id: "missing", content: "{}") }
+    }
+
+    @Test func sentChangesAreFrozenAndRetriedByteIdentical() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        try store.createRecord(id: "a", content: #"{"type":"t","n":1}"#)
+        let first = try store.nextBatch(maxBytes: 10_000).batch
+        #expect(first.count == 1)
+        try store.updateRecord(id: "a", content: #"{"type":"t","n":2}"#)  // behind a frozen change: its own row
+        try store.updateRecord(id: "a", content: #"{"type":"t","n":3}"#)  // coalesced into that row
+        #expect(try pendingRows(store).map { $0[0] } == ["create", "update"])
+        let retry = try store.nextBatch(maxBytes: 10_000).batch
+        #expect(retry == first)  // same change id, same bytes; the update waits for the create's answer
+        // Accepting the create lets the update go out with the create's revision as base.
+        _ = try store.applyAnswers(accepted: [.init(changeID: first[0].changeID, recordID: "a", revision: 7)], rejected: [])
+        let next = try store.nextBatch(maxBytes: 10_000).batch
+        #expect(next.count == 1)
+        let payload = try JSONValue.parse(next[0].payload)
+        #expect(payload["op"] == .string("update"))
+        #expect(payload["base_revision"] == .number("7"))
+        #expect(payload["content"]?["n"] == .number("3"))
+    }
+
+    @Test func aServerChangeBeatsAnUnsentLocalChange() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"id":"a","n":0}"#))],
+                                    epoch: "e1", revision: 1)
+        try store.updateRecord(id: "a", content: #"{"id":"a","n":"local"}"#)
+        let outcome = try store.applyServerRecords(
+            [ServerRecord(id: "a", revision: 2, deleted: false, content: try JSONValue.parse(#"{"id":"a","n":"server"}"#))], since: 2)
+        #expect(outcome.rejections.map(\.recordID) == ["a"])
+        #expect(outcome.rejections.first?.localJSON == #"{"id":"a","n":"local"}"#)
+        #expect(outcome.rejections.first?.serverJSON == #"{"id":"a","n":"server"}"#)
+        #expect(outcome.changes.updated == ["a"])
+        #expect(try store.record(id: "a") == #"{"id":"a","n":"server"}"#)
+        #expect(try store.pendingCount() == 0)
+        #expect(try store.since() == 2)
+    }
+
+    @Test func aServerChangeForASentChangeWaitsForItsAnswer() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                    epoch: "e1", revision: 1)
+        try store.updateRecord(id: "a", content: #"{"n":1}"#)
+        let sent = try store.nextBatch(maxBytes: 10_000).batch
+        // Our own change comes back through the long-poll before the sync answer (lost response).
+        let early = try store.applyServerRecords([ServerRecord(id: "a", revision: 2, deleted: false, content: try JSONValue.parse(#"{"n":1}"#))], since: 2)
+        #expect(early.rejections.isEmpty)
+        #expect(try store.pendingCount() == 1)
+        let answer = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 2)], rejected: [])
+        #expect(answer.rejections.isEmpty && answer.changes.isEmpty)
+        #expect(try store.record(id: "a") == #"{"n":1}"#)
+        #expect(try store.pendingCount() == 0)
+    }
+
+    @Test func aNewEpochKeepsAndRebasesPendingChanges() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 5, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),
+                                     ServerRecord(id: "b", revision: 6, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                    epoch: "e1", revision: 6)
+        try store.updateRecord(id: "a", content: #"{"n":"mine"}"#)
+        _ = try store.nextBatch(maxBytes: 10_000)  // sent once, answer lost
+        // The layer was restored: only "b" exists, at revision 1.
+        let outcome = try store.applySnapshot([ServerRecord(id: "b", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":9}"#))],
+                                              epoch: "e2", revision: 1)
+        #expect(outcome.changes.updated == ["b"])
+        #expect(try store.record(id: "a") == #"{"n":"mine"}"#)
+        let batch = try store.nextBatch(maxBytes: 10_000).batch
+        #expect(batch.count == 1)
+        #expect(try JSONValue.parse(batch[0].payload)["op"] == .string("create"))
+        #expect(try store.epoch() == "e2")
+    }
+
+    @Test func anOversizedChangeIsDroppedAloneAndRevertedToTheServerVersion() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                    epoch: "e1", revision: 1)
+        try store.updateRecord(id: "a", content: #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#)
+        try store.createRecord(id: "b", content: #"{"n":1}"#)
+        let (batch, oversized) = try store.nextBatch(maxBytes: 1000)
+        #expect(oversized.map(\.recordID) == ["a"])
+        #expect(batch.map(\.recordID) == ["b"])
+        let outcome = try store.dropChange(oversized[0], reason: "payload_too_large")
+        #expect(outcome.rejections.first?.reason == "payload_too_large")
+        #expect(try store.record(id: "a") == #"{"n":0}"#)
+        #expect(try store.pendingCount() == 1)
+    }
+
+    @Test func deletingARootDeletesItsComments() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        try store.createRecord(id: "root", content: #"{"type":"pspdfkit/note"}"#)
+        try store.createRecord(id: "c1", content: #"{"type":"pspdfkit/comment","rootId":"root"}"#)
+        try store.createRecord(id: "other", content: #"{"type":"pspdfkit/comment","rootId":"x"}"#)
+        #expect(try store.deleteRecord(id: "root") == ["root", "c1"])
+        #expect(try store.record(id: "c1") == nil)
+        #expect(try store.record(id: "other") != nil)
+    }
+
+    @Test func listFiltersByPageTypeCreatorAndPages() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        try store.createRecord(id: "1", content: #"{"type":"pspdfkit/ink","pageIndex":0,"creatorName":"Ann"}"#)
+        try store.createRecord(id: "2", content: #"{"type":"pspdfkit/note","pageIndex":1,"creatorName":"Bob"}"#)
+        try store.createRecord(id: "3", content: #"{"type":"pspdfkit/ink","pageIndex":1,"creatorName":"Ann"}"#)
+        #expect(try store.listRecords(filter: .init(pageIndex: 1)).count == 2)
+        #expect(try store.listRecords(filter: .init(type: "pspdfkit/ink")).count == 2)
+        #expect(try store.listRecords(filter: .init(creatorName: "Bob")).count == 1)
+        #expect(try store.listRecords(filter: .init(limit: 1, offset: 1)) == [#"{"type":"pspdfkit/note","pageIndex":1,"creatorName":"Bob"}"#])
+    }
+}
