@@ -92,9 +92,10 @@ extension DocumentDescriptor {
 
     /// Sends batches and applies answers until nothing is pending (or 1000 rounds).
     private func exchangeChanges(token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
-        var budget = max(1024, context.maxRequestBytes - Self.envelopeBytes)
+        let limit = max(1024, context.maxRequestBytes - Self.envelopeBytes)
+        var budget = limit
         for _ in 0..<1000 {
-            let (batch, oversized) = try store.nextBatch(maxBytes: budget)
+            let (batch, oversized) = try store.nextBatch(maxBytes: budget, maxChangeBytes: limit)
             for change in oversized {
                 report(try store.dropChange(change, reason: "payload_too_large"))
             }
@@ -110,7 +111,7 @@ extension DocumentDescriptor {
                         slice = []
                     } else {
                         slice = Array(slice.prefix(slice.count / 2))
-                        budget = max(1024, slice.reduce(0) { $0 + $1.payload.utf8.count + 1 })
+                        budget = max(1, slice.reduce(0) { $0 + $1.payload.utf8.count + 1 })
                     }
                 }
             }

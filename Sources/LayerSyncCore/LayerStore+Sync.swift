@@ -6,11 +6,14 @@ extension LayerStore {
     /// Each not-yet-sent change is frozen here: its payload is computed with the record's
     /// current server revision as `base_revision` and never changes again.
     /// - Parameters:
-    ///   - maxBytes: Budget for the summed payload sizes.
+    ///   - maxBytes: Budget for the summed payload sizes (a first change that fits
+    ///     `maxChangeBytes` is always taken, so the queue always moves).
+    ///   - maxChangeBytes: Size a single change may never exceed (the server's limit);
+    ///     defaults to `maxBytes`.
     ///   - maxCount: Maximum number of changes.
-    /// - Returns: The batch, and changes that alone exceed `maxBytes` (not frozen).
+    /// - Returns: The batch, and changes that alone exceed `maxChangeBytes` (not frozen).
     /// - Throws: `.databaseAccessFailed`.
-    func nextBatch(maxBytes: Int, maxCount: Int = 500) throws(LayerSyncError) -> (batch: [PendingChange], oversized: [PendingChange]) {
+    func nextBatch(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = 500) throws(LayerSyncError) -> (batch: [PendingChange], oversized: [PendingChange]) {
         try transaction { db throws(LayerSyncError) in
             let rows = try db.query("""
                 SELECT p.seq, p.change_id, p.record_id, p.op, p.content, p.attempted, p.payload, r.server_revision
@@ -24,39 +27,35 @@ extension LayerStore {
                 guard let sequence = row[0].integer, let changeID = row[1].text, let recordID = row[2].text,
                       let operation = row[3].text.flatMap(PendingChange.Operation.init(rawValue:)) else { continue }
                 guard seen.insert(recordID).inserted else { continue }
-                var payload: String
-                if row[5].integer == 1, let frozen = row[6].text {
-                    payload = frozen
-                } else {
-                    var change = JSONObject([("change_id", .string(changeID)), ("op", .string(operation.rawValue)),
-                                             ("id", .string(recordID))])
-                    let base = row[7].integer
-                    if operation != .create { change["base_revision"] = base.map { .integer($0) } ?? .integer(0) }
-                    if operation != .delete, let text = row[4].text {
-                        change["content"] = (try? JSONValue.parse(text)) ?? .null
-                    }
-                    payload = JSONValue.object(change).jsonText
-                    if payload.utf8.count > maxBytes {
-                        oversized.append(PendingChange(sequence: sequence, changeID: changeID, recordID: recordID,
-                                                       operation: operation, payload: payload))
-                        continue
-                    }
-                    guard bytes + payload.utf8.count + 1 <= maxBytes || batch.isEmpty, batch.count < maxCount else { break }
-                    try db.query("UPDATE pending_changes SET attempted = 1, payload = ?, base_revision = ? WHERE seq = ?",
-                                 [.text(payload), base.map { .integer($0) } ?? .null, .integer(sequence)])
-                }
-                if payload.utf8.count > maxBytes {
-                    oversized.append(PendingChange(sequence: sequence, changeID: changeID, recordID: recordID,
-                                                   operation: operation, payload: payload))
+                let frozen = row[5].integer == 1 ? row[6].text : nil
+                let base = row[7].integer
+                let payload = frozen ?? Self.changePayload(changeID: changeID, recordID: recordID, operation: operation,
+                                                          content: row[4].text, baseRevision: base)
+                let change = PendingChange(sequence: sequence, changeID: changeID, recordID: recordID,
+                                           operation: operation, payload: payload)
+                if payload.utf8.count > (maxChangeBytes ?? maxBytes) {
+                    oversized.append(change)
                     continue
                 }
                 guard bytes + payload.utf8.count + 1 <= maxBytes || batch.isEmpty, batch.count < maxCount else { break }
+                if frozen == nil {
+                    try db.query("UPDATE pending_changes SET attempted = 1, payload = ?, base_revision = ? WHERE seq = ?",
+                                 [.text(payload), base.map { .integer($0) } ?? .null, .integer(sequence)])
+                }
                 bytes += payload.utf8.count + 1
-                batch.append(PendingChange(sequence: sequence, changeID: changeID, recordID: recordID,
-                                           operation: operation, payload: payload))
+                batch.append(change)
             }
             return (batch, oversized)
         }
+    }
+
+    /// The JSON of one change in a sync request (protocol.md `changes[]`).
+    static func changePayload(changeID: String, recordID: String, operation: PendingChange.Operation,
+                              content: String?, baseRevision: Int64?) -> String {
+        var change = JSONObject([("change_id", .string(changeID)), ("op", .string(operation.rawValue)), ("id", .string(recordID))])
+        if operation != .create { change["base_revision"] = .integer(baseRevision ?? 0) }
+        if operation != .delete, let content { change["content"] = (try? JSONValue.parse(content)) ?? .null }
+        return JSONValue.object(change).jsonText
     }
 
     /// Drops a change that can never be sent (over the server's size limit) and reverts

@@ -49,7 +49,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
         holder.arguments = ["-c", "import fcntl,sys,time; f=open(sys.argv[1],'w'); fcntl.flock(f, fcntl.LOCK_EX); open(sys.argv[2],'w').close(); time.sleep(30)",
                             directory + "/lock", ready]
         try holder.run()
-        defer { holder.terminate(); holder.waitUntilExit() }
+        defer { kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() }
         let deadline = Date().addingTimeInterval(10)
         while !FileManager.default.fileExists(atPath: ready), Date() < deadline { usleep(20_000) }
         do {

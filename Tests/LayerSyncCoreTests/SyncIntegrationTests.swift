@@ -260,6 +260,36 @@ final class SyncIntegrationTests {
         #expect(authFailures.count == 1)
     }
 
+    @Test func aChangeOverTheServersLimitIsRejectedAloneWithoutBlockingTheQueue() throws {
+        server.stop()
+        let limited = try TestServer(extraArguments: ["--max-request-bytes", "4096"])
+        try limited.upload(documentID: "doc")
+        let events = EventRecorder()
+        var configuration = ClientConfiguration(serverURL: limited.url, storagePath: limited.storagePath("a"))
+        configuration.syncDelay = -1
+        let client = try SyncClient(configuration: configuration, eventHandler: events.handler)
+        #expect(try #require(events.waitForValidation()).map(\.maxRequestBytes).get() == 4096)
+        let document = try client.document(forJWT: try limited.token(documentID: "doc"))
+        try document.download()
+        #expect(try #require(events.waitForDownload(document)) == nil)
+        let big = try JSONValue.parse(try document.createAnnotation(
+            json: #"{"type":"pspdfkit/note","pageIndex":0,"text":""# + String(repeating: "x", count: 10_000) + #""}"#))
+        let small = try JSONValue.parse(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0}"#))
+        let start = events.count
+        try document.sync()
+        #expect(try #require(events.waitForSyncEnd(document, after: start)) == nil)
+        let rejected = try #require(events.wait(after: start) { event -> [RejectedChange]? in
+            if case .didRejectChanges(_, let list) = event { return list }; return nil
+        })
+        #expect(rejected.map(\.recordID) == [big["id"]?.stringValue])
+        #expect(rejected.first?.reason == "payload_too_large")
+        #expect(!document.hasUnsyncedChanges)
+        let remote = try limited.serverAnnotations(documentID: "doc")
+        #expect(remote[small["id"]!.stringValue!] != nil)
+        #expect(remote[big["id"]!.stringValue!] == nil)
+        try client.shutdown()
+    }
+
     @Test func malformedJWTIsRejected() throws {
         let a = try makeClient("a")
         for token in ["", "abc", "a.b.c", makeJWT(#"{"layer":"x"}"#)] {

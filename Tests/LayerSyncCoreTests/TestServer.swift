@@ -59,10 +59,11 @@ final class TestServer: @unchecked Sendable {
         throw TestFailure("layersync-server did not become ready")
     }
 
-    /// Stops the server process (SIGTERM, then wait).
+    /// Stops the server process at once (SIGKILL: uvicorn's graceful SIGTERM shutdown waits
+    /// for open client connections, and an abrupt stop is what "unreachable" tests want).
     func stop() {
         guard let process, process.isRunning else { return }
-        process.terminate()
+        kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         self.process = nil
     }
