@@ -129,6 +129,13 @@ extension DocumentDescriptor {
         guard let type = object["type"]?.stringValue, !type.isEmpty else {
             throw LayerSyncError(.invalidJSONStructure, "a record needs a string \"type\"")
         }
+        // Instant JSON: customData is a JSON object (or null) the app owns.
+        if let customData = object["customData"] {
+            switch customData {
+            case .object, .null: break
+            default: throw LayerSyncError(.invalidCustomData, "\"customData\" must be a JSON object or null")
+            }
+        }
         return object
     }
 

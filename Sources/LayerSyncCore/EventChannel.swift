@@ -1,47 +1,97 @@
 import Dispatch
 import Synchronization
 
-/// Delivers a client's events in order on one serial background queue.
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Delivers a client's events in order on one dedicated background thread.
+///
+/// ARCHITECTURE.md §6 promises that all callbacks of a client run on *one* serial
+/// background thread. A serial `DispatchQueue` alone does not give that (its blocks hop
+/// between pool threads), so the channel runs one long-lived loop on its queue: the loop
+/// occupies a single thread for the client's lifetime and takes events from a FIFO.
 ///
 /// `emit` only enqueues (it never calls the handler), so it may be called while the
-/// engine holds a lock; the handler itself always runs on the queue with no engine lock
-/// held, so it may call back into the API. `close()` stops new events and waits until
-/// every event already enqueued has been delivered.
+/// engine holds a lock; the handler always runs on the channel's thread with no engine
+/// lock held, so it may call back into the API. `close()` stops new events and waits
+/// until every event already enqueued has been delivered.
 final class EventChannel: Sendable {
-    private let queue: DispatchQueue
-    private let handler: @Sendable (ClientEvent) -> Void
-    private let accepting = Mutex(true)
-    private let key: UncheckedSendable<DispatchSpecificKey<UInt8>>
+    private struct Backlog {
+        var events: [ClientEvent] = []
+        var head = 0
+        var accepting = true
 
-    /// Creates a channel.
-    /// - Parameters:
-    ///   - label: The queue label.
-    ///   - handler: Called once per event, on the queue.
-    init(label: String, handler: @escaping @Sendable (ClientEvent) -> Void) {
-        queue = DispatchQueue(label: label)
-        self.handler = handler
-        let key = DispatchSpecificKey<UInt8>()
-        queue.setSpecific(key: key, value: 1)
-        self.key = UncheckedSendable(key)
+        mutating func popFirst() -> ClientEvent? {
+            guard head < events.count else { return nil }
+            let event = events[head]
+            head += 1
+            if head > 64, head * 2 > events.count {  // compact now and then
+                events.removeFirst(head)
+                head = 0
+            }
+            return event
+        }
     }
 
-    /// Whether the caller runs on this channel's queue (inside the event handler).
-    var isCurrent: Bool { DispatchQueue.getSpecific(key: key.value) != nil }
+    private let handler: @Sendable (ClientEvent) -> Void
+    private let backlog = Mutex(Backlog())
+    /// Signalled once per enqueued event, and once more by `close()` to end the loop.
+    private let available = DispatchSemaphore(value: 0)
+    private let drained = DispatchSemaphore(value: 0)
+    private let thread = Mutex<pthread_t?>(nil)
+
+    /// Creates a channel and starts its thread.
+    /// - Parameters:
+    ///   - label: The label of the thread's queue (shows in debuggers).
+    ///   - handler: Called once per event, on the channel's thread.
+    init(label: String, handler: @escaping @Sendable (ClientEvent) -> Void) {
+        self.handler = handler
+        let started = DispatchSemaphore(value: 0)
+        DispatchQueue(label: label).async { [self] in
+            thread.withLock { $0 = pthread_self() }
+            started.signal()
+            run()
+        }
+        started.wait()  // so that `isCurrent` is exact from the first event on
+    }
+
+    private func run() {
+        while true {
+            available.wait()
+            guard let event = backlog.withLock({ $0.popFirst() }) else { break }  // close() signal
+            handler(event)
+        }
+        drained.signal()
+    }
+
+    /// Whether the caller runs on this channel's thread (inside the event handler).
+    var isCurrent: Bool {
+        thread.withLock { $0.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+    }
 
     /// Enqueues an event unless the channel is closed.
     /// - Parameter event: The event.
     func emit(_ event: ClientEvent) {
-        accepting.withLock { accepting in
-            guard accepting else { return }
-            let handler = self.handler
-            queue.async { handler(event) }
+        let queued = backlog.withLock { backlog in
+            guard backlog.accepting else { return false }
+            backlog.events.append(event)
+            return true
         }
+        if queued { available.signal() }
     }
 
     /// Stops accepting events and waits until the already enqueued ones are delivered.
-    /// Must not be called on the channel's queue.
+    /// Idempotent. Must not be called on the channel's thread.
     func close() {
-        accepting.withLock { $0 = false }
-        queue.sync {}
+        let first = backlog.withLock { backlog in
+            defer { backlog.accepting = false }
+            return backlog.accepting
+        }
+        guard first else { return }
+        available.signal()
+        drained.wait()
     }
 }

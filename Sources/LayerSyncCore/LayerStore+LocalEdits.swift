@@ -120,7 +120,7 @@ extension LayerStore {
             sql += " AND json_extract(content, '$.creatorName') = ?"
             bindings.append(.text(creatorName))
         }
-        sql += " ORDER BY rowid LIMIT ? OFFSET ?"
+        sql += " ORDER BY id LIMIT ? OFFSET ?"
         bindings.append(.integer(filter.limit ?? -1))
         bindings.append(.integer(filter.offset ?? 0))
         return try withDatabase { db throws(LayerSyncError) in
