@@ -8,15 +8,20 @@ independent (the tests rely on that).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from layersync_server import __version__
 from layersync_server.auth import JwtVerifier
 from layersync_server.context import AppContext
 from layersync_server.errors import error_response, install_error_handlers
 from layersync_server.notify import LayerNotifier
+from layersync_server.observability import Metrics, ObservabilityMiddleware
 from layersync_server.routes import admin, sync
 from layersync_server.settings import Settings
 from layersync_server.storage import Storage, open_storage
@@ -79,14 +84,33 @@ def create_app(settings: Settings, storage: Storage | None = None) -> FastAPI:
         ValueError / OSError: the public key file is unreadable or not RSA/EC.
     """
     ctx = AppContext(settings=settings,
-                     storage=storage or open_storage(settings.db_path),
+                     storage=storage or open_storage(settings.db_path,
+                                                     history_versions=settings.history_versions),
                      verifier=JwtVerifier(settings.public_key_path, settings.jwt_leeway_s),
                      notifier=LayerNotifier())
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
-        yield
-        ctx.storage.close()
+        feed = ctx.storage.change_feed()
+        task = None
+        if feed is not None:  # commits by other processes wake this process's long-polls
+            listening = asyncio.Event()
+
+            async def on_listening():
+                listening.set()
+                await ctx.notifier.wake_all()  # notifications may have been missed
+
+            task = asyncio.create_task(feed.run(ctx.notifier.published, on_listening))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(listening.wait(), 10)
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            ctx.storage.close()
 
     app = FastAPI(title="LayerSync server", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None)
@@ -94,5 +118,40 @@ def create_app(settings: Settings, storage: Storage | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(sync.router)
     app.include_router(admin.router)
+    metrics = Metrics(ctx.notifier, ctx.storage)
+
+    @app.get("/healthz", tags=["operations"], summary="Liveness and storage check")
+    async def healthz() -> dict:
+        """``{"status": "ok"}`` when storage answers; 500 ``internal`` otherwise."""
+        await run_in_threadpool(ctx.storage.get_document, "~")
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics",
+             response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {}}, "description": "metrics"}})
+    def prometheus_metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
     app.add_middleware(ProtocolVersionMiddleware, settings=settings)
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics)
+    _describe_errors_in_openapi(app)
     return app
+
+
+def _describe_errors_in_openapi(app: FastAPI) -> None:
+    """Validation errors answer 400 with the envelope (errors.py), not FastAPI's 422:
+    drop the 422 entries FastAPI documents by default."""
+    build = app.openapi
+
+    def openapi():
+        if app.openapi_schema is None:
+            schema = build()
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    operation.get("responses", {}).pop("422", None)
+            schema.get("components", {}).get("schemas", {}).pop("HTTPValidationError", None)
+            schema.get("components", {}).get("schemas", {}).pop("ValidationError", None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi

@@ -3,7 +3,9 @@
 JWT rules (docs/protocol.md, "Authentication"): signature checked with the configured
 PEM public key, algorithms RS256/RS512 (RSA key) or ES256/ES512 (EC key) only —
 ``none`` and HMAC are never accepted, so the classic "HS256 signed with the public
-key" forgery fails. ``exp`` is checked with ``Settings.jwt_leeway_s`` of leeway.
+key" forgery fails. ``exp`` and ``nbf`` are checked with ``Settings.jwt_leeway_s`` of
+leeway. A token whose ``jti`` was revoked (admin API ``POST /api/tokens/revoke``) is
+refused by the routes (they ask storage, so revocation reaches every process).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Grant:
     layer: str
     user_id: str | None
     permissions: frozenset[str]
+    jti: str | None = None
 
     def require(self, document_id: str, layer: str | None, permission: str) -> None:
         """Raise 403 unless the grant covers ``document_id``, ``layer`` (None = any)
@@ -76,7 +79,9 @@ class JwtVerifier:
         try:
             claims = jwt.decode(token.strip(), self._key, algorithms=self._algorithms,
                                 leeway=self._leeway_s,
-                                options={"require": ["document_id"], "verify_aud": False})
+                                options={"require": ["document_id"], "verify_aud": False,
+                                         "verify_exp": True, "verify_nbf": True,
+                                         "verify_iat": True})
         except jwt.ExpiredSignatureError:
             raise access_denied("token expired") from None
         except (jwt.PyJWTError, ValueError, TypeError) as exc:
@@ -89,6 +94,9 @@ def _grant_from_claims(claims: dict) -> Grant:
     layer = claims.get("layer", claims.get("layer_name", ""))
     user_id = claims.get("user_id")
     permissions = claims.get("permissions", list(ALL_PERMISSIONS))
+    jti = claims.get("jti")
+    if jti is not None and not isinstance(jti, str):
+        raise access_denied("claim jti must be a string")
     if not isinstance(document_id, str) or not document_id:
         raise access_denied("claim document_id must be a non-empty string")
     if not isinstance(layer, str):
@@ -97,7 +105,7 @@ def _grant_from_claims(claims: dict) -> Grant:
         raise access_denied("claim user_id must be a string")
     if not isinstance(permissions, list) or not all(isinstance(p, str) for p in permissions):
         raise access_denied("claim permissions must be an array of strings")
-    return Grant(document_id, layer, user_id, frozenset(permissions))
+    return Grant(document_id, layer, user_id, frozenset(permissions), jti)
 
 
 def check_admin_token(authorization: str | None, secret: str | None) -> None:

@@ -36,11 +36,16 @@ def _parser() -> argparse.ArgumentParser:
                        help="TCP port; 0 picks a free one (default 8787)")
     serve.add_argument("--port-file", type=Path, default=_env("PORT_FILE"),
                        help="write the bound port to this file once ready")
-    serve.add_argument("--db", type=Path, help="SQLite file (default layersync.sqlite)")
+    serve.add_argument("--config", type=Path, help="TOML config file (flags and environment win)")
+    serve.add_argument("--db", help="SQLite file (default layersync.sqlite) or a PostgreSQL URL "
+                                    "postgresql://user@host:port/db")
     serve.add_argument("--public-key", type=Path, help="PEM public key verifying client JWTs")
     serve.add_argument("--admin-token", help="secret of the admin API")
     serve.add_argument("--max-request-bytes", type=int)
     serve.add_argument("--max-wait-s", type=int)
+    serve.add_argument("--max-upload-bytes", type=int)
+    serve.add_argument("--history-versions", type=int, help="versions kept per record (default 20)")
+    serve.add_argument("--jwt-leeway-s", type=int)
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
 
     keygen = sub.add_parser("keygen", help="write private.pem and public.pem")
@@ -67,10 +72,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(args) -> int:
     from layersync_server.server import serve  # imports uvicorn; keep other commands light
-    settings = Settings.from_env(db_path=args.db, public_key_path=args.public_key,
+    settings = Settings.from_env(config_file=args.config, db_path=args.db,
+                                 public_key_path=args.public_key,
                                  admin_token=args.admin_token,
                                  max_request_bytes=args.max_request_bytes,
-                                 max_wait_s=args.max_wait_s)
+                                 max_upload_bytes=args.max_upload_bytes,
+                                 max_wait_s=args.max_wait_s,
+                                 history_versions=args.history_versions,
+                                 jwt_leeway_s=args.jwt_leeway_s)
     serve(settings, host=args.host, port=args.port, port_file=args.port_file,
           log_level=args.log_level)
     return 0

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from layersync_server.auth import JwtVerifier
-from layersync_server.errors import invalid_request, payload_too_large
+from layersync_server.errors import invalid_request, not_found, payload_too_large
+from layersync_server.ids import is_valid_document_id, is_valid_layer_name
 from layersync_server.notify import LayerNotifier
 from layersync_server.settings import Settings
 from layersync_server.storage import Storage
@@ -39,7 +40,56 @@ def layer_from_segment(segment: str) -> str:
     """
     if segment == "":
         raise invalid_request("layer segment is empty; the default layer is written '~'")
-    return "" if segment == DEFAULT_LAYER_SEGMENT else segment
+    name = "" if segment == DEFAULT_LAYER_SEGMENT else segment
+    if not is_valid_layer_name(name):
+        raise invalid_request("layer name must be 1..128 characters without control characters, "
+                              "'/' or '\\', and not '.', '..' or '~'")
+    return name
+
+
+def check_document_id(document_id: str) -> str:
+    """Validate a ``{document_id}`` path segment.
+
+    Raises:
+        ApiError: 400 when it is not 1..128 characters, or holds ``/``, ``\\``, control
+            characters, or is ``.``, ``..`` or ``~``.
+    """
+    if not is_valid_document_id(document_id):
+        raise invalid_request("document id must be 1..128 characters without control characters, "
+                              "'/' or '\\', and not '.', '..' or '~'")
+    return document_id
+
+
+def no_document(document_id: str):
+    """404 ``not_found`` for a missing document."""
+    return not_found(f"no document {document_id!r}")
+
+
+async def commit(ctx: "AppContext", document_id: str, layer: str, work):
+    """Run ``work(writer)`` in one write transaction on the layer (in a worker thread),
+    then wake the layer's long-polls if the revision moved. Returns
+    ``(layer_state_after, work_result)``.
+
+    Raises:
+        ApiError: 404 when the document does not exist; whatever ``work`` raises.
+    """
+    from starlette.concurrency import run_in_threadpool
+
+    from layersync_server.storage import DocumentNotFound
+
+    def run():
+        with ctx.storage.write_layer(document_id, layer) as writer:
+            before = writer.layer.revision
+            result = work(writer)
+            return writer.layer, before, result
+
+    try:
+        state, before, result = await run_in_threadpool(run)
+    except DocumentNotFound:
+        raise no_document(document_id) from None
+    if state.revision != before:
+        await ctx.notifier.published(document_id, layer, state.revision)
+    return state, result
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:

@@ -16,6 +16,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,34 @@ _CODE_FOR_STATUS = {
     413: "payload_too_large",
     426: "old_client",
 }
+
+
+class ErrorBody(BaseModel):
+    """The inside of the envelope."""
+
+    code: str = Field(description="stable machine-readable code, e.g. invalid_request")
+    message: str = Field(description="human-readable explanation")
+    details: dict = Field(default_factory=dict, description="code-specific details")
+
+
+class ErrorEnvelope(BaseModel):
+    """``{"error": {"code", "message", "details"}}`` — the body of every non-2xx response."""
+
+    error: ErrorBody
+
+
+def error_responses(*statuses: int) -> dict:
+    """OpenAPI ``responses`` entries documenting the envelope for ``statuses``."""
+    descriptions = {400: "invalid request", 401: "no credentials", 403: "access denied",
+                    404: "not found", 409: "conflict", 413: "payload too large",
+                    416: "range not satisfiable", 426: "client protocol too old",
+                    500: "internal server error"}
+    return {status: {"model": ErrorEnvelope, "description": descriptions.get(status, "error")}
+            for status in statuses}
+
+
+#: Errors any route may answer.
+COMMON_ERROR_RESPONSES = error_responses(400, 401, 403, 404, 413, 426)
 
 
 class ApiError(Exception):

@@ -24,6 +24,33 @@ def is_valid_record_id(value: object) -> bool:
             and not _CONTROL.search(value))
 
 
+def is_valid_document_id(value: object) -> bool:
+    """Document ids: a record id that is also a safe path segment (no ``/``, ``\\``,
+    ``.``/``..`` and not ``~``)."""
+    return (is_valid_record_id(value) and "/" not in value and "\\" not in value
+            and value not in (".", "..", "~"))
+
+
+#: Longest layer name, characters.
+MAX_LAYER_CHARS = 128
+
+
+def is_valid_layer_name(value: object) -> bool:
+    """Layer names: ``""`` (default layer) or 1..128 characters without control
+    characters, ``/`` or ``\\``, not ``.``, ``..`` or ``~``."""
+    return isinstance(value, str) and (value == "" or (
+        len(value) <= MAX_LAYER_CHARS and not _CONTROL.search(value) and "/" not in value
+        and "\\" not in value and value not in (".", "..", "~")))
+
+
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def is_sha256_hex(value: object) -> bool:
+    """64 lower-case hex digits."""
+    return isinstance(value, str) and bool(_SHA256_HEX.match(value))
+
+
 def is_valid_pdf_name_id(value: str) -> bool:
     """True when a PDF ``/NM`` value can be used as a record id as-is."""
     return bool(_PDF_NAME_ID.match(value))

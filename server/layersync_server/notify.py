@@ -1,9 +1,11 @@
 """Wake-ups for long-polls: one :class:`asyncio.Condition` per layer, in process.
 
-The sync route calls :meth:`LayerNotifier.published` after it commits; long-poll
-requests wait in :meth:`LayerNotifier.wait_past` without touching the database. A
-multi-process deployment would feed ``published`` from PostgreSQL LISTEN/NOTIFY
-(ARCHITECTURE.md §10); the waiting side stays the same.
+Every route that writes calls :meth:`LayerNotifier.published` after it commits;
+long-poll requests wait in :meth:`LayerNotifier.wait_past` without touching the
+database or holding a thread, so one process holds thousands of idle long-polls.
+With PostgreSQL, the storage's change feed (LISTEN/NOTIFY, ARCHITECTURE.md §10)
+also calls ``published`` for commits made by other processes; the waiting side is
+the same.
 
 All methods must be called on the event loop thread.
 """
@@ -38,6 +40,18 @@ class LayerNotifier:
         async with signal.condition:
             signal.revision = max(signal.revision, revision)
             signal.condition.notify_all()
+
+    @property
+    def open_waits(self) -> int:
+        """Long-polls currently waiting (the ``open long-polls`` metric)."""
+        return sum(signal.waiters for signal in self._signals.values())
+
+    async def wake_all(self) -> None:
+        """Wake every waiter so it re-reads storage (after a gap in the change feed)."""
+        for signal in list(self._signals.values()):
+            async with signal.condition:
+                signal.revision = max(signal.revision, 1 << 62)
+                signal.condition.notify_all()
 
     async def wait_past(self, document_id: str, layer: str, since: int, known_revision: int,
                         timeout_s: float) -> bool:

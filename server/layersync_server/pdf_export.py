@@ -8,10 +8,11 @@ so a re-import finds the same id. Every other original annotation (deleted or
 changed record, or a layer that never had it) is removed with its Popup. Then every
 live record not kept is written as a new annotation from its Instant JSON.
 
-Not written (yet): ``pspdfkit/widget`` records (a live widget record keeps its
-original PDF widget even when changed; new widgets are skipped),
-``pspdfkit/file`` records whose file is not in the original PDF, comments and types
-without a PDF mapping. No appearance streams are generated for new annotations.
+Widgets: a live widget record keeps its original PDF widget even when changed, but a
+changed ``value`` is written into the form field (``/V``; ``/AS`` for buttons). New
+widgets are skipped. ``pspdfkit/file`` records get their file from the original PDF
+or from the document's uploaded attachments (embedded as a new ``/Filespec``).
+Not written: comments and types without a PDF mapping. No appearance streams are generated for new annotations.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pikepdf
 from pikepdf import Array, Dictionary, Name
 
 from layersync_server.pdf_geometry import PageSpace
-from layersync_server.pdf_import import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT,
+from layersync_server.pdf_import import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT, field_node,
                                          embedded_file_bytes, open_pdf, read_annotations)
 from layersync_server.pdf_values import (default_appearance, encode_text, hex_to_rgb,
                                          iso_to_pdf_date)
@@ -45,8 +46,12 @@ class ExportResult:
     skipped: list[str]
 
 
-def export_pdf(original: bytes, contents: list[dict]) -> ExportResult:
+def export_pdf(original: bytes, contents: list[dict],
+               stored_attachments: dict[str, bytes] | None = None) -> ExportResult:
     """Return ``original`` with the annotations of ``contents`` (live record contents).
+
+    ``stored_attachments`` (SHA-256 hex → bytes) provides the embedded files of new
+    ``pspdfkit/file`` records whose ``fileAttachmentId`` is not already in the PDF.
 
     Raises:
         PdfImportError: ``original`` is not a readable PDF.
@@ -60,10 +65,19 @@ def export_pdf(original: bytes, contents: list[dict]) -> ExportResult:
         kept = {a.id for a in imported if a.id in live
                 and (live[a.id] == a.content or live[a.id].get("type") not in WRITERS)}
         attachments = _attachments(imported)
+        for content in contents:  # uploaded attachments of new file annotations
+            file_id = content.get("fileAttachmentId")
+            if content.get("type") == "pspdfkit/file" and file_id not in attachments \
+                    and file_id in (stored_attachments or {}):
+                attachments[file_id] = _embedded_file_spec(
+                    pdf, str(content.get("fileName") or "attachment"), stored_attachments[file_id])
         removed = [a for a in imported if a.id not in kept]
         for a in imported:
             if a.id in kept:
                 a.obj[Name.NM] = encode_text(a.id)
+                if a.content.get("type") == "pspdfkit/widget" \
+                        and live[a.id].get("value") != a.content.get("value"):
+                    _write_field_value(pdf, a.obj, live[a.id].get("value"))
         _remove(pdf, {(a.page_index, a.annot_index) for a in removed}, [a.obj for a in removed])
         written, skipped = 0, []
         for content in contents:
@@ -273,6 +287,43 @@ def _w_file(annot, c, space, attachments):
     if c.get("iconName"):
         annot.Name = Name("/" + c["iconName"])
     return True
+
+
+def _write_field_value(pdf: pikepdf.Pdf, widget: Dictionary, value) -> None:
+    """Set a widget's form field value (``/V`` on the field that has the name).
+
+    Buttons get a name value and the widget's ``/AS`` follows (``/Off`` when the value
+    is not one of its appearance states); text and choice fields get text, and the
+    form asks viewers to rebuild appearances (``/NeedAppearances``).
+    """
+    field = field_node(widget, "/T") or widget
+    type_node = field_node(widget, "/FT")
+    is_button = type_node is not None and str(type_node.FT) == "/Btn"
+    if value is None:
+        if "/V" in field:
+            del field["/V"]
+    elif is_button:
+        field.V = Name("/" + str(value))
+        states = widget.get("/AP", {}).get("/N") if isinstance(widget.get("/AP"), Dictionary) else None
+        if isinstance(states, Dictionary):
+            widget.AS = Name("/" + str(value)) if ("/" + str(value)) in states else Name.Off
+    elif isinstance(value, list):
+        field.V = Array([encode_text(str(v)) for v in value])
+    else:
+        field.V = encode_text(str(value))
+    acroform = pdf.Root.get("/AcroForm")
+    if isinstance(acroform, Dictionary) and not is_button:
+        acroform.NeedAppearances = True
+
+
+def _embedded_file_spec(pdf: pikepdf.Pdf, name: str, data: bytes) -> pikepdf.Object:
+    """An indirect ``/Filespec`` embedding ``data`` under ``name`` (``/F`` and ``/UF``)."""
+    stream = pikepdf.Stream(pdf, data)
+    stream[Name.Type] = Name.EmbeddedFile
+    stream[Name.Params] = Dictionary(Size=len(data))
+    return pdf.make_indirect(Dictionary(Type=Name.Filespec, F=encode_text(name), UF=encode_text(name),
+                                        EF=Dictionary(F=pdf.make_indirect(stream),
+                                                      UF=pdf.make_indirect(stream))))
 
 
 def _w_link(annot, c, space, _):

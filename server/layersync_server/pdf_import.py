@@ -66,6 +66,8 @@ class ImportedDocument:
     page_count: int
     title: str | None
     annotations: list[ImportedAnnotation]
+    #: Embedded files of file annotations: SHA-256 hex → bytes (``fileAttachmentId``).
+    attachments: dict[str, bytes] = None
 
     @property
     def records(self) -> list[dict]:
@@ -81,6 +83,8 @@ def open_pdf(data: bytes) -> pikepdf.Pdf:
         pdf = pikepdf.open(io.BytesIO(data))
         len(pdf.pages)  # forces the page tree to load
         return pdf
+    except pikepdf.PasswordError:
+        raise PdfImportError("PDF is encrypted and needs a password; upload it decrypted") from None
     except (pikepdf.PdfError, ValueError, RuntimeError) as exc:
         raise PdfImportError(f"cannot read PDF: {exc}") from None
 
@@ -89,11 +93,20 @@ def import_pdf(data: bytes) -> ImportedDocument:
     """Parse ``data`` and convert its annotations. Raises :class:`PdfImportError`."""
     sha256 = hashlib.sha256(data).hexdigest()
     with open_pdf(data) as pdf:
-        annotations = read_annotations(pdf, sha256)
+        try:
+            annotations = read_annotations(pdf, sha256)
+        except (pikepdf.PdfError, KeyError, TypeError, ValueError, AttributeError, IndexError,
+                RecursionError) as exc:
+            raise PdfImportError(f"cannot read the PDF's annotations: {exc}") from None
+        attachments = {}
         for a in annotations:
+            if a.content.get("fileAttachmentId"):
+                data_bytes = embedded_file_bytes(a.obj.get("/FS"))
+                if data_bytes is not None:
+                    attachments[a.content["fileAttachmentId"]] = data_bytes
             a.obj = None  # the Pdf closes; keep only plain data
         title = decode_text(pdf.docinfo.get("/Title")) if pdf.trailer.get("/Info") is not None else None
-        return ImportedDocument(sha256, len(pdf.pages), title or None, annotations)
+        return ImportedDocument(sha256, len(pdf.pages), title or None, annotations, attachments)
 
 
 def read_annotations(pdf: pikepdf.Pdf, sha256: str) -> list[ImportedAnnotation]:
@@ -316,10 +329,41 @@ def _field_name(annot) -> str | None:
     return ".".join(reversed(parts)) or None
 
 
+def field_node(annot, key: str):
+    """The nearest of ``annot`` and its ``/Parent`` chain that holds ``key`` (form
+    field attributes are inheritable), or None."""
+    node, seen = annot, 0
+    while isinstance(node, pikepdf.Dictionary) and seen < 64:
+        if key in node:
+            return node
+        node, seen = node.get("/Parent"), seen + 1
+    return None
+
+
+def _pdf_value(value):
+    if isinstance(value, pikepdf.Name):
+        return str(value)[1:]
+    if isinstance(value, pikepdf.Array):
+        return [_pdf_value(v) for v in value]
+    if isinstance(value, pikepdf.String):
+        return decode_text(value)
+    return None
+
+
+FIELD_TYPES = {"/Tx": "text", "/Btn": "button", "/Ch": "choice", "/Sig": "signature"}
+
+
 def _widget(annot, space):
-    return "pspdfkit/widget", {"formFieldName": _field_name(annot),
-                               "rotation": int(annot.get("/MK", {}).get("/R", 0)) % 360
-                               if isinstance(annot.get("/MK"), pikepdf.Dictionary) else 0}
+    extra = {"formFieldName": _field_name(annot),
+             "rotation": int(annot.get("/MK", {}).get("/R", 0)) % 360
+             if isinstance(annot.get("/MK"), pikepdf.Dictionary) else 0}
+    type_node = field_node(annot, "/FT")
+    if type_node is not None and str(type_node.FT) in FIELD_TYPES:
+        extra["formFieldType"] = FIELD_TYPES[str(type_node.FT)]
+    value_node = field_node(annot, "/V")
+    if value_node is not None and _pdf_value(value_node.V) is not None:
+        extra["value"] = _pdf_value(value_node.V)  # the form field's value (/V)
+    return "pspdfkit/widget", extra
 
 
 Converter = Callable[[pikepdf.Dictionary, PageSpace], tuple[str, dict]]

@@ -18,6 +18,7 @@ from pathlib import Path
 import uvicorn
 
 from layersync_server.app import create_app
+from layersync_server.observability import configure_logging
 from layersync_server.settings import Settings
 
 READY_PREFIX = "layersync-server listening on "
@@ -56,8 +57,9 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 0,
     sock = bind(host, port)
     actual_port = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
+    configure_logging(log_level)
     config = uvicorn.Config(create_app(settings), log_level=log_level, lifespan="on",
-                            timeout_graceful_shutdown=2)
+                            timeout_graceful_shutdown=2, access_log=False, log_config=None)
     server = _AnnouncingServer(config, f"http://{url_host}:{actual_port}", actual_port, port_file)
     try:
         server.run(sockets=[sock])

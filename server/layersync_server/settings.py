@@ -1,14 +1,18 @@
-"""Server settings: one immutable dataclass, filled from CLI flags or environment.
+"""Server settings: one immutable dataclass, filled from a config file, the
+environment and CLI flags (flags win over the environment, which wins over the file).
 
 Environment variables are ``LAYERSYNC_SERVER_<FIELD>`` in upper case, e.g.
 ``LAYERSYNC_SERVER_DB``, ``LAYERSYNC_SERVER_PUBLIC_KEY``, ``LAYERSYNC_SERVER_ADMIN_TOKEN``,
-``LAYERSYNC_SERVER_MAX_REQUEST_BYTES``.
+``LAYERSYNC_SERVER_MAX_REQUEST_BYTES``. The config file (``--config`` or
+``LAYERSYNC_SERVER_CONFIG``) is TOML whose keys are the field names (``db``,
+``public_key`` and dashes are accepted too), at top level or under ``[server]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +28,9 @@ class Settings:
     """Everything :func:`layersync_server.app.create_app` needs.
 
     Attributes:
-        db_path: SQLite database file (created if missing). ``":memory:"`` is not
-            supported because each worker thread opens its own connection.
+        db_path: SQLite database file (created if missing), or a PostgreSQL URL
+            (``postgresql://user@host:port/db``) to share one database between several
+            server processes. ``":memory:"`` is not supported.
         public_key_path: PEM public key (RSA or EC) that verifies client JWTs. ``None``
             means every sync request is refused with 403.
         admin_token: secret of the admin API (``Authorization: Token token="..."``);
@@ -35,10 +40,11 @@ class Settings:
         max_page_records: page size cap of ``records``/``changes``/``sync``.
         max_wait_s: cap of the long-poll ``wait`` parameter, seconds.
         jwt_leeway_s: clock skew tolerated on ``exp``, seconds.
+        history_versions: versions kept per record for history/rollback/restore.
         protocol_min / protocol_max: supported ``LayerSync-Protocol`` range.
     """
 
-    db_path: Path = Path("layersync.sqlite")
+    db_path: Path | str = Path("layersync.sqlite")
     public_key_path: Path | None = None
     admin_token: str | None = None
     max_request_bytes: int = 4 * 1024 * 1024
@@ -46,6 +52,7 @@ class Settings:
     max_page_records: int = 1000
     max_wait_s: int = 60
     jwt_leeway_s: int = 30
+    history_versions: int = 20
     protocol_min: int = PROTOCOL_MIN
     protocol_max: int = PROTOCOL_MAX
 
@@ -61,10 +68,13 @@ class Settings:
         """
         environ = os.environ if environ is None else environ
         values: dict[str, object] = {}
+        config_file = overrides.pop("config_file", None) or environ.get(ENV_PREFIX + "CONFIG")
+        if config_file:
+            values.update(load_config_file(Path(config_file)))
         for field in dataclasses.fields(cls):
             raw = environ.get(ENV_PREFIX + field.name.upper())
             if field.name == "db_path" and raw is None:
-                raw = environ.get(ENV_PREFIX + "DB")
+                raw = environ.get(ENV_PREFIX + "DB", environ.get(ENV_PREFIX + "DATABASE_URL"))
             if field.name == "public_key_path" and raw is None:
                 raw = environ.get(ENV_PREFIX + "PUBLIC_KEY")
             if raw is not None:
@@ -75,8 +85,35 @@ class Settings:
         return cls(**values)
 
 
+_ALIASES = {"db": "db_path", "database": "db_path", "database_url": "db_path",
+            "public_key": "public_key_path"}
+
+
+def load_config_file(path: Path) -> dict[str, object]:
+    """Settings from a TOML file (see module docs).
+
+    Raises:
+        ValueError: unknown key, bad value or not TOML. OSError: unreadable.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    data = data.get("server", data)
+    names = {f.name for f in dataclasses.fields(Settings)}
+    values: dict[str, object] = {}
+    for key, value in data.items():
+        name = _ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
+        if name not in names:
+            raise ValueError(f"{path}: unknown setting {key!r}")
+        values[name] = _convert(name, str(value)) if not isinstance(value, bool) else value
+    return values
+
+
 def _convert(name: str, raw: str) -> object:
-    if name in ("db_path", "public_key_path"):
+    if name == "db_path":
+        return raw if raw.startswith(("postgres://", "postgresql://")) else Path(raw)
+    if name == "public_key_path":
         return Path(raw)
     if name == "admin_token":
         return raw

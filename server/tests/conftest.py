@@ -20,6 +20,17 @@ import pytest
 
 from layersync_server.tokens import generate_keypair, mint_token
 
+def _raise_open_files_limit(wanted: int = 8192) -> None:
+    """Long-poll tests hold 1,000+ sockets on each side; servers inherit this limit."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+_raise_open_files_limit()
+
 CORPUS = Path(os.environ.get("LAYERSYNC_CORPUS", "/work/shared/corpus/pdf"))
 ADMIN_TOKEN = "test-admin-secret"
 MAX_REQUEST_BYTES = 64 * 1024
@@ -75,27 +86,74 @@ class Server:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Server:
-    tmp = tmp_path_factory.mktemp("server")
-    private_pem, public_pem = generate_keypair("ES256")
-    (tmp / "public.pem").write_bytes(public_pem)
-    port_file = tmp / "port"
+def pg_cluster():
+    """A throwaway PostgreSQL cluster (see pgcluster.py); skipped only when the
+    PostgreSQL server binaries are not installed."""
+    from pgcluster import PgCluster, find_bin_dir
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql); "
+                    "PostgreSQL tests need initdb and pg_ctl")
+    cluster = PgCluster(bin_dir)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster) -> str:
+    """URL of a fresh, empty database in the session's cluster."""
+    return pg_cluster.create_database("t_" + uuid.uuid4().hex[:20])
+
+
+def start_server(tmp: Path, db: str, private_pem: bytes, public_key_path: Path,
+                 *extra_args: str, stderr_path: Path | None = None,
+                 env: dict | None = None) -> tuple[subprocess.Popen, Server]:
+    """Start ``python -m layersync_server serve --port 0`` and wait for its ready line.
+    stderr goes to ``stderr_path`` when given (read it after stopping), else a pipe."""
+    port_file = tmp / f"port-{uuid.uuid4().hex[:8]}"
     process = subprocess.Popen(
         [sys.executable, "-m", "layersync_server", "serve", "--port", "0",
-         "--db", str(tmp / "db.sqlite"), "--public-key", str(tmp / "public.pem"),
+         "--db", db, "--public-key", str(public_key_path),
          "--admin-token", ADMIN_TOKEN, "--max-request-bytes", str(MAX_REQUEST_BYTES),
-         "--max-wait-s", "10", "--port-file", str(port_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 20
+         "--max-wait-s", "10", "--port-file", str(port_file), *extra_args],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+        stderr=subprocess.PIPE if stderr_path is None else stderr_path.open("w"))
     line = process.stdout.readline()
-    assert line.startswith(READY), (line, process.stderr.read() if process.poll() is not None else "")
-    assert time.monotonic() < deadline
-    url = line[len(READY):].strip()
-    instance = Server(url, private_pem, tmp / "public.pem", port_file)
-    yield instance
+    assert line.startswith(READY), (line, process.stderr.read() if process.poll() is not None
+                                    and process.stderr else "")
+    return process, Server(line[len(READY):].strip(), private_pem, public_key_path, port_file)
+
+
+def stop_server(process: subprocess.Popen, instance: Server) -> None:
     instance.http.close()
     process.terminate()
-    process.wait(timeout=10)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory) -> tuple[bytes, Path]:
+    """An ES256 key pair: (private PEM, path of the public PEM)."""
+    tmp = tmp_path_factory.mktemp("keys")
+    private_pem, public_pem = generate_keypair("ES256")
+    (tmp / "public.pem").write_bytes(public_pem)
+    return private_pem, tmp / "public.pem"
+
+
+@pytest.fixture(scope="session")
+def server(request, tmp_path_factory, keys) -> Server:
+    """The shared server: SQLite, or PostgreSQL when LAYERSYNC_TEST_BACKEND=postgres
+    (the whole HTTP suite then runs against a throwaway PostgreSQL cluster)."""
+    tmp = tmp_path_factory.mktemp("server")
+    db = str(tmp / "db.sqlite")
+    if os.environ.get("LAYERSYNC_TEST_BACKEND") == "postgres":
+        db = request.getfixturevalue("pg_cluster").create_database("shared_" + uuid.uuid4().hex[:12])
+    process, instance = start_server(tmp, db, *keys)
+    yield instance
+    stop_server(process, instance)
 
 
 def note(text: str = "hello", **extra) -> dict:

@@ -1,6 +1,7 @@
 """Conformance tests of the Storage interface, run against every backend.
 
-A new backend (PostgreSQL) is added to ``BACKENDS`` and must pass unchanged.
+Each test runs once on SQLite and once on PostgreSQL (a throwaway cluster, see
+``pgcluster.py``); a new backend is added to ``BACKENDS`` and must pass unchanged.
 """
 
 from __future__ import annotations
@@ -10,15 +11,25 @@ import threading
 import pytest
 
 from layersync_server.changes import apply_changes
-from layersync_server.storage import DocumentExists, DocumentNotFound, NewDocument
-from layersync_server.storage.sqlite import SqliteStorage
+from layersync_server.storage import (DocumentExists, DocumentNotFound, LayerExists, NewDocument,
+                                      open_storage)
+from layersync_server.storage.sql import SCHEMA_VERSION
 
-BACKENDS = {"sqlite": lambda tmp_path: SqliteStorage(tmp_path / "store.sqlite")}
+
+def _sqlite(request, tmp_path):
+    return open_storage(tmp_path / "store.sqlite", history_versions=3)
+
+
+def _postgres(request, tmp_path):
+    return open_storage(request.getfixturevalue("pg_url"), history_versions=3)
+
+
+BACKENDS = {"sqlite": _sqlite, "postgres": _postgres}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def storage(request, tmp_path):
-    backend = BACKENDS[request.param](tmp_path)
+    backend = BACKENDS[request.param](request, tmp_path)
     backend.create_document(NewDocument("d", "Doc", b"%PDF-1.4 fake", "00" * 32, 1,
                                         [{"id": "i1", "v": 2}, {"id": "i2", "v": 2}]))
     yield backend
@@ -33,6 +44,7 @@ def test_import_creates_default_layer_records(storage):
         storage.create_document(NewDocument("d", "x", b"", "", 0))
     assert storage.read_pdf("d") == b"%PDF-1.4 fake"
     assert [d.document_id for d in storage.list_documents()] == ["d"]
+    assert storage.count_documents() == 1
 
 
 def test_layers_epochs_and_missing_documents(storage):
@@ -43,6 +55,7 @@ def test_layers_epochs_and_missing_documents(storage):
         storage.ensure_layer("nope", "")
     with pytest.raises(DocumentNotFound):
         storage.list_records("nope", "", 0, 10, True)
+    assert storage.get_layer("d", "never") is None
 
 
 def test_writer_revisions_tombstones_and_rollback(storage):
@@ -62,6 +75,8 @@ def test_writer_revisions_tombstones_and_rollback(storage):
         assert writer.layer.revision == 4
     delta = storage.list_records("d", "", 2, 10, include_tombstones=True, exclude_revisions=frozenset({3}))
     assert [(r.id, r.deleted) for r in delta.records] == [("i1", True)]
+    deleted = storage.list_records("d", "", 0, 10, include_tombstones=True, only_tombstones=True)
+    assert [r.id for r in deleted.records] == ["i1"]
 
 
 def test_concurrent_writers_get_unique_revisions(storage):
@@ -77,3 +92,49 @@ def test_concurrent_writers_get_unique_revisions(storage):
         t.join()
     revisions = [r.revision for r in storage.iter_records("d", "")]
     assert len(revisions) == len(set(revisions)) == 82 and max(revisions) == 82
+
+
+def test_history_keeps_the_last_n_versions(storage):
+    for text in ("a", "b", "c", "d"):
+        with storage.write_layer("d", "") as writer:
+            writer.put_record("i1", {"id": "i1", "text": text}, "u")
+    with storage.write_layer("d", "") as writer:
+        writer.put_record("i1", None, "u")
+        history = writer.history("i1")
+    assert [h.revision for h in history] == [7, 6, 5]  # history_versions=3
+    assert history[0].deleted and history[1].content["text"] == "d"
+
+
+def test_layer_create_list_delete(storage):
+    created = storage.create_layer("d", "review", [{"id": "r1", "v": 2}], "u")
+    assert created.revision == 1
+    with pytest.raises(LayerExists):
+        storage.create_layer("d", "review", [])
+    assert [layer.name for layer in storage.list_layers("d")] == ["", "review"]
+    assert storage.count_records("d", "review") == 1
+    assert storage.delete_layer("d", "review") and not storage.delete_layer("d", "review")
+    again = storage.ensure_layer("d", "review")
+    assert again.revision == 0 and again.epoch != created.epoch
+
+
+def test_attachments_revocation_and_document_delete(storage):
+    assert storage.put_attachment("d", "ab" * 32, "image/png", b"\x89PNG")
+    assert not storage.put_attachment("d", "ab" * 32, "image/png", b"\x89PNG")
+    assert storage.get_attachment("d", "ab" * 32).data == b"\x89PNG"
+    assert storage.get_attachment("d", "cd" * 32) is None
+    with pytest.raises(DocumentNotFound):
+        storage.put_attachment("nope", "ab" * 32, "image/png", b"")
+    assert not storage.is_token_revoked("j1")
+    storage.revoke_token("j1")
+    storage.revoke_token("j1")
+    assert storage.is_token_revoked("j1")
+    assert storage.delete_document("d") and not storage.delete_document("d")
+    assert storage.get_document("d") is None and storage.get_attachment("d", "ab" * 32) is None
+    storage.create_document(NewDocument("d", "again", b"x", "11" * 32, 1))
+    assert storage.list_records("d", "", 0, 10, True).records == []
+
+
+def test_schema_is_versioned(storage):
+    with storage.transaction(write=False) as conn:
+        assert storage.schema_version(conn) == SCHEMA_VERSION
+    storage.migrate()  # idempotent

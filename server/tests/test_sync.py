@@ -16,8 +16,10 @@ def test_info_advertises_protocol_and_limits(server):
     assert body["server"] == "layersync-server"
     assert body["protocol"] == {"min": 1, "max": 1}
     assert body["limits"] == {"max_request_bytes": MAX_REQUEST_BYTES, "max_page_records": 1000,
-                              "max_wait_s": 10}
-    assert set(body["capabilities"]) == {"long-poll", "snapshot-paging"}
+                              "max_wait_s": 10, "max_upload_bytes": 256 * 1024 * 1024,
+                              "history_versions": 20}
+    assert {"long-poll", "snapshot-paging", "attachments", "history", "rollback",
+            "deleted-restore"} <= set(body["capabilities"])
 
 
 def test_old_client_gets_426(server):

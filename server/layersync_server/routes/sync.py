@@ -12,16 +12,19 @@ import json
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from layersync_server import SERVER_NAME, __version__
+from layersync_server import SERVER_NAME, __version__, openapi_bodies
 from layersync_server.auth import Grant
 from layersync_server.changes import apply_changes
-from layersync_server.context import AppContext, get_context, layer_from_segment, read_body
-from layersync_server.errors import ApiError, invalid_request, not_found
-from layersync_server.ids import is_valid_record_id
+from layersync_server.context import (AppContext, check_document_id, commit, get_context,
+                                      layer_from_segment, no_document, read_body)
+from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, access_denied,
+                                     error_responses, invalid_request, not_found)
+from layersync_server.ids import is_sha256_hex, is_valid_record_id
 from layersync_server.storage import DocumentNotFound, RecordPage
 
-router = APIRouter(prefix="/sync/v1")
-CAPABILITIES = ["long-poll", "snapshot-paging"]
+router = APIRouter(prefix="/sync/v1", tags=["sync"], responses=COMMON_ERROR_RESPONSES)
+CAPABILITIES = ["long-poll", "snapshot-paging", "attachments", "history", "rollback",
+                "deleted-restore"]
 _LAYER_PATH = "/documents/{document_id}/layers/{layer:path}"
 
 
@@ -32,10 +35,15 @@ def page_json(page: RecordPage) -> dict:
             "has_more": page.has_more, "next_since": page.next_since}
 
 
-def _grant(request: Request, ctx: AppContext, document_id: str, layer: str | None,
-           permission: str) -> Grant:
+async def _grant(request: Request, ctx: AppContext, document_id: str, layer: str | None,
+                 permission: str) -> Grant:
+    """Verify the JWT and check it grants ``document_id``/``layer``/``permission`` and
+    is not revoked. 401 without a token, 403 otherwise, 400 on a malformed id."""
+    check_document_id(document_id)
     grant = ctx.verifier.verify(request.headers.get("authorization"))
     grant.require(document_id, layer, permission)
+    if grant.jti is not None and await run_in_threadpool(ctx.storage.is_token_revoked, grant.jti):
+        raise access_denied("token revoked")
     return grant
 
 
@@ -56,11 +64,16 @@ async def info(ctx: AppContext = Depends(get_context)) -> dict:
     return {"server": SERVER_NAME, "server_version": __version__,
             "protocol": {"min": s.protocol_min, "max": s.protocol_max},
             "limits": {"max_request_bytes": s.max_request_bytes,
-                       "max_page_records": s.max_page_records, "max_wait_s": s.max_wait_s},
+                       "max_page_records": s.max_page_records, "max_wait_s": s.max_wait_s,
+                       "max_upload_bytes": s.max_upload_bytes,
+                       "history_versions": s.history_versions},
             "capabilities": CAPABILITIES}
 
 
-@router.get("/documents/{document_id}/pdf")
+@router.get("/documents/{document_id}/pdf", response_class=Response,
+            responses={200: {"content": {"application/pdf": {}}, "description": "the PDF"},
+                       206: {"content": {"application/pdf": {}}, "description": "a byte range"},
+                       304: {"description": "not modified"}, **error_responses(416)})
 async def document_pdf(document_id: str, request: Request,
                        ctx: AppContext = Depends(get_context)) -> Response:
     """The PDF bytes with a strong ETag (quoted SHA-256 hex); ``Range`` gives 206.
@@ -68,7 +81,7 @@ async def document_pdf(document_id: str, request: Request,
     Supports ``bytes=N-``, ``bytes=N-M`` and ``bytes=-N``, ``If-Range`` and
     ``If-None-Match`` (304). Needs the ``download`` permission (any layer).
     """
-    _grant(request, ctx, document_id, None, "download")
+    await _grant(request, ctx, document_id, None, "download")
     try:
         data = await run_in_threadpool(ctx.storage.read_pdf, document_id)
     except DocumentNotFound:
@@ -117,7 +130,7 @@ async def layer_records(document_id: str, layer: str, request: Request,
                         ctx: AppContext = Depends(get_context)) -> dict:
     """Snapshot (``since=0``: no tombstones) or delta (tombstones included), paged."""
     name = layer_from_segment(layer)
-    _grant(request, ctx, document_id, name, "read-document")
+    await _grant(request, ctx, document_id, name, "read-document")
     page = await _list(ctx, document_id, name, since, limit, include_tombstones=since > 0)
     return page_json(page)
 
@@ -130,7 +143,7 @@ async def layer_changes(document_id: str, layer: str, request: Request,
     """Long-poll: answer at once if there are records past ``since``, else hold up to
     ``wait`` seconds (capped at ``max_wait_s``) until a commit to the layer."""
     name = layer_from_segment(layer)
-    _grant(request, ctx, document_id, name, "read-document")
+    await _grant(request, ctx, document_id, name, "read-document")
     page = await _list(ctx, document_id, name, since, limit, include_tombstones=True)
     wait_s = min(wait, ctx.settings.max_wait_s)
     if page.records or wait_s <= 0:
@@ -165,36 +178,220 @@ def _parse_sync_body(raw: bytes) -> dict:
             "client_id": body.get("client_id")}
 
 
-@router.post(_LAYER_PATH + "/sync")
+@router.post(_LAYER_PATH + "/sync", openapi_extra=openapi_bodies.SYNC)
 async def layer_sync(document_id: str, layer: str, request: Request,
                      ctx: AppContext = Depends(get_context)) -> dict:
     """Push changes and pull server changes in one round trip (see module docs)."""
     name = layer_from_segment(layer)
-    grant = _grant(request, ctx, document_id, name, "read-document")
+    grant = await _grant(request, ctx, document_id, name, "read-document")
     body = _parse_sync_body(await read_body(request, ctx.settings.max_request_bytes))
     if body["changes"]:
         grant.require(document_id, name, "write")
 
-    def push():
-        with ctx.storage.write_layer(document_id, name) as writer:
-            if body["epoch"] is not None and body["epoch"] != writer.layer.epoch:
-                return writer.layer, None
-            result = apply_changes(writer, body["changes"], grant.user_id)
-            return writer.layer, result  # the layer as of after the writes
+    def push(writer):
+        if body["epoch"] is not None and body["epoch"] != writer.layer.epoch:
+            return None
+        return apply_changes(writer, body["changes"], grant.user_id)
 
-    try:
-        layer_state, result = await run_in_threadpool(push)
-    except DocumentNotFound:
-        raise not_found(f"no document {document_id!r}") from None
+    layer_state, result = await commit(ctx, document_id, name, push)
     if result is None:
         return {"epoch": layer_state.epoch, "revision": layer_state.revision, "accepted": [],
                 "rejected": [], "changes": [], "has_more": False, "next_since": 0,
                 "epoch_changed": True}
-    if result.wrote:
-        await ctx.notifier.published(document_id, name, layer_state.revision)
     page = await _list(ctx, document_id, name, body["since"], None, include_tombstones=True,
                        exclude=frozenset(result.own_revisions))
     return {"epoch": page.layer.epoch, "revision": page.layer.revision,
             "accepted": result.accepted, "rejected": result.rejected,
             "changes": [r.to_wire() for r in page.records],
             "has_more": page.has_more, "next_since": page.next_since, "epoch_changed": False}
+
+
+# -- attachments ---------------------------------------------------------------------------
+
+_ATTACHMENT_PATH = "/documents/{document_id}/attachments/{sha256}"
+
+
+def _check_sha256(sha256: str) -> None:
+    if not is_sha256_hex(sha256):
+        raise invalid_request("attachment id must be the SHA-256 of its bytes, 64 lower-case hex digits")
+
+
+@router.put(_ATTACHMENT_PATH, status_code=201, openapi_extra=openapi_bodies.ATTACHMENT)
+async def put_attachment(document_id: str, sha256: str, request: Request, response: Response,
+                         ctx: AppContext = Depends(get_context)) -> dict:
+    """Store an attachment (image of an image annotation, embedded file) under the
+    SHA-256 of its bytes. The hash is verified (400 ``hash_mismatch`` otherwise).
+    201 when stored, 200 when it already existed. Needs ``write`` (any layer)."""
+    _check_sha256(sha256)
+    await _grant(request, ctx, document_id, None, "write")
+    data = await read_body(request, ctx.settings.max_upload_bytes)
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != sha256:
+        raise ApiError(400, "hash_mismatch", "body does not hash to the attachment id",
+                       {"expected": sha256, "actual": actual})
+    content_type = request.headers.get("content-type") or "application/octet-stream"
+    try:
+        created = await run_in_threadpool(ctx.storage.put_attachment, document_id, sha256,
+                                          content_type, data)
+    except DocumentNotFound:
+        raise no_document(document_id) from None
+    response.status_code = 201 if created else 200
+    return {"sha256": sha256, "size_bytes": len(data), "content_type": content_type}
+
+
+@router.get(_ATTACHMENT_PATH, response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}})
+async def get_attachment(document_id: str, sha256: str, request: Request,
+                         ctx: AppContext = Depends(get_context)) -> Response:
+    """The attachment's bytes with its content type and ``ETag`` (quoted SHA-256).
+    Needs ``read-document`` (any layer). 404 when unknown."""
+    _check_sha256(sha256)
+    await _grant(request, ctx, document_id, None, "read-document")
+    found = await run_in_threadpool(ctx.storage.get_attachment, document_id, sha256)
+    if found is None:
+        raise not_found(f"no attachment {sha256} in document {document_id!r}")
+    return Response(found.data, media_type=found.content_type, headers={"ETag": f'"{sha256}"'})
+
+
+# -- history, rollback, deleted list, restore ------------------------------------------------
+
+async def _json_body(request: Request, ctx: AppContext) -> dict:
+    raw = await read_body(request, ctx.settings.max_request_bytes)
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid_request(f"body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise invalid_request("body must be a JSON object")
+    return body
+
+
+def _check_record_id(record_id: str) -> None:
+    if not is_valid_record_id(record_id):
+        raise invalid_request("record id must be 1..128 characters without control characters")
+
+
+@router.get(_LAYER_PATH + "/records/{record_id}/history")
+async def record_history(document_id: str, layer: str, record_id: str, request: Request,
+                         ctx: AppContext = Depends(get_context)) -> dict:
+    """The kept versions of a record, newest first (the last ``history_versions``).
+    Needs ``read-document``. 404 when the record never existed."""
+    name = layer_from_segment(layer)
+    _check_record_id(record_id)
+    await _grant(request, ctx, document_id, name, "read-document")
+    state = await run_in_threadpool(ctx.storage.get_layer, document_id, name)
+    versions = await run_in_threadpool(ctx.storage.record_history, document_id, name, record_id)
+    if state is None or not versions:
+        raise not_found(f"no history for record {record_id!r}")
+    return {"epoch": state.epoch, "revision": state.revision, "id": record_id,
+            "versions": [v.to_wire() for v in versions]}
+
+
+@router.get(_LAYER_PATH + "/deleted")
+async def deleted_records(document_id: str, layer: str, request: Request,
+                          since: int = Query(0, ge=0), limit: int | None = Query(None, ge=1),
+                          ctx: AppContext = Depends(get_context)) -> dict:
+    """Tombstones of the layer (paged like ``records``); each carries ``last_content``,
+    the content of its newest kept live version (``null`` when none is kept), which
+    ``restore`` brings back. Needs ``read-document``."""
+    name = layer_from_segment(layer)
+    await _grant(request, ctx, document_id, name, "read-document")
+    page_size = min(limit or ctx.settings.max_page_records, ctx.settings.max_page_records)
+    try:
+        page = await run_in_threadpool(ctx.storage.list_records, document_id, name, since,
+                                       page_size, True, frozenset(), True)
+    except DocumentNotFound:
+        raise no_document(document_id) from None
+    body = page_json(page)
+
+    def last_contents():
+        out = []
+        for record in page.records:
+            live = [v for v in ctx.storage.record_history(document_id, name, record.id) if not v.deleted]
+            out.append(live[0].content if live else None)
+        return out
+
+    for entry, content in zip(body["records"], await run_in_threadpool(last_contents)):
+        entry["last_content"] = content
+    return body
+
+
+def _conflict(message: str, server_record) -> ApiError:
+    return ApiError(409, "conflict", message,
+                    {"server_record": server_record.to_wire() if server_record else None})
+
+
+async def _write_version(ctx: AppContext, document_id: str, layer: str, record_id: str,
+                         grant: Grant, body: dict, pick) -> dict:
+    """Shared part of rollback and restore: check ``base_revision``, pick the version
+    with ``pick(current, history)``, write its content as a new revision."""
+    base = body.get("base_revision")
+    if base is not None and (not isinstance(base, int) or isinstance(base, bool)):
+        raise invalid_request("base_revision must be an integer")
+
+    def work(writer):
+        current = writer.get_record(record_id)
+        if current is None:
+            raise not_found(f"no record {record_id!r}")
+        if base is not None and current.revision != base:
+            raise _conflict(f"record changed at revision {current.revision}", current)
+        content = pick(current, writer.history(record_id))
+        revision = writer.put_record(record_id, content, grant.user_id)
+        return writer.get_record(record_id) if revision else None
+
+    state, record = await commit(ctx, document_id, layer, work)
+    return {"epoch": state.epoch, "revision": state.revision, "record": record.to_wire()}
+
+
+@router.post(_LAYER_PATH + "/records/{record_id}/rollback", responses=error_responses(409),
+             openapi_extra=openapi_bodies.ROLLBACK)
+async def rollback_record(document_id: str, layer: str, record_id: str, request: Request,
+                          ctx: AppContext = Depends(get_context)) -> dict:
+    """Write the content a record had at ``revision`` (a kept version) as a new
+    revision. Body ``{"revision": R, "base_revision": B?}``; with ``base_revision`` the
+    record must still be at it (409 ``conflict`` otherwise). Works on tombstones too
+    (undelete to that version). 404 when the record or version is not kept; 400 when
+    version R is a deletion. Needs ``write``."""
+    name = layer_from_segment(layer)
+    _check_record_id(record_id)
+    grant = await _grant(request, ctx, document_id, name, "write")
+    body = await _json_body(request, ctx)
+    target = body.get("revision")
+    if not isinstance(target, int) or isinstance(target, bool) or target < 1:
+        raise invalid_request("revision must be a positive integer")
+
+    def pick(_current, history):
+        for version in history:
+            if version.revision == target:
+                if version.deleted:
+                    raise invalid_request(f"revision {target} is a deletion; nothing to roll back to")
+                return version.content
+        raise not_found(f"revision {target} of record {record_id!r} is not kept")
+
+    return await _write_version(ctx, document_id, name, record_id, grant, body, pick)
+
+
+@router.post(_LAYER_PATH + "/records/{record_id}/restore", responses=error_responses(409),
+             openapi_extra=openapi_bodies.RESTORE)
+async def restore_record(document_id: str, layer: str, record_id: str, request: Request,
+                         ctx: AppContext = Depends(get_context)) -> dict:
+    """Bring a deleted record back with the content of its newest kept live version,
+    at a new revision. Body optional ``{"base_revision": B}``. 409 ``conflict`` when
+    the record is not deleted; 404 when it never existed or no live version is kept.
+    Needs ``write``."""
+    name = layer_from_segment(layer)
+    _check_record_id(record_id)
+    grant = await _grant(request, ctx, document_id, name, "write")
+    body = await _json_body(request, ctx)
+
+    def pick(current, history):
+        if not current.deleted:
+            raise _conflict("record is not deleted", current)
+        for version in history:
+            if not version.deleted:
+                return version.content
+        raise not_found(f"no live version of record {record_id!r} is kept")
+
+    return await _write_version(ctx, document_id, name, record_id, grant, body, pick)

@@ -1,19 +1,30 @@
 """Storage backends behind one interface (:class:`~layersync_server.storage.base.Storage`).
 
-Only SQLite exists today; a PostgreSQL backend implements the same two abstract
-classes and runs the same conformance tests (``tests/test_storage.py``).
+SQLite (embedded default, one file) and PostgreSQL (several server processes on one
+database) share their SQL (:mod:`.sql`) and run the same conformance tests
+(``tests/test_storage.py``).
 """
 
-from layersync_server.storage.base import (DocumentExists, DocumentInfo, DocumentNotFound,
-                                           LayerState, LayerWriter, NewDocument, RecordPage,
-                                           Storage, StoredRecord)
+from layersync_server.storage.base import (Attachment, DocumentExists, DocumentInfo,
+                                           DocumentNotFound, LayerExists, LayerState,
+                                           LayerWriter, NewDocument, RecordPage, Storage,
+                                           StoredRecord)
 
 
-def open_storage(url_or_path) -> Storage:
-    """Open the backend for ``url_or_path`` (today: a SQLite file path)."""
+def is_postgres_url(url_or_path) -> bool:
+    """True for ``postgres://`` / ``postgresql://`` URLs."""
+    return str(url_or_path).startswith(("postgres://", "postgresql://"))
+
+
+def open_storage(url_or_path, history_versions: int = 20) -> Storage:
+    """Open the backend for ``url_or_path``: a PostgreSQL URL, else a SQLite file path."""
+    if is_postgres_url(url_or_path):
+        from layersync_server.storage.postgres import PostgresStorage
+        return PostgresStorage(str(url_or_path), history_versions=history_versions)
     from layersync_server.storage.sqlite import SqliteStorage
-    return SqliteStorage(url_or_path)
+    return SqliteStorage(url_or_path, history_versions=history_versions)
 
 
-__all__ = ["DocumentExists", "DocumentInfo", "DocumentNotFound", "LayerState", "LayerWriter",
-           "NewDocument", "RecordPage", "Storage", "StoredRecord", "open_storage"]
+__all__ = ["Attachment", "DocumentExists", "DocumentInfo", "DocumentNotFound", "LayerExists",
+           "LayerState", "LayerWriter", "NewDocument", "RecordPage", "Storage", "StoredRecord",
+           "is_postgres_url", "open_storage"]

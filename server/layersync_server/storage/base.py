@@ -30,6 +30,19 @@ class DocumentExists(Exception):
     """A document with that id already exists (with other bytes)."""
 
 
+class LayerExists(Exception):
+    """A layer with that name already exists."""
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """An attachment's bytes, addressed by the SHA-256 hex of those bytes."""
+
+    sha256: str
+    content_type: str
+    data: bytes
+
+
 @dataclass(frozen=True)
 class StoredRecord:
     """A record as stored. ``content`` is ``None`` for tombstones (``deleted``)."""
@@ -88,8 +101,9 @@ class DocumentInfo:
 
 @dataclass(frozen=True)
 class NewDocument:
-    """A document to create: metadata, the PDF bytes, and the records to import
-    into the default layer (Instant JSON dicts with ``id``), in order."""
+    """A document to create: metadata, the PDF bytes, the records to import into the
+    default layer (Instant JSON dicts with ``id``), in order, and the attachments
+    embedded in the PDF (SHA-256 hex → bytes), stored with it."""
 
     document_id: str
     title: str
@@ -97,6 +111,7 @@ class NewDocument:
     sha256: str
     page_count: int
     records: list[dict] = field(default_factory=list)
+    attachments: dict[str, bytes] = field(default_factory=dict)
 
 
 class LayerWriter(abc.ABC):
@@ -121,6 +136,14 @@ class LayerWriter(abc.ABC):
 
         Increments the layer revision by one. Keeps ``created_by``/``created_at`` of an
         existing row; sets ``updated_by``/``updated_at``.
+        """
+
+    @abc.abstractmethod
+    def history(self, record_id: str) -> list[StoredRecord]:
+        """The kept versions of a record (newest first; tombstones have ``content=None``).
+
+        At most ``history_versions`` versions are kept per record; ``created_*`` fields
+        are not set on versions.
         """
 
     @abc.abstractmethod
@@ -149,8 +172,17 @@ class Storage(abc.ABC):
         """The document's metadata, or ``None``."""
 
     @abc.abstractmethod
-    def list_documents(self) -> list[DocumentInfo]:
-        """All documents, oldest first."""
+    def list_documents(self, offset: int = 0, limit: int | None = None) -> list[DocumentInfo]:
+        """Documents, oldest first, skipping ``offset``, at most ``limit`` (None = all)."""
+
+    @abc.abstractmethod
+    def count_documents(self) -> int:
+        """How many documents exist."""
+
+    @abc.abstractmethod
+    def delete_document(self, document_id: str) -> bool:
+        """Delete a document with its layers, records, history and attachments.
+        Returns False when it did not exist."""
 
     @abc.abstractmethod
     def read_pdf(self, document_id: str) -> bytes:
@@ -165,11 +197,71 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
+    def get_layer(self, document_id: str, layer: str) -> LayerState | None:
+        """The layer, or ``None`` (never creates it)."""
+
+    @abc.abstractmethod
+    def list_layers(self, document_id: str) -> list[LayerState]:
+        """The document's layers by name."""
+
+    @abc.abstractmethod
+    def create_layer(self, document_id: str, layer: str, records: list[dict],
+                     user_id: str | None = None) -> LayerState:
+        """Create a layer (new epoch) holding ``records`` (Instant JSON dicts with ``id``)
+        at revisions 1..N, atomically.
+
+        Raises:
+            LayerExists: the layer exists. DocumentNotFound: no such document.
+        """
+
+    @abc.abstractmethod
+    def delete_layer(self, document_id: str, layer: str) -> bool:
+        """Delete a layer with its records and history. False when it did not exist.
+        Re-creating it later gives a new epoch."""
+
+    @abc.abstractmethod
+    def get_record(self, document_id: str, layer: str, record_id: str) -> StoredRecord | None:
+        """One record (live or tombstone), or ``None``."""
+
+    @abc.abstractmethod
+    def record_history(self, document_id: str, layer: str, record_id: str) -> list[StoredRecord]:
+        """Kept versions of a record, newest first (see :meth:`LayerWriter.history`)."""
+
+    @abc.abstractmethod
+    def layer_record_counts(self, limit: int = 1000) -> list[tuple[str, str, int]]:
+        """``(document_id, layer, live records)`` for at most ``limit`` layers (metrics)."""
+
+    @abc.abstractmethod
+    def count_records(self, document_id: str, layer: str) -> int:
+        """Live records of a layer."""
+
+    @abc.abstractmethod
+    def put_attachment(self, document_id: str, sha256: str, content_type: str, data: bytes) -> bool:
+        """Store an attachment (the caller verified ``sha256``). False if it already existed.
+
+        Raises:
+            DocumentNotFound: no such document.
+        """
+
+    @abc.abstractmethod
+    def get_attachment(self, document_id: str, sha256: str) -> Attachment | None:
+        """An attachment, or ``None``."""
+
+    @abc.abstractmethod
+    def revoke_token(self, jti: str) -> None:
+        """Remember that JWTs with this ``jti`` are revoked."""
+
+    @abc.abstractmethod
+    def is_token_revoked(self, jti: str) -> bool:
+        """True when ``jti`` was revoked."""
+
+    @abc.abstractmethod
     def list_records(self, document_id: str, layer: str, since: int, limit: int,
-                     include_tombstones: bool, exclude_revisions: frozenset[int] = frozenset()
-                     ) -> RecordPage:
+                     include_tombstones: bool, exclude_revisions: frozenset[int] = frozenset(),
+                     only_tombstones: bool = False) -> RecordPage:
         """Records with ``revision > since`` ordered by revision, at most ``limit``,
         from one consistent snapshot. Creates the layer if missing.
+        ``only_tombstones`` lists deleted records only.
 
         ``exclude_revisions`` are skipped (a sync response leaves out the revisions the
         request itself created).
@@ -198,6 +290,12 @@ class Storage(abc.ABC):
             if not page.has_more:
                 return
             since = page.next_since
+
+    def change_feed(self):
+        """An object with ``async run(callback)`` that calls ``await callback(document_id,
+        layer, revision)`` for every layer change committed by *any* process, or ``None``
+        when changes can only come from this process (SQLite)."""
+        return None
 
     def close(self) -> None:
         """Release connections. The default does nothing."""

@@ -1,0 +1,132 @@
+"""Operations: Prometheus metrics, structured (JSON) logs without secrets, /healthz.
+
+Metrics live in a per-app :class:`prometheus_client.CollectorRegistry` (two apps in
+one process stay independent) and are served at ``GET /metrics``:
+
+* ``layersync_http_requests_total{method, route, status}`` — every request, by route
+  template (never the raw path, so ids do not explode cardinality);
+* ``layersync_sync_duration_seconds{endpoint}`` — duration of ``sync``, ``records``
+  and ``changes`` requests (long-polls include their wait);
+* ``layersync_open_long_polls`` — long-polls currently waiting in this process;
+* ``layersync_layer_records{document_id, layer}`` — live records per layer (read from
+  storage at scrape time, at most 1000 layers).
+
+Logs: one JSON object per line on stderr. The access log has method, route, path
+(without the query string), status and duration; a filter replaces anything shaped
+like a JWT or an admin token with ``[redacted]`` in every record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+access_log = logging.getLogger("layersync_server.access")
+_SECRET = re.compile(r'eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*|(?i:token\s+token=)"?[^"\s]*"?'
+                     r'|(?i:bearer)\s+\S+')
+_TIMED = {"/sync", "/records", "/changes"}
+
+
+def redact(text: str) -> str:
+    """``text`` with JWTs, ``Bearer x`` and ``Token token="x"`` replaced by ``[redacted]``."""
+    return _SECRET.sub("[redacted]", text)
+
+
+class RedactingJsonFormatter(logging.Formatter):
+    """Formats records as one JSON object per line, secrets redacted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname.lower(),
+                 "logger": record.name, "message": redact(record.getMessage())}
+        for key in ("method", "route", "path", "status", "duration_ms"):
+            if hasattr(record, key):
+                value = getattr(record, key)
+                entry[key] = redact(value) if isinstance(value, str) else value
+        if record.exc_info:
+            entry["exception"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(level: str) -> None:
+    """Send every log record to stderr as redacted JSON lines at ``level``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingJsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+
+
+class _LayerRecords:
+    def __init__(self, storage):
+        self.storage = storage
+
+    def collect(self):
+        family = GaugeMetricFamily("layersync_layer_records", "Live records per layer",
+                                   labels=["document_id", "layer"])
+        try:
+            for document_id, layer, count in self.storage.layer_record_counts():
+                family.add_metric([document_id, layer], count)
+        except Exception:  # noqa: BLE001 — a scrape must not fail because storage hiccups
+            logging.getLogger(__name__).warning("could not count records for metrics", exc_info=True)
+        yield family
+
+
+class Metrics:
+    """The app's registry and instruments."""
+
+    def __init__(self, notifier, storage):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("layersync_http_requests", "HTTP requests",
+                                ["method", "route", "status"], registry=self.registry)
+        self.sync_duration = Histogram("layersync_sync_duration_seconds",
+                                       "Duration of sync, records and changes requests",
+                                       ["endpoint"], registry=self.registry,
+                                       buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                                                10, 30, 60))
+        open_polls = Gauge("layersync_open_long_polls", "Long-polls waiting in this process",
+                           registry=self.registry)
+        open_polls.set_function(lambda: notifier.open_waits)
+        self.registry.register(_LayerRecords(storage))
+
+
+class ObservabilityMiddleware:
+    """ASGI middleware: counts and times requests and writes the access log."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.monotonic()
+        status = {"code": 500}
+
+        async def send_and_note(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            elapsed = time.monotonic() - started
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.requests.labels(scope["method"], route, str(status["code"])).inc()
+            suffix = route[route.rfind("/"):]
+            if route.startswith("/sync/v1/") and suffix in _TIMED:
+                self.metrics.sync_duration.labels(suffix[1:]).observe(elapsed)
+            access_log.info("%s %s %s", scope["method"], route, status["code"],
+                            extra={"method": scope["method"], "route": route, "path": scope["path"],
+                                   "status": status["code"],
+                                   "duration_ms": round(elapsed * 1000, 2)})

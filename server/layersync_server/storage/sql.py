@@ -1,0 +1,482 @@
+"""The SQL shared by the SQLite and PostgreSQL backends.
+
+:class:`SqlStorage` implements the whole :class:`Storage` interface in portable SQL
+(``?`` placeholders, ``INSERT ... ON CONFLICT``), and a backend subclass supplies
+the dialect: how to get a connection, how to begin a transaction, how to lock one
+layer, the column types, and what to do after a layer changed (PostgreSQL sends a
+``NOTIFY``). Schema changes are versioned migrations (:data:`MIGRATIONS`), applied in
+order at open; the backend stores the version it reached.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+from layersync_server.storage.base import (Attachment, DocumentExists, DocumentInfo,
+                                           DocumentNotFound, LayerExists, LayerState,
+                                           LayerWriter, NewDocument, RecordPage, Storage,
+                                           StoredRecord)
+
+#: Versioned schema migrations: ``(version, statements)``. ``{blob}`` / ``{bigint}`` are
+#: filled in by the dialect. Never edit a released entry; append a new one.
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (1, [
+        """CREATE TABLE IF NOT EXISTS documents (
+            document_id TEXT PRIMARY KEY,
+            title TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            size_bytes {bigint} NOT NULL,
+            page_count INTEGER NOT NULL,
+            annotation_count INTEGER NOT NULL,
+            created_at TEXT NOT NULL,
+            pdf {blob} NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS layers (
+            document_id TEXT NOT NULL REFERENCES documents(document_id) ON DELETE CASCADE,
+            name TEXT NOT NULL,
+            epoch TEXT NOT NULL,
+            revision {bigint} NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (document_id, name))""",
+        """CREATE TABLE IF NOT EXISTS records (
+            document_id TEXT NOT NULL,
+            layer TEXT NOT NULL,
+            id TEXT NOT NULL,
+            revision {bigint} NOT NULL,
+            deleted INTEGER NOT NULL,
+            content TEXT,
+            root_id TEXT,
+            created_by TEXT,
+            updated_by TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (document_id, layer, id),
+            FOREIGN KEY (document_id, layer) REFERENCES layers(document_id, name) ON DELETE CASCADE)""",
+        "CREATE INDEX IF NOT EXISTS records_by_revision ON records(document_id, layer, revision)",
+        """CREATE INDEX IF NOT EXISTS records_by_root ON records(document_id, layer, root_id)
+            WHERE root_id IS NOT NULL""",
+        """CREATE TABLE IF NOT EXISTS change_log (
+            document_id TEXT NOT NULL,
+            layer TEXT NOT NULL,
+            change_id TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            PRIMARY KEY (document_id, layer, change_id),
+            FOREIGN KEY (document_id, layer) REFERENCES layers(document_id, name) ON DELETE CASCADE)""",
+    ]),
+    (2, [
+        """CREATE TABLE IF NOT EXISTS record_versions (
+            document_id TEXT NOT NULL,
+            layer TEXT NOT NULL,
+            id TEXT NOT NULL,
+            revision {bigint} NOT NULL,
+            deleted INTEGER NOT NULL,
+            content TEXT,
+            updated_by TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (document_id, layer, id, revision),
+            FOREIGN KEY (document_id, layer) REFERENCES layers(document_id, name) ON DELETE CASCADE)""",
+        """CREATE TABLE IF NOT EXISTS attachments (
+            document_id TEXT NOT NULL REFERENCES documents(document_id) ON DELETE CASCADE,
+            sha256 TEXT NOT NULL,
+            content_type TEXT NOT NULL,
+            size_bytes {bigint} NOT NULL,
+            data {blob} NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (document_id, sha256))""",
+        """CREATE TABLE IF NOT EXISTS revoked_tokens (
+            jti TEXT PRIMARY KEY,
+            revoked_at TEXT NOT NULL)""",
+    ]),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+_RECORD_COLUMNS = "id, revision, deleted, content, created_by, updated_by, created_at, updated_at"
+_DOCUMENT_COLUMNS = "document_id, title, sha256, size_bytes, page_count, annotation_count, created_at"
+
+
+def now_iso() -> str:
+    """Current UTC time as ISO 8601 with milliseconds and ``Z``."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def dump_json(content: dict) -> str:
+    """Compact JSON; ``ensure_ascii=False`` keeps text as UTF-8 and round-trips exactly."""
+    return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+
+
+def _record(row) -> StoredRecord:
+    return StoredRecord(id=row["id"], revision=row["revision"], deleted=bool(row["deleted"]),
+                        content=None if row["content"] is None else json.loads(row["content"]),
+                        created_by=row["created_by"], updated_by=row["updated_by"],
+                        created_at=row["created_at"], updated_at=row["updated_at"])
+
+
+def _version(row) -> StoredRecord:
+    return StoredRecord(id=row["id"], revision=row["revision"], deleted=bool(row["deleted"]),
+                        content=None if row["content"] is None else json.loads(row["content"]),
+                        updated_by=row["updated_by"], updated_at=row["updated_at"])
+
+
+def _document(row) -> DocumentInfo:
+    return DocumentInfo(**{k: row[k] for k in row.keys()})
+
+
+class SqlLayerWriter(LayerWriter):
+    """LayerWriter over a connection inside a write transaction holding the layer lock."""
+
+    def __init__(self, storage: "SqlStorage", conn, layer: LayerState):
+        self._s = storage
+        self._conn = conn
+        self._layer = layer
+        self.start_revision = layer.revision
+
+    @property
+    def layer(self) -> LayerState:
+        return self._layer
+
+    def _key(self) -> tuple[str, str]:
+        return self._layer.document_id, self._layer.name
+
+    def _q(self, sql: str, params=()):
+        return self._s.execute(self._conn, sql, params)
+
+    def get_record(self, record_id: str) -> StoredRecord | None:
+        row = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? AND id=?",
+                      (*self._key(), record_id)).fetchone()
+        return _record(row) if row else None
+
+    def live_children(self, root_id: str) -> list[StoredRecord]:
+        rows = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
+                       "AND root_id=? AND deleted=0 ORDER BY revision",
+                       (*self._key(), root_id)).fetchall()
+        return [_record(r) for r in rows]
+
+    def put_record(self, record_id: str, content: dict | None, user_id: str | None) -> int:
+        revision = self._layer.revision + 1
+        now = now_iso()
+        root_id = content.get("rootId") if content else None
+        text = None if content is None else dump_json(content)
+        deleted = int(content is None)
+        self._q("INSERT INTO records (document_id, layer, id, revision, deleted, content, root_id,"
+                " created_by, updated_by, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (document_id, layer, id) DO UPDATE SET revision=excluded.revision,"
+                " deleted=excluded.deleted, content=excluded.content, root_id=excluded.root_id,"
+                " updated_by=excluded.updated_by, updated_at=excluded.updated_at",
+                (*self._key(), record_id, revision, deleted, text,
+                 root_id if isinstance(root_id, str) else None, user_id, user_id, now, now))
+        self._q("UPDATE layers SET revision=? WHERE document_id=? AND name=?", (revision, *self._key()))
+        if self._s.history_versions > 0:
+            self._q("INSERT INTO record_versions (document_id, layer, id, revision, deleted, content,"
+                    " updated_by, updated_at) VALUES (?,?,?,?,?,?,?,?)",
+                    (*self._key(), record_id, revision, deleted, text, user_id, now))
+            self._q("DELETE FROM record_versions WHERE document_id=? AND layer=? AND id=? AND revision "
+                    "NOT IN (SELECT revision FROM record_versions WHERE document_id=? AND layer=? "
+                    "AND id=? ORDER BY revision DESC LIMIT ?)",
+                    (*self._key(), record_id, *self._key(), record_id, self._s.history_versions))
+        self._layer = LayerState(self._layer.document_id, self._layer.name, self._layer.epoch, revision)
+        return revision
+
+    def history(self, record_id: str) -> list[StoredRecord]:
+        rows = self._q("SELECT id, revision, deleted, content, updated_by, updated_at FROM record_versions"
+                       " WHERE document_id=? AND layer=? AND id=? ORDER BY revision DESC",
+                       (*self._key(), record_id)).fetchall()
+        return [_version(r) for r in rows]
+
+    def recorded_outcome(self, change_id: str) -> dict | None:
+        row = self._q("SELECT outcome FROM change_log WHERE document_id=? AND layer=? AND change_id=?",
+                      (*self._key(), change_id)).fetchone()
+        return json.loads(row["outcome"]) if row else None
+
+    def record_outcome(self, change_id: str, outcome: dict) -> None:
+        self._q("INSERT INTO change_log (document_id, layer, change_id, outcome) VALUES (?,?,?,?)",
+                (*self._key(), change_id, dump_json(outcome)))
+
+
+class SqlStorage(Storage):
+    """:class:`Storage` in portable SQL; subclasses provide the dialect hooks."""
+
+    #: Column type names substituted into :data:`MIGRATIONS`.
+    TYPES: dict[str, str] = {"blob": "BLOB", "bigint": "INTEGER"}
+
+    def __init__(self, history_versions: int = 20):
+        self.history_versions = history_versions
+
+    # -- dialect hooks -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def connection(self) -> contextlib.AbstractContextManager:
+        """A connection (autocommit mode) usable by the calling thread."""
+
+    @abc.abstractmethod
+    def execute(self, conn, sql: str, params=()) -> Any:
+        """Run ``sql`` (``?`` placeholders) and return a cursor whose rows index by name."""
+
+    @abc.abstractmethod
+    def begin_sql(self, write: bool) -> str:
+        """The statement that starts a read or write transaction."""
+
+    @abc.abstractmethod
+    def schema_version(self, conn) -> int:
+        """The migration version the database is at (0 = empty)."""
+
+    @abc.abstractmethod
+    def set_schema_version(self, conn, version: int) -> None:
+        """Store the migration version (inside the migration's transaction)."""
+
+    #: Suffix of the ``SELECT`` that locks one layer row in a write transaction.
+    LOCK_SUFFIX = ""
+
+    def layer_changed(self, conn, layer: LayerState) -> None:
+        """Called inside a write transaction, before commit, when the layer's revision moved."""
+
+    # -- shared machinery ----------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Apply the migrations the database has not seen, each in its own transaction."""
+        with self.transaction(write=True) as conn:
+            current = self.schema_version(conn)
+        for version, statements in MIGRATIONS:
+            if version <= current:
+                continue
+            with self.transaction(write=True) as conn:
+                if self.schema_version(conn) >= version:  # another process got there first
+                    continue
+                for statement in statements:
+                    self.execute(conn, statement.format(**self.TYPES))
+                self.set_schema_version(conn, version)
+
+    @contextlib.contextmanager
+    def transaction(self, write: bool) -> Iterator[Any]:
+        with self.connection() as conn:
+            self.execute(conn, self.begin_sql(write))
+            try:
+                yield conn
+            except BaseException:
+                self.execute(conn, "ROLLBACK")
+                raise
+            self.execute(conn, "COMMIT")
+
+    # -- documents -----------------------------------------------------------------------
+
+    def create_document(self, document: NewDocument) -> DocumentInfo:
+        now = now_iso()
+        with self.transaction(write=True) as conn:
+            inserted = self.execute(
+                conn, f"INSERT INTO documents ({_DOCUMENT_COLUMNS}, pdf) VALUES (?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (document_id) DO NOTHING",
+                (document.document_id, document.title, document.sha256, len(document.pdf),
+                 document.page_count, len(document.records), now, document.pdf)).rowcount
+            if inserted != 1:
+                raise DocumentExists(document.document_id)
+            for sha256, data in document.attachments.items():
+                self.execute(conn, "INSERT INTO attachments (document_id, sha256, content_type,"
+                             " size_bytes, data, created_at) VALUES (?,?,?,?,?,?) "
+                             "ON CONFLICT (document_id, sha256) DO NOTHING",
+                             (document.document_id, sha256, "application/octet-stream", len(data),
+                              data, now))
+            writer = SqlLayerWriter(self, conn, self._lock_layer(conn, document.document_id, ""))
+            for content in document.records:
+                writer.put_record(content["id"], content, None)
+            if writer.layer.revision:
+                self.layer_changed(conn, writer.layer)
+        return DocumentInfo(document.document_id, document.title, document.sha256,
+                            len(document.pdf), document.page_count, len(document.records), now)
+
+    def get_document(self, document_id: str) -> DocumentInfo | None:
+        with self.connection() as conn:
+            row = self.execute(conn, f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE document_id=?",
+                               (document_id,)).fetchone()
+        return _document(row) if row else None
+
+    def list_documents(self, offset: int = 0, limit: int | None = None) -> list[DocumentInfo]:
+        sql = f"SELECT {_DOCUMENT_COLUMNS} FROM documents ORDER BY created_at, document_id"
+        params: tuple = ()
+        if limit is not None:
+            sql += " LIMIT ? OFFSET ?"
+            params = (limit, offset)
+        with self.connection() as conn:
+            rows = self.execute(conn, sql, params).fetchall()
+        return [_document(r) for r in rows]
+
+    def count_documents(self) -> int:
+        with self.connection() as conn:
+            return int(self.execute(conn, "SELECT COUNT(*) AS n FROM documents").fetchone()["n"])
+
+    def delete_document(self, document_id: str) -> bool:
+        with self.transaction(write=True) as conn:
+            for layer in self.execute(conn, "SELECT name, epoch, revision FROM layers WHERE "
+                                      "document_id=?", (document_id,)).fetchall():
+                # wake long-polls everywhere: they re-read and get 404
+                self.layer_changed(conn, LayerState(document_id, layer["name"], layer["epoch"],
+                                                    layer["revision"] + 1))
+            # children first: SQLite enforces the cascade only with foreign_keys=ON
+            for table in ("change_log", "record_versions", "records", "layers", "attachments"):
+                self.execute(conn, f"DELETE FROM {table} WHERE document_id=?", (document_id,))
+            return self.execute(conn, "DELETE FROM documents WHERE document_id=?",
+                                (document_id,)).rowcount == 1
+
+    def read_pdf(self, document_id: str) -> bytes:
+        with self.connection() as conn:
+            row = self.execute(conn, "SELECT pdf FROM documents WHERE document_id=?",
+                               (document_id,)).fetchone()
+        if row is None:
+            raise DocumentNotFound(document_id)
+        return bytes(row["pdf"])
+
+    # -- layers --------------------------------------------------------------------------
+
+    def _read_layer(self, conn, document_id: str, name: str, lock: bool = False) -> LayerState | None:
+        row = self.execute(conn, "SELECT epoch, revision FROM layers WHERE document_id=? AND name=?"
+                           + (self.LOCK_SUFFIX if lock else ""), (document_id, name)).fetchone()
+        return LayerState(document_id, name, row["epoch"], row["revision"]) if row else None
+
+    def _insert_layer(self, conn, document_id: str, name: str) -> bool:
+        if not self.execute(conn, "SELECT 1 FROM documents WHERE document_id=?",
+                            (document_id,)).fetchone():
+            raise DocumentNotFound(document_id)
+        return self.execute(conn, "INSERT INTO layers (document_id, name, epoch, revision, created_at) "
+                            "VALUES (?,?,?,0,?) ON CONFLICT (document_id, name) DO NOTHING",
+                            (document_id, name, str(uuid.uuid4()), now_iso())).rowcount == 1
+
+    def _lock_layer(self, conn, document_id: str, name: str) -> LayerState:
+        """The layer, created if missing, locked for this write transaction."""
+        state = self._read_layer(conn, document_id, name, lock=True)
+        if state is None:
+            self._insert_layer(conn, document_id, name)
+            state = self._read_layer(conn, document_id, name, lock=True)
+        return state
+
+    def ensure_layer(self, document_id: str, layer: str) -> LayerState:
+        with self.connection() as conn:
+            found = self._read_layer(conn, document_id, layer)
+        if found:
+            return found
+        with self.transaction(write=True) as conn:
+            self._insert_layer(conn, document_id, layer)
+            return self._read_layer(conn, document_id, layer)
+
+    def get_layer(self, document_id: str, layer: str) -> LayerState | None:
+        with self.connection() as conn:
+            return self._read_layer(conn, document_id, layer)
+
+    def list_layers(self, document_id: str) -> list[LayerState]:
+        with self.connection() as conn:
+            rows = self.execute(conn, "SELECT name, epoch, revision FROM layers WHERE document_id=? "
+                                "ORDER BY name", (document_id,)).fetchall()
+        return [LayerState(document_id, r["name"], r["epoch"], r["revision"]) for r in rows]
+
+    def create_layer(self, document_id: str, layer: str, records: list[dict],
+                     user_id: str | None = None) -> LayerState:
+        with self.transaction(write=True) as conn:
+            if not self._insert_layer(conn, document_id, layer):
+                raise LayerExists(layer)
+            writer = SqlLayerWriter(self, conn, self._read_layer(conn, document_id, layer, lock=True))
+            for content in records:
+                writer.put_record(content["id"], content, user_id)
+            self.layer_changed(conn, writer.layer)
+            return writer.layer
+
+    def delete_layer(self, document_id: str, layer: str) -> bool:
+        with self.transaction(write=True) as conn:
+            state = self._read_layer(conn, document_id, layer, lock=True)
+            if state is None:
+                return False
+            # wake long-polls everywhere: they re-read and see the new epoch
+            self.layer_changed(conn, LayerState(document_id, layer, state.epoch, state.revision + 1))
+            for table in ("change_log", "record_versions", "records"):
+                self.execute(conn, f"DELETE FROM {table} WHERE document_id=? AND layer=?",
+                             (document_id, layer))
+            self.execute(conn, "DELETE FROM layers WHERE document_id=? AND name=?", (document_id, layer))
+            return True
+
+    def list_records(self, document_id: str, layer: str, since: int, limit: int,
+                     include_tombstones: bool, exclude_revisions: frozenset[int] = frozenset(),
+                     only_tombstones: bool = False) -> RecordPage:
+        self.ensure_layer(document_id, layer)
+        sql = (f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
+               "AND revision > ?")
+        params: list = [document_id, layer, since]
+        if only_tombstones:
+            sql += " AND deleted=1"
+        elif not include_tombstones:
+            sql += " AND deleted=0"
+        if exclude_revisions:
+            sql += f" AND revision NOT IN ({','.join('?' * len(exclude_revisions))})"
+            params.extend(sorted(exclude_revisions))
+        sql += " ORDER BY revision LIMIT ?"
+        params.append(limit + 1)
+        with self.transaction(write=False) as conn:
+            state = self._read_layer(conn, document_id, layer)
+            rows = self.execute(conn, sql, params).fetchall()
+        if state is None:  # deleted between ensure and read
+            raise DocumentNotFound(document_id)
+        records = [_record(r) for r in rows[:limit]]
+        has_more = len(rows) > limit
+        next_since = records[-1].revision if has_more else state.revision
+        return RecordPage(state, records, has_more, next_since)
+
+    def get_record(self, document_id: str, layer: str, record_id: str) -> StoredRecord | None:
+        with self.connection() as conn:
+            row = self.execute(conn, f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? "
+                               "AND layer=? AND id=?", (document_id, layer, record_id)).fetchone()
+        return _record(row) if row else None
+
+    def record_history(self, document_id: str, layer: str, record_id: str) -> list[StoredRecord]:
+        with self.connection() as conn:
+            rows = self.execute(conn, "SELECT id, revision, deleted, content, updated_by, updated_at "
+                                "FROM record_versions WHERE document_id=? AND layer=? AND id=? "
+                                "ORDER BY revision DESC", (document_id, layer, record_id)).fetchall()
+        return [_version(r) for r in rows]
+
+    def layer_record_counts(self, limit: int = 1000) -> list[tuple[str, str, int]]:
+        with self.connection() as conn:
+            rows = self.execute(conn, "SELECT document_id, layer, COUNT(*) AS n FROM records "
+                                "WHERE deleted=0 GROUP BY document_id, layer "
+                                "ORDER BY document_id, layer LIMIT ?", (limit,)).fetchall()
+        return [(r["document_id"], r["layer"], int(r["n"])) for r in rows]
+
+    def count_records(self, document_id: str, layer: str) -> int:
+        with self.connection() as conn:
+            return int(self.execute(conn, "SELECT COUNT(*) AS n FROM records WHERE document_id=? "
+                                    "AND layer=? AND deleted=0", (document_id, layer)).fetchone()["n"])
+
+    @contextlib.contextmanager
+    def write_layer(self, document_id: str, layer: str) -> Iterator[LayerWriter]:
+        with self.transaction(write=True) as conn:
+            writer = SqlLayerWriter(self, conn, self._lock_layer(conn, document_id, layer))
+            yield writer
+            if writer.layer.revision != writer.start_revision:
+                self.layer_changed(conn, writer.layer)
+
+    # -- attachments and token revocation -------------------------------------------------
+
+    def put_attachment(self, document_id: str, sha256: str, content_type: str, data: bytes) -> bool:
+        with self.transaction(write=True) as conn:
+            if not self.execute(conn, "SELECT 1 FROM documents WHERE document_id=?",
+                                (document_id,)).fetchone():
+                raise DocumentNotFound(document_id)
+            return self.execute(conn, "INSERT INTO attachments (document_id, sha256, content_type,"
+                                " size_bytes, data, created_at) VALUES (?,?,?,?,?,?) "
+                                "ON CONFLICT (document_id, sha256) DO NOTHING",
+                                (document_id, sha256, content_type, len(data), data,
+                                 now_iso())).rowcount == 1
+
+    def get_attachment(self, document_id: str, sha256: str) -> Attachment | None:
+        with self.connection() as conn:
+            row = self.execute(conn, "SELECT content_type, data FROM attachments WHERE document_id=? "
+                               "AND sha256=?", (document_id, sha256)).fetchone()
+        return Attachment(sha256, row["content_type"], bytes(row["data"])) if row else None
+
+    def revoke_token(self, jti: str) -> None:
+        with self.transaction(write=True) as conn:
+            self.execute(conn, "INSERT INTO revoked_tokens (jti, revoked_at) VALUES (?,?) "
+                         "ON CONFLICT (jti) DO NOTHING", (jti, now_iso()))
+
+    def is_token_revoked(self, jti: str) -> bool:
+        with self.connection() as conn:
+            return self.execute(conn, "SELECT 1 FROM revoked_tokens WHERE jti=?",
+                                (jti,)).fetchone() is not None
