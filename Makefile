@@ -28,6 +28,9 @@ generate:
 
 build: setup
 	swift build -c $(CONFIG) $(SWIFT_BUILD_FLAGS) --product layersync
+	@# The library's SONAME is liblayersync.so.0; give programs linked against the build tree
+	@# the name their loader asks for (an install gets the full set of symlinks from CMake).
+	@ln -sf liblayersync.so .build/$(CONFIG)/liblayersync.so.0
 
 demo: build
 	$(PY) examples/python/demo.py

@@ -5,7 +5,10 @@ Lookup order (the first that exists wins; an explicit choice never falls back):
 1. the ``path`` argument of :func:`load_library`;
 2. the environment variable ``LAYERSYNC_LIBRARY`` (a file path);
 3. a copy bundled in the package directory (``layersync/liblayersync.so``);
-4. the system: ``pkg-config --variable=libdir layersync`` (an installed ``layersync.pc``),
+4. in a development checkout (the package imported from ``<repo>/bindings/python``, as
+   the editable install of ``make setup`` does), the library ``swift build`` made in
+   ``<repo>/.build/release`` or ``<repo>/.build/debug``, the newer first;
+5. the system: ``pkg-config --variable=libdir layersync`` (an installed ``layersync.pc``),
    then ``ctypes.util.find_library("layersync")`` (ldconfig's cache) and finally the
    dynamic loader's default search (``LD_LIBRARY_PATH``, ``/etc/ld.so.conf``).
 
@@ -71,6 +74,13 @@ def candidate_paths(path: str | os.PathLike[str] | None = None,
     here = Path(__file__).resolve().parent
     for name in _bundled_names():
         out.append(("bundled", str(here / name), False))
+    checkout = here.parent.parent.parent
+    if (checkout / "Package.swift").is_file() and (checkout / "api" / "layersync.toml").is_file():
+        built = [checkout / ".build" / config / name
+                 for config in ("release", "debug") for name in _bundled_names()]
+        # The most recently built one first: it is the one the developer just made.
+        for lib in sorted((p for p in built if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True):
+            out.append((f"checkout {lib.parent.name}", str(lib), False))
     libdir = _pkg_config_libdir()
     if libdir:
         for name in _bundled_names():

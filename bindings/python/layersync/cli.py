@@ -104,6 +104,25 @@ def _version_text() -> str:
     return text
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: prints both versions; exits 1 when the library does not load, so that
+    ``layersync --version`` doubles as an installation check."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        try:
+            get_library()
+            status = 0
+        except LibraryLoadError:
+            status = 1
+        print(_version_text())
+        parser.exit(status)
+
+
 def _default_storage() -> str:
     if os.environ.get("LAYERSYNC_STORAGE"):
         return os.environ["LAYERSYNC_STORAGE"]
@@ -150,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="layersync", description=_DESCRIPTION, epilog=_EPILOG,
                                      formatter_class=fmt)
-    parser.add_argument("--version", action="version", version=_version_text())
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the bindings' and the library's versions; exit 1 if the library cannot be loaded")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(sp: Any, name: str, help_text: str, epilog: str = "") -> argparse.ArgumentParser:

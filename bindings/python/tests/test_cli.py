@@ -56,6 +56,12 @@ def test_python_m_version():
     assert proc.returncode == 0 and "layersync 0." in proc.stdout and "library" in proc.stdout
 
 
+def test_version_exits_1_when_the_library_does_not_load():
+    env = {**os.environ, "LAYERSYNC_LIBRARY": "/nonexistent/liblayersync.so"}
+    proc = subprocess.run([sys.executable, "-m", "layersync", "--version"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "library not loaded" in proc.stdout + proc.stderr
+
+
 def test_usage_errors_exit_2(cli_env):
     assert run("annotations", "frob").returncode == cli.EXIT_USAGE
     no_jwt = run("status", env={**cli_env, "LAYERSYNC_JWT": ""})

@@ -70,9 +70,25 @@ def test_system_lookup_asks_pkg_config(tmp_path, monkeypatch):
     fake.write_text('#!/bin/sh\n[ "$1" = "--variable=libdir" ] && [ "$2" = "layersync" ] && echo /opt/ls/lib\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
-    sources = _library.candidate_paths(None, {})
-    assert [s for s, _, _ in sources][:2] == ["bundled", "pkg-config"]
+    sources = [(s, p) for s, p, _ in _library.candidate_paths(None, {}) if not s.startswith("checkout")]
+    assert [s for s, _ in sources][:2] == ["bundled", "pkg-config"]
     assert sources[1][1] == "/opt/ls/lib/liblayersync.so"
+
+
+def test_development_checkout_lookup_finds_the_swift_build():
+    """Imported from <repo>/bindings/python (the editable install of `make setup`), the
+    package finds the library `swift build` made, after a bundled copy and before the system."""
+    repo = Path(_library.__file__).resolve().parents[3]
+    built = [repo / ".build" / c / "liblayersync.so" for c in ("release", "debug")]
+    built = [p for p in built if p.is_file()]
+    assert built, "run `make build` first"
+    sources = _library.candidate_paths(None, {})
+    checkout = [(s, p) for s, p, _ in sources if s.startswith("checkout")]
+    assert {p for _, p in checkout} == {str(p) for p in built}
+    newest = max(built, key=lambda p: p.stat().st_mtime)
+    assert checkout[0][1] == str(newest)
+    order = [s for s, _, _ in sources]
+    assert order.index("bundled") < order.index(checkout[0][0]) < order.index("system")
 
 
 def test_bundled_copy_is_used_without_environment(lib, tmp_path):
