@@ -17,6 +17,7 @@ LAYERSYNC_SYNC_DISABLED = -1.0
 LAYERSYNC_ERROR_VERSION = 1
 LAYERSYNC_CLIENT_OPTIONS_VERSION = 1
 LAYERSYNC_CLIENT_DELEGATE_VERSION = 1
+LAYERSYNC_DOCUMENT_OBSERVER_VERSION = 1
 
 LAYERSYNC_OK = 0
 LAYERSYNC_ERROR_UNKNOWN = 1
@@ -145,6 +146,7 @@ layersync_document_string_cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_
 layersync_document_state_cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
 layersync_download_progress_cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 layersync_is_network_available_cb = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p)
+layersync_document_result_cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(layersync_error))
 
 
 class layersync_client_delegate(ctypes.Structure):
@@ -169,6 +171,30 @@ class layersync_client_delegate(ctypes.Structure):
         ('did_reject_changes', layersync_document_string_cb),
         ('request_token', layersync_document_cb),
         ('is_network_available', layersync_is_network_available_cb),
+    ]
+
+
+class layersync_document_observer(ctypes.Structure):
+    """Callbacks for one document's events, for hosts that want several listeners or one"""
+
+    _fields_ = [
+        ('version', ctypes.c_uint32),
+        ('context', ctypes.c_void_p),
+        ('release_context', layersync_release_context_cb),
+        ('did_finish_download', layersync_document_cb),
+        ('did_fail_download', layersync_document_error_cb),
+        ('did_fail_authentication', layersync_document_error_cb),
+        ('did_finish_reauthentication', layersync_document_string_cb),
+        ('did_fail_reauthentication', layersync_document_error_cb),
+        ('did_begin_sync', layersync_document_cb),
+        ('did_change_sync_state', layersync_document_state_cb),
+        ('did_fail_sync', layersync_document_error_cb),
+        ('did_finish_sync', layersync_document_cb),
+        ('download_progress', layersync_download_progress_cb),
+        ('did_receive_changes', layersync_document_string_cb),
+        ('did_reject_changes', layersync_document_string_cb),
+        ('request_token', layersync_document_cb),
+        ('did_reset_layer', layersync_document_error_cb),
     ]
 
 
@@ -206,6 +232,21 @@ FUNCTIONS = {
     'layersync_document_delete_annotation': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(layersync_error)]),
     'layersync_document_get_annotation': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
     'layersync_document_list_annotations': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_client_local_documents': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_client_list_cache_entries': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_client_remove_unreferenced_cache_entries': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
+    'layersync_client_remove_local_storage': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
+    'layersync_client_remove_local_storage_for_document': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(layersync_error)]),
+    'layersync_document_remove_local_storage': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
+    'layersync_document_add_observer': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_document_observer), ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(layersync_error)]),
+    'layersync_observer_remove': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
+    'layersync_document_create_comment': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_document_list_comments': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_document_search_annotations': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_document_annotation_history': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, layersync_document_result_cb, ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
+    'layersync_document_rollback_annotation': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, layersync_document_result_cb, ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
+    'layersync_document_list_deleted_annotations': (ctypes.c_int, [ctypes.c_void_p, layersync_document_result_cb, ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
+    'layersync_document_restore_annotation': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, layersync_document_result_cb, ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
 }
 
 

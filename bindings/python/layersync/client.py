@@ -446,15 +446,46 @@ class _Handle:
         self.delegate = _ffi.layersync_client_delegate()
         self.trampolines: dict[str, Any] = {}
         self.lock = threading.RLock()
+        # Guards the C handle's lifetime: every C call on the client or one of its documents
+        # runs inside call(), and destroy() waits until none is running (and refuses new
+        # ones) before layersync_client_destroy frees the handle. Without this, a thread
+        # could pass the closed check, lose the CPU to close(), and call into freed memory.
+        self.idle = threading.Condition(self.lock)
+        self.calls_in_flight = 0
+        self.closing = False
         self.closed = False
 
+    def call(self, fn_name: str, *args: Any, document: int | None = None) -> Any:
+        """Calls ``fn_name(handle, *args)`` on the client (or on ``document``, an address),
+        raising :class:`InvalidStateError` once the client is closing or closed."""
+        with self.idle:
+            if self.closed or self.closing:
+                raise InvalidStateError("the client is closed")
+            self.calls_in_flight += 1
+            pointer = self.pointer if document is None else ctypes.c_void_p(document)
+        try:
+            return getattr(self.lib, fn_name)(pointer, *args)
+        finally:
+            with self.idle:
+                self.calls_in_flight -= 1
+                if not self.calls_in_flight:
+                    self.idle.notify_all()
+
     def destroy(self) -> None:
-        with self.lock:
+        with self.idle:
+            if self.closing:  # another thread is destroying it right now
+                return
             if self.closed or not self.pointer.value:
                 self.closed = True
                 return
-            err = _Error()
-            rc = self.lib.layersync_client_destroy(self.pointer, err.ref)
+            self.closing = True
+            while self.calls_in_flight:
+                self.idle.wait()
+        # Not under the lock: destroy drains callbacks, which may try (and fail) to call in.
+        err = _Error()
+        rc = self.lib.layersync_client_destroy(self.pointer, err.ref)
+        with self.idle:
+            self.closing = False
             if rc != _ffi.LAYERSYNC_OK:
                 # INVALID_STATE: called from one of the client's own callbacks. Leave the
                 # client alive (a later close() from another thread can succeed).
@@ -581,10 +612,8 @@ class Client:
         state = "closed" if self.closed else self.server_url
         return f"<layersync.Client {state}>"
 
-    def _ptr(self) -> ctypes.c_void_p:
-        if self._handle.closed:
-            raise InvalidStateError("the client is closed")
-        return self._handle.pointer
+    def _invoke(self, fn_name: str, *args: Any) -> Any:
+        return self._handle.call(fn_name, *args)
 
     # -- delegate and events ------------------------------------------------------------
 
@@ -692,18 +721,18 @@ class Client:
     @property
     def server_url(self) -> str:
         """The server URL the client was created with."""
-        return _decode(self._lib.layersync_client_server_url(self._ptr())) or ""
+        return _decode(self._invoke("layersync_client_server_url")) or ""
 
     @property
     def storage_path(self) -> str:
         """The local storage directory."""
-        return _decode(self._lib.layersync_client_storage_path(self._ptr())) or ""
+        return _decode(self._invoke("layersync_client_storage_path")) or ""
 
     def set_network_available(self, available: bool) -> None:
         """Tells the engine whether the host has network access. ``False``: no requests are
         made, syncs fail with ``REQUEST_FAILED`` and edits stay pending; ``True``: resume."""
         err = _Error()
-        rc = self._lib.layersync_client_set_network_available(self._ptr(), bool(available), err.ref)
+        rc = self._invoke("layersync_client_set_network_available", bool(available), err.ref)
         check(self._lib, rc, err.struct)
         self._network_available = bool(available)
 
@@ -720,7 +749,7 @@ class Client:
         raw = encode_text(jwt, "jwt")
         out = ctypes.c_void_p()
         err = _Error()
-        rc = self._lib.layersync_client_document_for_jwt(self._ptr(), raw, ctypes.byref(out), err.ref)
+        rc = self._invoke("layersync_client_document_for_jwt", raw, ctypes.byref(out), err.ref)
         check(self._lib, rc, err.struct)
         doc = self._dispatcher.document(int(out.value or 0))
         assert doc is not None
@@ -783,20 +812,18 @@ class Document:
         """The C handle's address (``layersync_document *``), for interop and debugging."""
         return self._address
 
-    def _ptr(self) -> ctypes.c_void_p:
-        if self._handle.closed:
-            raise InvalidStateError("the client of this document is closed")
-        return ctypes.c_void_p(self._address)
+    def _invoke(self, fn_name: str, *args: Any) -> Any:
+        return self._handle.call(fn_name, *args, document=self._address)
 
     def _call(self, fn_name: str, *args: Any) -> None:
         err = _Error()
-        rc = getattr(self._lib, fn_name)(self._ptr(), *args, err.ref)
+        rc = self._invoke(fn_name, *args, err.ref)
         check(self._lib, rc, err.struct)
 
     def _call_out(self, fn_name: str, *args: Any) -> bytes | None:
         out = ctypes.c_char_p()
         err = _Error()
-        rc = getattr(self._lib, fn_name)(self._ptr(), *args, ctypes.byref(out), err.ref)
+        rc = self._invoke(fn_name, *args, ctypes.byref(out), err.ref)
         try:
             check(self._lib, rc, err.struct)
         finally:
@@ -808,12 +835,12 @@ class Document:
     @property
     def id(self) -> str:
         """The document id (the JWT's ``document_id``)."""
-        return _decode(self._lib.layersync_document_id(self._ptr())) or ""
+        return _decode(self._invoke("layersync_document_id")) or ""
 
     @property
     def layer_name(self) -> str:
         """The layer name; ``""`` is the default layer."""
-        return _decode(self._lib.layersync_document_layer_name(self._ptr())) or ""
+        return _decode(self._invoke("layersync_document_layer_name")) or ""
 
     @property
     def user_id(self) -> str | None:
@@ -824,7 +851,7 @@ class Document:
     @property
     def state(self) -> DocumentState:
         """The current :class:`DocumentState`."""
-        value = int(self._lib.layersync_document_state(self._ptr()))
+        value = int(self._invoke("layersync_document_state"))
         try:
             return DocumentState(value)
         except ValueError:
@@ -833,12 +860,12 @@ class Document:
     @property
     def is_downloaded(self) -> bool:
         """Whether the PDF and the layer snapshot are stored locally."""
-        return bool(self._lib.layersync_document_is_downloaded(self._ptr()))
+        return bool(self._invoke("layersync_document_is_downloaded"))
 
     @property
     def has_unsynced_changes(self) -> bool:
         """Whether local changes are waiting to be sent."""
-        return bool(self._lib.layersync_document_has_unsynced_changes(self._ptr()))
+        return bool(self._invoke("layersync_document_has_unsynced_changes"))
 
     @property
     def pdf_path(self) -> str:
@@ -848,7 +875,7 @@ class Document:
     @property
     def sync_delay(self) -> float | None:
         """Debounce in seconds between a local edit and the automatic sync; None = off."""
-        value = float(self._lib.layersync_document_sync_delay(self._ptr()))
+        value = float(self._invoke("layersync_document_sync_delay"))
         return None if value == SYNC_DISABLED else value
 
     @sync_delay.setter

@@ -103,3 +103,50 @@ def test_asyncio_adapter(make_client, server, uploaded):
             await layersync.aio.wait_for(a_client, "did_fail_download", timeout=0.05)
 
     asyncio.run(main())
+
+
+CLOSE_RACE_SCRIPT = textwrap.dedent('''
+    import sys, threading, time, layersync
+    url, storage, jwt, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    refused = 0
+    for r in range(rounds):
+        client = layersync.Client(url, f"{storage}/{r}", sync_delay_s=0.01)
+        client.wait_validated(timeout=30)
+        doc = client.document_for_jwt(jwt)
+        doc.download(wait=True, timeout=30)
+        doc.start_listening()  # so that destroy has network work to cancel and takes a while
+        stop = threading.Event()
+        def hammer(i):
+            global refused
+            n = 0
+            while not stop.is_set():
+                try:
+                    a = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [i, n, 1, 1]})
+                    doc.list_annotations(limit=5)
+                    doc.state; doc.has_unsynced_changes
+                    doc.update_annotation({**a, "bbox": [n, i, 2, 2]})
+                    doc.sync(wait=False)
+                except layersync.InvalidStateError:
+                    refused += 1
+                    return
+                n += 1
+        threads = [threading.Thread(target=hammer, args=(i,)) for i in range(4)]
+        for t in threads: t.start()
+        time.sleep(0.3)
+        client.close()   # while the four threads are inside C calls
+        stop.set()
+        for t in threads: t.join()
+    print("refused", refused, flush=True)
+''')
+
+
+def test_close_while_other_threads_call_in_never_crashes(server, uploaded, tmp_path):
+    """Regression: close() raced a thread between its closed-check and its C call, which
+    then ran on a freed handle (SIGSEGV about one run in five). Calls after close must get
+    InvalidStateError instead."""
+    jwt = server.mint_token(uploaded(), user_id="race")
+    proc = subprocess.run([sys.executable, "-c", CLOSE_RACE_SCRIPT, server.url, str(tmp_path / "s"), jwt, "10"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    refused = int(proc.stdout.split("refused")[1])
+    assert refused == 10 * 4  # every hammering thread saw the close as InvalidStateError
