@@ -30,7 +30,11 @@ let package = Package(
             swiftSettings: [.swiftLanguageMode(.v6)],
             // SONAME liblayersync.so.<major of api/layersync.toml's version>; the CTest
             // check `abi.soname` fails if the two drift apart.
-            linkerSettings: [.unsafeFlags(["-Xlinker", "-soname=liblayersync.so.0"])]
+            // -static-stdlib: the Swift runtime, Dispatch and Synchronization are linked in
+            // (their symbols hidden by the driver's --exclude-libs ALL), so the installed
+            // library needs no Swift toolchain: NEEDED is libsqlite3, libcurl, libstdc++,
+            // libgcc_s, libm, libc only. The CTest check `abi.self_contained` keeps it so.
+            linkerSettings: [.unsafeFlags(["-Xlinker", "-soname=liblayersync.so.0", "-static-stdlib"])]
         ),
         .testTarget(
             name: "LayerSyncCoreTests",

@@ -18,6 +18,14 @@
  *   run on one serial background thread owned by that client, never while the engine
  *   holds a lock, so a callback may call back into the API (except
  *   `layersync_client_destroy`). Pointers passed to a callback are valid only during it.
+ *   No function waits for the network; record functions run one SQLite transaction;
+ *   `layersync_client_destroy` blocks until queued callbacks have run. The whole thread
+ *   model, and the shutdown order, are in docs/threading.md.
+ * - Versions: `LAYERSYNC_VERSION_MAJOR/MINOR/PATCH` and `layersync_version()` name the
+ *   release; a program or binding loading the library at run time checks
+ *   `layersync_abi_version() == LAYERSYNC_ABI_VERSION` first.
+ * - Each declaration names the PSPDFKit Instant method it mirrors; one that names none is
+ *   LayerSync's own.
  */
 #ifndef LAYERSYNC_H
 #define LAYERSYNC_H
@@ -71,6 +79,16 @@ extern "C" {
  * Current version of `layersync_client_delegate`.
  */
 #define LAYERSYNC_CLIENT_DELEGATE_VERSION 1
+
+/**
+ * Current version of `layersync_document_observer`.
+ */
+#define LAYERSYNC_DOCUMENT_OBSERVER_VERSION 1
+
+/**
+ * Current version of `layersync_attachment`.
+ */
+#define LAYERSYNC_ATTACHMENT_VERSION 1
 
 /* ---- Enumerations ---- */
 
@@ -197,6 +215,13 @@ typedef struct layersync_client layersync_client;
  */
 typedef struct layersync_document layersync_document;
 
+/**
+ * A registered `layersync_document_observer`, returned by `layersync_document_add_observer`.
+ * Valid until `layersync_observer_remove` or `layersync_client_destroy` (which removes every
+ * observer still registered and calls its `release_context`), whichever comes first.
+ */
+typedef struct layersync_observer layersync_observer;
+
 /* ---- Structures and callbacks ---- */
 
 /**
@@ -251,6 +276,26 @@ typedef struct layersync_client_options {
 } layersync_client_options;
 
 /**
+ * An attachment's bytes, filled by `layersync_document_attachment_data`. Initialise with
+ * `LAYERSYNC_ATTACHMENT_INIT`; free `data` and `content_type` with `layersync_free`.
+ */
+typedef struct layersync_attachment {
+    /** Set to `LAYERSYNC_ATTACHMENT_VERSION`. */
+    uint32_t version;
+    /** The bytes (`malloc`ed; NULL when `size_bytes` is 0). */
+    void *data;
+    /** Number of bytes. */
+    size_t size_bytes;
+    /** The MIME type given when it was added, or the server's. */
+    char *content_type;
+} layersync_attachment;
+
+/**
+ * Static initialiser of `layersync_attachment`: current version, every other field zero/NULL.
+ */
+#define LAYERSYNC_ATTACHMENT_INIT { LAYERSYNC_ATTACHMENT_VERSION, NULL, 0, NULL }
+
+/**
  * Called once when the library no longer uses `context` (after `layersync_client_destroy` drained all callbacks).
  */
 typedef void (*layersync_release_context_cb)(void *context);
@@ -295,6 +340,14 @@ typedef void (*layersync_download_progress_cb)(void *context, layersync_document
 typedef bool (*layersync_is_network_available_cb)(void *context);
 
 /**
+ * Completion of a one-shot server operation (history, rollback, deleted list, restore),
+ * called exactly once on the client's callback thread, in order with the delegate's events
+ * (unless the client is destroyed first). On success `result_json` is the result and `error`
+ * is NULL; on failure `result_json` is NULL. Both are valid only during the call.
+ */
+typedef void (*layersync_document_result_cb)(void *context, layersync_document *document, const char *result_json, const layersync_error *error);
+
+/**
  * The client's callback table; mirrors Instant's `InstantClientDelegate`, one field per
  * method, plus LayerSync's own events. Copied by `layersync_client_create`. Every field
  * may be NULL. All callbacks run on the client's one serial callback thread, never while
@@ -332,7 +385,7 @@ typedef struct layersync_client_delegate {
     layersync_download_progress_cb download_progress;
     /** Server changes were applied locally; `value` is `{"created": [ids], "updated": [ids], "deleted": [ids]}`. */
     layersync_document_string_cb did_receive_changes;
-    /** Local changes lost a conflict (first writer wins) and the server version was adopted; `value` is `[{"id", "reason", "local": record-or-null, "server": record-or-null}]`. */
+    /** Local changes lost a conflict (first writer wins) and the server version was adopted; `value` is `[{"id", "reason", "code", "local": record-or-null, "server": record-or-null}]`; `code` is `LAYERSYNC_ERROR_CONFLICT` (reason `conflict`, `exists`, `superseded`), `LAYERSYNC_ERROR_PAYLOAD_LIMIT_EXCEEDED` (`payload_too_large`: the change alone exceeds the server's limit), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`) or `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`). */
     layersync_document_string_cb did_reject_changes;
     /** The engine needs a fresh JWT for the document; answer with `layersync_document_reauthenticate`, now or later. */
     layersync_document_cb request_token;
@@ -344,6 +397,56 @@ typedef struct layersync_client_delegate {
  * Static initialiser of `layersync_client_delegate`: current version, every other field zero/NULL.
  */
 #define LAYERSYNC_CLIENT_DELEGATE_INIT { LAYERSYNC_CLIENT_DELEGATE_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
+/**
+ * Callbacks for one document's events, for hosts that want several listeners or one
+ * document's events only (couchbase-lite-C style listener tokens). Each field has the
+ * meaning of the `layersync_client_delegate` field of the same name and is called right
+ * after it, on the same serial callback thread, with the same arguments; every state
+ * transition is reported once. Copied by `layersync_document_add_observer`. Every field may
+ * be NULL. Initialise with `LAYERSYNC_DOCUMENT_OBSERVER_INIT`.
+ */
+typedef struct layersync_document_observer {
+    /** Set to `LAYERSYNC_DOCUMENT_OBSERVER_VERSION`. */
+    uint32_t version;
+    /** Passed as the first argument of every callback. */
+    void *context;
+    /** Called once when the observer is removed (after its last callback returned), or by `layersync_client_destroy`. */
+    layersync_release_context_cb release_context;
+    /** As in the client delegate. */
+    layersync_document_cb did_finish_download;
+    /** As in the client delegate. */
+    layersync_document_error_cb did_fail_download;
+    /** As in the client delegate. */
+    layersync_document_error_cb did_fail_authentication;
+    /** As in the client delegate. */
+    layersync_document_string_cb did_finish_reauthentication;
+    /** As in the client delegate. */
+    layersync_document_error_cb did_fail_reauthentication;
+    /** As in the client delegate. */
+    layersync_document_cb did_begin_sync;
+    /** As in the client delegate (including the change to `LAYERSYNC_DOCUMENT_STATE_INVALID` when local storage is removed). */
+    layersync_document_state_cb did_change_sync_state;
+    /** As in the client delegate. */
+    layersync_document_error_cb did_fail_sync;
+    /** As in the client delegate. */
+    layersync_document_cb did_finish_sync;
+    /** As in the client delegate. */
+    layersync_download_progress_cb download_progress;
+    /** As in the client delegate. */
+    layersync_document_string_cb did_receive_changes;
+    /** As in the client delegate. */
+    layersync_document_string_cb did_reject_changes;
+    /** As in the client delegate. */
+    layersync_document_cb request_token;
+    /** The server's layer epoch changed (layer restored or recreated); the local store was re-based onto the new snapshot and unsynced local changes were kept, to be re-sent. `error->code` is `LAYERSYNC_ERROR_SERVER_RESET`, its message says how many changes were re-based. LayerSync's own. */
+    layersync_document_error_cb did_reset_layer;
+} layersync_document_observer;
+
+/**
+ * Static initialiser of `layersync_document_observer`: current version, every other field zero/NULL.
+ */
+#define LAYERSYNC_DOCUMENT_OBSERVER_INIT { LAYERSYNC_DOCUMENT_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* ---- Library ---- */
 
@@ -416,7 +519,7 @@ int layersync_client_create(const layersync_client_options *options, const layer
 int layersync_client_destroy(layersync_client *client, layersync_error *error);
 
 /**
- * The server URL the client was created with. Owned by the client; NULL if `client` is NULL.
+ * The server URL the client was created with. Owned by the client; NULL if `client` is NULL. Instant: `InstantClient.serverURL`.
  *
  * @param client The client.
  */
@@ -452,17 +555,75 @@ int layersync_client_document_for_jwt(layersync_client *client, const char *jwt,
  */
 int layersync_client_set_network_available(layersync_client *client, bool available, layersync_error *error);
 
+/**
+ * Lists the layers stored under the client's storage directory for its server, grouped by
+ * document id, whether or not a handle was obtained for them in this process. A layer
+ * another process holds is listed with `"locked": true` and no details. Instant:
+ * `InstantClient.localDocumentDescriptors`.
+ *
+ * @param client The client.
+ * @param out_json Receives `{"<document_id>": [{"layer_name", "downloaded", "has_unsynced_changes", "pending_changes", "record_count", "locked"}]}`; free with `layersync_free`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ */
+int layersync_client_local_documents(layersync_client *client, char **out_json, layersync_error *error);
+
+/**
+ * Lists the disk cache. An entry is unreferenced (`"referenced": false`) when nothing local
+ * needs it: an attachment no record of its document refers to, a PDF without any layer
+ * store, a partial download that is not running. Instant: `InstantClient.listCacheEntries()`.
+ *
+ * @param client The client.
+ * @param out_json Receives `[{"document_id", "kind", "layer_name"?, "attachment_id"?, "path", "size_bytes", "referenced"}]`, `kind` one of `pdf`, `layer`, `attachment`, `partial_download`; free with `layersync_free`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ */
+int layersync_client_list_cache_entries(layersync_client *client, char **out_json, layersync_error *error);
+
+/**
+ * Removes every cache entry `layersync_client_list_cache_entries` reports as unreferenced. Instant: `InstantClient.removeUnreferencedCacheEntries()`.
+ *
+ * @param client The client.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
+ */
+int layersync_client_remove_unreferenced_cache_entries(layersync_client *client, layersync_error *error);
+
+/**
+ * Removes the local storage (PDFs, layer stores with their unsynced changes, attachments) of
+ * every document of this server. Each document handle handed out goes to state
+ * `LAYERSYNC_DOCUMENT_STATE_INVALID` (reported once) and stays a valid pointer;
+ * `layersync_client_document_for_jwt` then gives a new handle. A document with a layer held
+ * by another process is left alone and reported with `STORAGE_LOCKED` after the others are
+ * removed. Instant: `InstantClient.removeLocalStorage()`.
+ *
+ * @param client The client.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
+ */
+int layersync_client_remove_local_storage(layersync_client *client, layersync_error *error);
+
+/**
+ * Like `layersync_client_remove_local_storage`, for one document and all its layers; nothing stored is not an error. Instant: `InstantClient.removeLocalStorage(forDocumentIdentifier:)`.
+ *
+ * @param client The client.
+ * @param document_id The document id.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
+ */
+int layersync_client_remove_local_storage_for_document(layersync_client *client, const char *document_id, layersync_error *error);
+
 /* ---- Document ---- */
 
 /**
- * The document id. Owned by the handle; NULL if `document` is NULL.
+ * The document id. Owned by the handle; NULL if `document` is NULL. Instant: `InstantDocumentDescriptor.identifier`.
  *
  * @param document The document.
  */
 const char *layersync_document_id(const layersync_document *document);
 
 /**
- * The layer name (`""` for the default layer). Owned by the handle; NULL if `document` is NULL.
+ * The layer name (`""` for the default layer). Owned by the handle; NULL if `document` is NULL. Instant: `InstantDocumentDescriptor.layerName`.
  *
  * @param document The document.
  */
@@ -479,14 +640,14 @@ const char *layersync_document_layer_name(const layersync_document *document);
 int layersync_document_user_id(const layersync_document *document, char **out_user_id, layersync_error *error);
 
 /**
- * The current sync state; `LAYERSYNC_DOCUMENT_STATE_INVALID` for NULL.
+ * The current sync state; `LAYERSYNC_DOCUMENT_STATE_INVALID` for NULL. Instant: `InstantDocumentDescriptor.documentState`.
  *
  * @param document The document.
  */
 layersync_document_state_t layersync_document_state(const layersync_document *document);
 
 /**
- * Whether the PDF and the layer snapshot are stored locally.
+ * Whether the PDF and the layer snapshot are stored locally. Instant: `InstantDocumentDescriptor.isDownloaded`.
  *
  * @param document The document.
  */
@@ -601,6 +762,35 @@ double layersync_document_sync_delay(const layersync_document *document);
  */
 int layersync_document_reauthenticate(layersync_document *document, const char *jwt, layersync_error *error);
 
+/**
+ * Removes this layer's local store (records and unsynced changes) and, when no other layer
+ * of the document is stored, its PDF and attachments. Cancels the document's transfers and
+ * waits until they stopped. The handle then is in state `LAYERSYNC_DOCUMENT_STATE_INVALID`
+ * (reported once through `did_change_sync_state`) and stays a valid pointer; other calls on
+ * it fail with `INVALID_STATE`. Instant: `InstantDocumentDescriptor.removeLocalStorage()`.
+ *
+ * @param document The document.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
+ */
+int layersync_document_remove_local_storage(layersync_document *document, layersync_error *error);
+
+/**
+ * Migrates a local layer written in an older content format (state
+ * `LAYERSYNC_DOCUMENT_STATE_NEEDS_CONTENT_MIGRATION`; until then record calls and syncs fail
+ * with `CONTENT_MIGRATION_NEEDED`) to the current one, in one SQLite transaction on the
+ * calling thread; does nothing when no migration is needed. Meanwhile the state is
+ * `LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT` and other calls on the document fail with
+ * `PERFORMING_CONTENT_MIGRATION`; afterwards `CLEAN` or `DIRTY`, each transition reported once.
+ * Records whose content changed are reported through `did_receive_changes`. Instant:
+ * `InstantDocumentDescriptor.attemptContentMigration()`.
+ *
+ * @param document The document.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_PERFORMING_CONTENT_MIGRATION`, `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_attempt_content_migration(layersync_document *document, layersync_error *error);
+
 /* ---- Records ---- */
 
 /**
@@ -657,6 +847,176 @@ int layersync_document_get_annotation(layersync_document *document, const char *
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`.
  */
 int layersync_document_list_annotations(layersync_document *document, const char *filter_json, char **out_json, layersync_error *error);
+
+/**
+ * Creates a comment (`pspdfkit/comment` record with `rootId`) on a root annotation; durable
+ * and queued like a create. Deleting the root deletes its comments locally and on the server.
+ * A `type` other than `pspdfkit/comment` gives `INVALID_JSON_STRUCTURE`, a `rootId` other than
+ * `root_id` `INVALID_ARGUMENT`, a missing root `NO_SUCH_ANNOTATION`. Instant: comments of
+ * `Annotation` threads (`Document.add(annotations:)` with `Comment`).
+ *
+ * @param document The document.
+ * @param root_id Id of the live annotation the comment belongs to.
+ * @param comment_json Instant JSON, e.g. `{"text": {"format": "plain", "value": "..."}, "creatorName": "..."}`; `type` defaults to `pspdfkit/comment`, `rootId` is set to `root_id`.
+ * @param out_json Optional; receives the stored comment; free with `layersync_free`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_create_comment(layersync_document *document, const char *root_id, const char *comment_json, char **out_json, layersync_error *error);
+
+/**
+ * Lists the comments of a root annotation from the local layer.
+ *
+ * @param document The document.
+ * @param root_id Id of the root annotation.
+ * @param out_json Receives a JSON array of the comments, oldest first (`createdAt`, then id); free with `layersync_free`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_list_comments(layersync_document *document, const char *root_id, char **out_json, layersync_error *error);
+
+/**
+ * Full-text search over the local layer (SQLite FTS5, works offline). A query without words or a negative limit gives `INVALID_ARGUMENT`.
+ *
+ * @param document The document.
+ * @param query Words; each must occur in a string value of the record as a word prefix (case- and diacritics-insensitive). FTS syntax characters are taken literally.
+ * @param limit Maximum number of results; 0 means 100.
+ * @param out_json Receives a JSON array of matching records, best match first; free with `layersync_free`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_search_annotations(layersync_document *document, const char *query, int32_t limit, char **out_json, layersync_error *error);
+
+/**
+ * Asks the server for the kept versions of a record; returns at once. The callback gets
+ * `NO_SUCH_ANNOTATION` when the server keeps none, `REQUEST_FAILED` offline,
+ * `ACCESS_DENIED` for a rejected token.
+ *
+ * @param document The document.
+ * @param annotation_id The record id.
+ * @param callback Receives `[{"id", "revision", "deleted", "content": record-or-null}]`, newest first (the server keeps `history_versions` versions).
+ * @param context Passed to `callback`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_annotation_history(layersync_document *document, const char *annotation_id, layersync_document_result_cb callback, void *context, layersync_error *error);
+
+/**
+ * Writes the content of a kept version as the record's new version on the server (a deleted
+ * record comes back), then applies it locally (`did_receive_changes`) before the callback.
+ * Returns at once. The callback gets `CONFLICT` when the record changed on the server since
+ * this client last saw it (first writer wins; sync and retry), `NO_SUCH_ANNOTATION` when the
+ * version is not kept, `INVALID_REQUEST` for a version that is a deletion.
+ *
+ * @param document The document.
+ * @param annotation_id The record id.
+ * @param revision A `revision` from `layersync_document_annotation_history`.
+ * @param callback Receives the record's new Instant JSON.
+ * @param context Passed to `callback`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_rollback_annotation(layersync_document *document, const char *annotation_id, int64_t revision, layersync_document_result_cb callback, void *context, layersync_error *error);
+
+/**
+ * Asks the server for the layer's deleted records and their last live content; returns at once.
+ *
+ * @param document The document.
+ * @param callback Receives `[{"id", "revision", "last_content": record-or-null}]`, oldest deletion first.
+ * @param context Passed to `callback`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_list_deleted_annotations(layersync_document *document, layersync_document_result_cb callback, void *context, layersync_error *error);
+
+/**
+ * Brings a deleted record back on the server with its last live content, then applies it
+ * locally before the callback. Returns at once. The callback gets `CONFLICT` for a live
+ * record, `NO_SUCH_ANNOTATION` when it never existed or no live version is kept.
+ *
+ * @param document The document.
+ * @param annotation_id The id of a deleted record.
+ * @param callback Receives the restored record's Instant JSON.
+ * @param context Passed to `callback`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_restore_annotation(layersync_document *document, const char *annotation_id, layersync_document_result_cb callback, void *context, layersync_error *error);
+
+/* ---- Observers ---- */
+
+/**
+ * Registers callbacks for one document's events. Observers of a document are called in
+ * the order they were added, after the client delegate, on the client's callback thread.
+ * An observer added from inside a callback sees the events after that callback.
+ *
+ * @param document The document whose events to observe.
+ * @param observer The callback table; copied.
+ * @param out_observer Receives the registration; pass it to `layersync_observer_remove`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_add_observer(layersync_document *document, const layersync_document_observer *observer, layersync_observer **out_observer, layersync_error *error);
+
+/**
+ * Unregisters an observer: no callback of it starts after this call. Called from another
+ * thread, it waits until a callback of this observer that is running has returned, then
+ * calls `release_context`; called from inside a callback of the same client, it does not
+ * wait: `release_context` runs when that callback has returned.
+ *
+ * @param observer The registration; invalid afterwards. NULL is a no-op.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code.
+ */
+int layersync_observer_remove(layersync_observer *observer, layersync_error *error);
+
+/* ---- Attachments ---- */
+
+/**
+ * Stores an attachment (image of an image annotation, embedded file) in the document's disk
+ * cache, durably, and queues its upload: the next sync cycle uploads it before it sends any
+ * record change, so a record referencing it (`imageAttachmentId`, `fileAttachmentId`) never
+ * reaches the server first. The same bytes always give the same id. A file that cannot be
+ * written gives `COULD_NOT_CREATE_ATTACHMENT`. Instant: `Document.add(annotations:)` with an
+ * image annotation's `DataContainerProvider`.
+ *
+ * @param document The document.
+ * @param data The bytes; copied. May be NULL when `size_bytes` is 0.
+ * @param size_bytes Number of bytes.
+ * @param content_type MIME type, e.g. `image/png` (1–255 printable ASCII characters).
+ * @param out_attachment_id Receives the attachment id, the lowercase hex SHA-256 of the bytes; free with `layersync_free`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_COULD_NOT_CREATE_ATTACHMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_add_attachment(layersync_document *document, const void *data, size_t size_bytes, const char *content_type, char **out_attachment_id, layersync_error *error);
+
+/**
+ * Reads an attachment from the local disk cache; never touches the network.
+ * `ATTACHMENT_NOT_LOADED`: a local record references it but it was not downloaded yet (call
+ * `layersync_document_download_attachment`); `NO_SUCH_ATTACHMENT`: unknown here.
+ *
+ * @param document The document.
+ * @param attachment_id The attachment id (64 lowercase hex digits).
+ * @param out_attachment Receives the bytes and content type (caller frees both with `layersync_free`).
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_ATTACHMENT_NOT_LOADED`, `LAYERSYNC_ERROR_NO_SUCH_ATTACHMENT`, `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_attachment_data(layersync_document *document, const char *attachment_id, layersync_attachment *out_attachment, layersync_error *error);
+
+/**
+ * Downloads an attachment into the disk cache (attachments are downloaded lazily); returns at
+ * once. The bytes are checked against the id. The callback gets `NO_SUCH_ATTACHMENT` when
+ * the server does not have it, `INVALID_SERVER_DATA` when the bytes do not hash to the id,
+ * `REQUEST_FAILED` offline.
+ *
+ * @param document The document.
+ * @param attachment_id The attachment id.
+ * @param callback Receives `{"attachment_id", "size_bytes", "content_type"}` once the bytes are in the disk cache.
+ * @param context Passed to `callback`.
+ * @param error Optional error details.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_download_attachment(layersync_document *document, const char *attachment_id, layersync_document_result_cb callback, void *context, layersync_error *error);
 
 #ifdef __cplusplus
 }

@@ -72,6 +72,29 @@ class Api:
         for s in self.structs:
             for fld in s["fields"]:
                 self.ctypes_of(fld["type"])
+        self._check_docs()
+
+    def _check_docs(self) -> None:
+        """The header is the manual (issue 5): every declaration says what it does, every
+        parameter and field is described, and every function that returns an error code
+        lists the codes it can return."""
+        missing = []
+        for f in self.functions:
+            if not f.get("doc", "").strip():
+                missing.append(f"function {f['name']}: doc")
+            missing += [f"function {f['name']}: doc of parameter {p['name']}"
+                        for p in f["params"] if not p.get("doc", "").strip()]
+            if f["returns"] == "int" and "errors" not in f:
+                missing.append(f"function {f['name']}: errors = [...] (the codes it can return)")
+        for s in self.structs:
+            if not s.get("doc", "").strip():
+                missing.append(f"struct {s['name']}: doc")
+            missing += [f"struct {s['name']}: doc of field {fld['name']}"
+                        for fld in s["fields"] if not fld.get("doc", "").strip()]
+        missing += [f"callback {c['name']}: doc" for c in self.callbacks if not c.get("doc", "").strip()]
+        if missing:
+            raise SystemExit("api: undocumented declarations in api/layersync.toml:\n  "
+                             + "\n  ".join(missing))
 
     def ctypes_of(self, ctype: str) -> str:
         """Map a C type spelled in the TOML to a ctypes expression."""

@@ -93,3 +93,50 @@ import LayerSyncCore
         try ClientHandle.from(client).client.setNetworkAvailable(available)
     }
 }
+
+@c @implementation public func layersync_client_local_documents(
+    _ client: OpaquePointer?, _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+    _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    ErrorBridge.run(error) { () throws(LayerSyncError) in
+        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
+        outJSON.pointee = nil
+        CString.store(try ClientHandle.from(client).client.localDocumentsJSON(), in: outJSON)
+    }
+}
+
+@c @implementation public func layersync_client_list_cache_entries(
+    _ client: OpaquePointer?, _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+    _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    ErrorBridge.run(error) { () throws(LayerSyncError) in
+        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
+        outJSON.pointee = nil
+        CString.store(try ClientHandle.from(client).client.cacheEntriesJSON(), in: outJSON)
+    }
+}
+
+@c @implementation public func layersync_client_remove_unreferenced_cache_entries(
+    _ client: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    ErrorBridge.run(error) { () throws(LayerSyncError) in
+        try ClientHandle.from(client).client.removeUnreferencedCacheEntries()
+    }
+}
+
+@c @implementation public func layersync_client_remove_local_storage(
+    _ client: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    ErrorBridge.run(error) { () throws(LayerSyncError) in
+        try ClientHandle.from(client).client.removeLocalStorage()
+    }
+}
+
+@c @implementation public func layersync_client_remove_local_storage_for_document(
+    _ client: OpaquePointer?, _ documentID: UnsafePointer<CChar>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    ErrorBridge.run(error) { () throws(LayerSyncError) in
+        let handle = try ClientHandle.from(client)
+        try handle.client.removeLocalStorage(documentID: try CString.read(documentID, "document_id"))
+    }
+}

@@ -65,6 +65,13 @@ final class ClientHandle: Sendable {
             throw LayerSyncError(.invalidState, "layersync_client_destroy called from inside a callback of the same client")
         }
         try client.shutdown()
+        // Observers still registered: release them (their pointers die with the client).
+        for document in documents.withLock({ Array($0.values) }) {
+            for observer in document.observers.withLock({ list in defer { list.removeAll() }; return list }) {
+                observer.remove(onCallbackThread: false)
+                Unmanaged.passUnretained(observer).release()
+            }
+        }
         if let release = delegate.table.release_context {
             release(delegate.table.context)
         }

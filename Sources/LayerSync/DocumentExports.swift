@@ -116,3 +116,15 @@ func withDescriptor(
         try descriptor.reauthenticate(jwt: try CString.read(jwt, "jwt"))
     }
 }
+
+@c @implementation public func layersync_document_remove_local_storage(
+    _ document: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in try descriptor.removeLocalStorage() }
+}
+
+@c @implementation public func layersync_document_attempt_content_migration(
+    _ document: OpaquePointer?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in try descriptor.attemptContentMigration() }
+}

@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -16,6 +17,8 @@ final class DocumentHandle: Sendable {
     let documentIDCString: OwnedCString
     /// `layersync_document_layer_name`'s result, owned by this handle.
     let layerNameCString: OwnedCString
+    /// Registered observers, in the order they were added.
+    let observers = Mutex<[ObserverHandle]>([])
 
     init(descriptor: DocumentDescriptor) {
         self.descriptor = descriptor

@@ -8,7 +8,7 @@ enum EventPayload {
         changes.jsonText
     }
 
-    /// `[{"id", "reason", "local": record-or-null, "server": record-or-null}]`
+    /// `[{"id", "reason", "code", "local": record-or-null, "server": record-or-null}]`
     static func json(_ rejected: [RejectedChange]) -> String {
         RejectedChange.jsonText(rejected)
     }

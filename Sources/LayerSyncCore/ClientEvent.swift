@@ -29,6 +29,11 @@ public enum ClientEvent: Sendable {
     case didFinishReauthentication(DocumentDescriptor, jwt: String)
     /// A new JWT was rejected or could not be verified.
     case didFailReauthentication(DocumentDescriptor, LayerSyncError)
+    /// The server's layer epoch changed (layer restored or recreated): the local store was
+    /// re-based onto the new snapshot. The error has code `.serverReset`; its message names
+    /// the epochs and how many unsynced local changes were kept and will be re-sent (none is
+    /// ever dropped). Records the new snapshot changed arrive as `didReceiveChanges`.
+    case didResetLayer(DocumentDescriptor, LayerSyncError)
     /// The engine needs a fresh JWT for the document; answer with `reauthenticate(jwt:)`.
     case requestToken(DocumentDescriptor)
 }

@@ -123,9 +123,11 @@ extension DocumentDescriptor {
 
     /// Parses a record: a JSON object with a non-empty string `type`.
     static func recordObject(_ json: String) throws(LayerSyncError) -> JSONObject {
-        guard case .object(let object) = try JSONValue.parse(json) else {
+        let value = try JSONValue.parse(json)
+        guard case .object(let object) = value else {
             throw LayerSyncError(.invalidJSONStructure, "a record must be a JSON object")
         }
+        try RecordLimits.check(value)
         guard let type = object["type"]?.stringValue, !type.isEmpty else {
             throw LayerSyncError(.invalidJSONStructure, "a record needs a string \"type\"")
         }
@@ -139,10 +141,10 @@ extension DocumentDescriptor {
         return object
     }
 
-    /// Validates a record id value: a string of 1–128 characters.
+    /// Validates a record id value: a string of 1–128 characters without control characters.
     static func recordID(_ value: JSONValue) throws(LayerSyncError) -> String {
-        guard let id = value.stringValue, (1...128).contains(id.count) else {
-            throw LayerSyncError(.invalidJSONStructure, "\"id\" must be a string of 1 to 128 characters")
+        guard let id = value.stringValue, RecordLimits.isValidID(id) else {
+            throw LayerSyncError(.invalidJSONStructure, "\"id\" must be a string of 1 to 128 characters without control characters")
         }
         return id
     }

@@ -92,6 +92,8 @@ extension DocumentDescriptor {
 
     /// Sends batches and applies answers until nothing is pending (or 1000 rounds).
     private func exchangeChanges(token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
+        // Attachments first: a record never reaches the server before what it references.
+        try uploadPendingAttachments(token: token, cancellation: cancellation)
         let limit = max(1024, context.maxRequestBytes - Self.envelopeBytes)
         var budget = limit
         for _ in 0..<1000 {
@@ -182,8 +184,16 @@ extension DocumentDescriptor {
 
     /// The layer's epoch changed: re-download the snapshot and re-base pending changes on it.
     func rebase(token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
+        let previousEpoch = try store.epoch()
         let snapshot = try fetchSnapshot(token: token, cancellation: cancellation)
-        report(try store.applySnapshot(snapshot.records, epoch: snapshot.epoch, revision: snapshot.revision))
+        let outcome = try store.applySnapshot(snapshot.records, epoch: snapshot.epoch, revision: snapshot.revision)
+        if previousEpoch != snapshot.epoch {
+            let message = "the server's layer epoch changed from \(previousEpoch ?? "none") to \(snapshot.epoch) "
+                + "(layer restored or recreated); \(outcome.rebased.count) unsynced local change(s) re-based onto the new snapshot"
+            emit(.didResetLayer(self, LayerSyncError(.serverReset, message, documentID: documentID,
+                                                     recordID: outcome.rebased.first)))
+        }
+        report(outcome)
     }
 
     /// Reports an auth failure once per token (`didFailAuthentication` + `requestToken`).

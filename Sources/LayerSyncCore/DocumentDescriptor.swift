@@ -45,6 +45,10 @@ public final class DocumentDescriptor: Sendable {
         var listen: TransferCancellation?
         var listenWake: UncheckedSendable<DispatchSemaphore>?
         var listenStoppedByAuth = false
+        /// The one-shot server operation running on the work queue (history, rollback, ...).
+        var operation: TransferCancellation?
+        /// Set while ``attemptContentMigration()`` runs.
+        var migratingContent = false
         var lastReportedState: DocumentState = .unknown
         var invalid = false
     }
@@ -62,13 +66,19 @@ public final class DocumentDescriptor: Sendable {
                                  documentID: claims.documentID)
         }
         if pinned == nil, let user = claims.userID { try store.setMeta("user_id", user) }
+        // Names for listing local storage (directory names may be hashed keys).
+        if try store.meta("document_id") == nil {
+            try store.setMeta("document_id", claims.documentID)
+            try store.setMeta("layer_name", claims.layerName)
+        }
         let label = "layersync.document.\(claims.documentID).\(claims.layerName)"
         workQueue = DispatchQueue(label: label + ".work")
         listenQueue = DispatchQueue(label: label + ".listen")
         workSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
         listenSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
         mutableState = Mutex(MutableState(claims: claims, syncDelay: context.configuration.syncDelay))
-        let initial = computeState(pending: (try? store.pendingCount()) ?? 0, downloaded: isDownloaded, activity: nil, invalid: false)
+        let initial = computeState(pending: (try? store.pendingCount()) ?? 0, downloaded: isDownloaded, activity: nil, invalid: false,
+                                   needsMigration: store.needsContentMigration)
         mutableState.withLock { $0.lastReportedState = initial }
     }
 
@@ -84,13 +94,26 @@ public final class DocumentDescriptor: Sendable {
     public var state: DocumentState {
         let pending = (try? store.pendingCount()) ?? 0
         let downloaded = isDownloaded
-        return mutableState.withLock { computeState(pending: pending, downloaded: downloaded, activity: $0.syncActivity, invalid: $0.invalid) }
+        let needsMigration = store.needsContentMigration
+        return mutableState.withLock {
+            computeState(pending: pending, downloaded: downloaded, activity: $0.migratingContent ? .migratingContent : $0.syncActivity, invalid: $0.invalid,
+                         needsMigration: needsMigration)
+        }
     }
 
     /// Whether the PDF and the layer snapshot are stored locally.
     public var isDownloaded: Bool {
         ((try? store.isDownloaded()) ?? false) && StorageLayout.fileExists(pdfFilePath)
     }
+
+    /// Whether the caller runs on the owning client's event thread (inside the event handler).
+    public var isOnEventQueue: Bool { context.events.isCurrent }
+
+    /// Whether a download runs.
+    var isDownloading: Bool { mutableState.withLock { $0.download != nil } }
+
+    /// Whether the local storage was removed (state `.invalid`).
+    var isInvalid: Bool { mutableState.withLock { $0.invalid } }
 
     /// Whether local changes wait to be accepted by the server.
     public var hasUnsyncedChanges: Bool { ((try? store.pendingCount()) ?? 0) > 0 }
@@ -108,9 +131,11 @@ public final class DocumentDescriptor: Sendable {
 
     // MARK: State reporting
 
-    private func computeState(pending: Int, downloaded: Bool, activity: DocumentState?, invalid: Bool) -> DocumentState {
+    private func computeState(pending: Int, downloaded: Bool, activity: DocumentState?, invalid: Bool,
+                              needsMigration: Bool) -> DocumentState {
         if invalid { return .invalid }
         if let activity { return activity }
+        if needsMigration { return .needsContentMigration }
         if !downloaded { return .unknown }
         return pending > 0 ? .dirty : .clean
     }
@@ -119,8 +144,10 @@ public final class DocumentDescriptor: Sendable {
     func publishState() {
         let pending = (try? store.pendingCount()) ?? 0
         let downloaded = isDownloaded
+        let needsMigration = store.needsContentMigration
         mutableState.withLock { state in
-            let current = computeState(pending: pending, downloaded: downloaded, activity: state.syncActivity, invalid: state.invalid)
+            let current = computeState(pending: pending, downloaded: downloaded, activity: state.migratingContent ? .migratingContent : state.syncActivity, invalid: state.invalid,
+                                       needsMigration: needsMigration)
             guard current != state.lastReportedState else { return }
             state.lastReportedState = current
             context.events.emit(.didChangeSyncState(self, current))
@@ -140,8 +167,15 @@ public final class DocumentDescriptor: Sendable {
         if mutableState.withLock({ $0.invalid }) {
             throw LayerSyncError(.invalidState, "the document's local storage was removed", documentID: documentID)
         }
+        if mutableState.withLock({ $0.migratingContent }) {
+            throw LayerSyncError(.performingContentMigration, "a content migration is running", documentID: documentID)
+        }
         guard try store.isDownloaded() else {
             throw LayerSyncError(.notDownloaded, "download the document first", documentID: documentID)
+        }
+        if store.needsContentMigration {
+            throw LayerSyncError(.contentMigrationNeeded, "the local records use an older content format; call attemptContentMigration()",
+                                 documentID: documentID)
         }
     }
 
@@ -152,6 +186,7 @@ public final class DocumentDescriptor: Sendable {
         mutableState.withLock { state in
             state.download?.cancel()
             state.cycle?.cancel()
+            state.operation?.cancel()
             state.debounceGeneration += 1
             state.listening = false
             state.listenGeneration += 1

@@ -19,16 +19,27 @@ import Musl
 /// lock held, so it may call back into the API. `close()` stops new events and waits
 /// until every event already enqueued has been delivered.
 final class EventChannel: Sendable {
+    /// An event for the handler, or a completion to run on the channel's thread.
+    private enum Item: Sendable {
+        case event(ClientEvent)
+        case work(@Sendable () -> Void)
+    }
+
     private struct Backlog {
-        var events: [ClientEvent] = []
+        var events: [Item] = []
         var head = 0
         var accepting = true
 
-        mutating func popFirst() -> ClientEvent? {
+        mutating func popFirst() -> Item? {
             guard head < events.count else { return nil }
             let event = events[head]
             head += 1
-            if head > 64, head * 2 > events.count {  // compact now and then
+            // Delivered events must not stay referenced: they hold descriptors, which hold the
+            // client context, which holds this channel (a cycle that would leak the client).
+            if head == events.count {
+                events.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head > 64, head * 2 > events.count {  // compact now and then
                 events.removeFirst(head)
                 head = 0
             }
@@ -61,8 +72,11 @@ final class EventChannel: Sendable {
     private func run() {
         while true {
             available.wait()
-            guard let event = backlog.withLock({ $0.popFirst() }) else { break }  // close() signal
-            handler(event)
+            guard let item = backlog.withLock({ $0.popFirst() }) else { break }  // close() signal
+            switch item {
+            case .event(let event): handler(event)
+            case .work(let work): work()
+            }
         }
         drained.signal()
     }
@@ -75,9 +89,20 @@ final class EventChannel: Sendable {
     /// Enqueues an event unless the channel is closed.
     /// - Parameter event: The event.
     func emit(_ event: ClientEvent) {
+        enqueue(.event(event))
+    }
+
+    /// Runs `work` on the channel's thread, in order with the events (used for the
+    /// completions of one-shot server operations). Dropped if the channel is closed.
+    /// - Parameter work: The work.
+    func perform(_ work: @escaping @Sendable () -> Void) {
+        enqueue(.work(work))
+    }
+
+    private func enqueue(_ item: Item) {
         let queued = backlog.withLock { backlog in
             guard backlog.accepting else { return false }
-            backlog.events.append(event)
+            backlog.events.append(item)
             return true
         }
         if queued { available.signal() }

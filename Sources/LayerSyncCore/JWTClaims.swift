@@ -72,9 +72,16 @@ struct JWTClaims: Sendable, Equatable {
                 throw invalid("collaboration_permissions is not an array of strings")
             }
         }
+        let layerName = layer ?? layerAlias ?? ""
+        // docs/protocol.md: `~` spells the default layer in URLs, and ids carry no control characters.
+        if layerName == "~" { throw invalid("layer \"~\" is reserved (it names the default layer in URLs)") }
+        for (claim, value) in [("document_id", documentID), ("layer", layerName)]
+        where value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+            throw invalid("\(claim) contains a control character")
+        }
         self.token = token
         self.documentID = documentID
-        self.layerName = layer ?? layerAlias ?? ""
+        self.layerName = layerName
         self.userID = userID
         self.permissions = permissions
         self.expiresAt = expiresAt

@@ -128,6 +128,41 @@ extension LayerStore {
         }
     }
 
+    /// Live records whose string values match a full-text query, best match first (FTS5 `rank`).
+    /// - Parameters:
+    ///   - query: Words; each must occur (as a word prefix, case- and diacritics-insensitive).
+    ///   - limit: Maximum number of results.
+    /// - Returns: The records' Instant JSON texts.
+    /// - Throws: `.invalidArgument` for a query without words; `.databaseAccessFailed`.
+    func searchRecords(query: String, limit: Int64) throws(LayerSyncError) -> [String] {
+        let words = query.split(whereSeparator: { $0.isWhitespace }).map { word in
+            "\"" + word.replacing("\"", with: "\"\"") + "\"*"
+        }
+        guard !words.isEmpty else { throw LayerSyncError(.invalidArgument, "the search query has no words") }
+        return try withDatabase { db throws(LayerSyncError) in
+            try db.query("""
+                SELECT r.content FROM records_fts f JOIN records r ON r.rowid = f.rowid
+                WHERE records_fts MATCH ? AND r.content IS NOT NULL ORDER BY f.rank, r.id LIMIT ?
+                """, [.text(words.joined(separator: " ")), .integer(limit)]).compactMap { $0.first?.text }
+        }
+    }
+
+    /// Live comments of a root record (`rootId` = `rootID`), oldest first (`createdAt`, then id).
+    /// - Parameter rootID: The root record's id.
+    /// - Returns: The comments' Instant JSON texts.
+    /// - Throws: `.noSuchAnnotation` when no live record has `rootID`; `.databaseAccessFailed`.
+    func comments(rootID: String) throws(LayerSyncError) -> [String] {
+        try withDatabase { db throws(LayerSyncError) in
+            guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(rootID)]).first?.first else {
+                throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(rootID)", recordID: rootID)
+            }
+            return try db.query("""
+                SELECT content FROM records WHERE content IS NOT NULL AND id <> ? AND json_extract(content, '$.rootId') = ?
+                ORDER BY json_extract(content, '$.createdAt'), id
+                """, [.text(rootID), .text(rootID)]).compactMap { $0.first?.text }
+        }
+    }
+
     /// Number of queued local changes.
     /// - Returns: The count.
     /// - Throws: `.databaseAccessFailed`.

@@ -226,11 +226,19 @@ extension LayerStore {
                 }
                 try db.query("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES (?, ?, ?, ?)",
                              [.text(ULID.generate()), .text(id), .text(operation.rawValue), local.map { .text($0) } ?? .null])
+                outcome.rebased.append(id)
             }
             try Self.setMeta(db, "epoch", epoch)
             try Self.setMeta(db, "since", String(revision))
             try Self.setMeta(db, "downloaded", "1")
             return outcome
+        }
+    }
+
+    /// The last server revision this store knows for a record, `nil` if none.
+    func knownServerRevision(id: String) throws(LayerSyncError) -> Int64? {
+        try withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT server_revision FROM records WHERE id = ?", [.text(id)]).first?.first?.integer
         }
     }
 

@@ -11,20 +11,26 @@ import Glibc
 /// Within a process every opener of the same directory shares one instance
 /// (``open(directory:)``); a second process gets `.storageLocked`.
 ///
-/// Tables (schema version 1, `PRAGMA user_version`):
+/// Tables (schema version 3, `PRAGMA user_version`; version 1 lacked `records_fts`,
+/// version 2 `attachments`):
 /// - `records`: `content` is the local view (NULL when deleted locally);
 ///   `server_revision`/`server_content`/`server_deleted` the last known server version
 ///   (`server_revision` NULL = the server has never confirmed this record).
 /// - `pending_changes`: the outgoing queue, see ``PendingChange``.
-/// - `meta`: `epoch`, `since`, `user_id`, `client_id`, `downloaded`.
+/// - `meta`: `epoch`, `since`, `user_id`, `client_id`, `downloaded`, `document_id`, `layer_name`.
+/// - `records_fts` (FTS5, rowid = `records.rowid`): the string values of each live record's
+///   content, kept by triggers, for ``searchRecords(query:limit:)``.
+/// - `attachments`: attachments added through this layer (`id` = SHA-256 hex, the bytes live
+///   in the document's `attachments/` directory), `uploaded` 0 until the server has them.
 final class LayerStore: Sendable {
     /// Schema version stored in `PRAGMA user_version`.
-    static let schemaVersion: Int64 = 1
+    static let schemaVersion: Int64 = 3
 
     /// The layer directory.
     let directory: String
-    private let database: Mutex<SQLiteDatabase>
-    private let lockDescriptor: Int32
+    /// The connection; `nil` once ``close()`` ran (local storage removed).
+    private let database: Mutex<SQLiteDatabase?>
+    private let lockDescriptor: Atomic<Int32>
 
     private struct Registration: Sendable {
         weak var store: LayerStore?
@@ -68,30 +74,48 @@ final class LayerStore: Sendable {
                 usleep(10_000)
                 continue
             }
-            close(descriptor)
+            Glibc.close(descriptor)
             if error == EWOULDBLOCK {
                 throw LayerSyncError(.storageLocked, "the layer store \(directory) is used by another process")
             }
             throw LayerSyncError(.couldNotWriteToDisk, "cannot lock \(lockPath): \(String(cString: strerror(error)))")
         }
-        lockDescriptor = descriptor
+        lockDescriptor = Atomic(descriptor)
         let databasePath = directory + "/layer.sqlite"
         // Create the file ourselves so that it (and SQLite's -wal/-shm, which copy its mode) is 0600.
         let file = Glibc.open(databasePath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        if file >= 0 { close(file) }
+        if file >= 0 { Glibc.close(file) }
         let db: SQLiteDatabase
         do {
             db = try SQLiteDatabase(path: databasePath)
             try Self.migrate(db)
         } catch {
-            close(descriptor)
+            Glibc.close(descriptor)
             throw error
         }
         database = Mutex(db)
     }
 
     deinit {
-        close(lockDescriptor)
+        let descriptor = lockDescriptor.exchange(-1, ordering: .acquiringAndReleasing)
+        if descriptor >= 0 { Glibc.close(descriptor) }
+    }
+
+    /// Closes the connection and releases the layer lock, so that the directory can be
+    /// removed; every later use throws `.invalidState`. Idempotent. Waits for a running
+    /// transaction (it takes the store's lock).
+    func close() {
+        database.withLock { $0 = nil }
+        let descriptor = lockDescriptor.exchange(-1, ordering: .acquiringAndReleasing)
+        if descriptor >= 0 { Glibc.close(descriptor) }
+        Self.registry.withLock { registry in
+            if registry[directory]?.store === self { registry[directory] = nil }
+        }
+    }
+
+    /// The store of `directory` if this process has it open.
+    static func openInstance(directory: String) -> LayerStore? {
+        registry.withLock { $0[directory]?.store }
     }
 
     private static func migrate(_ db: SQLiteDatabase) throws(LayerSyncError) {
@@ -125,6 +149,42 @@ final class LayerStore: Sendable {
                 try db.query("INSERT INTO meta(key, value) VALUES ('client_id', ?)", [.text(ULID.generate())])
             }
         }
+        if version < 2 {
+            // Version 2: full-text search over records (SQLite FTS5, https://sqlite.org/fts5.html).
+            try db.transaction { () throws(LayerSyncError) in
+                try db.execute("""
+                    CREATE VIRTUAL TABLE records_fts USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+                    CREATE TRIGGER records_fts_insert AFTER INSERT ON records WHEN NEW.content IS NOT NULL BEGIN
+                        INSERT INTO records_fts(rowid, body)
+                        SELECT NEW.rowid, group_concat(value, ' ') FROM json_tree(NEW.content) WHERE type = 'text';
+                    END;
+                    CREATE TRIGGER records_fts_delete AFTER DELETE ON records BEGIN
+                        DELETE FROM records_fts WHERE rowid = OLD.rowid;
+                    END;
+                    CREATE TRIGGER records_fts_update AFTER UPDATE OF content ON records BEGIN
+                        DELETE FROM records_fts WHERE rowid = OLD.rowid;
+                        INSERT INTO records_fts(rowid, body)
+                        SELECT NEW.rowid, group_concat(value, ' ') FROM json_tree(NEW.content) WHERE type = 'text'
+                        AND NEW.content IS NOT NULL;
+                    END;
+                    INSERT INTO records_fts(rowid, body)
+                    SELECT r.rowid, (SELECT group_concat(value, ' ') FROM json_tree(r.content) WHERE type = 'text')
+                    FROM records r WHERE r.content IS NOT NULL;
+                    PRAGMA user_version = 2;
+                    """)
+            }
+        }
+        if version < 3 {
+            try db.transaction { () throws(LayerSyncError) in
+                try db.execute("""
+                    CREATE TABLE attachments(
+                        id TEXT PRIMARY KEY NOT NULL,
+                        content_type TEXT NOT NULL,
+                        uploaded INTEGER NOT NULL DEFAULT 0);
+                    PRAGMA user_version = 3;
+                    """)
+            }
+        }
     }
 
     /// Runs `body` with the connection, under the store's lock.
@@ -133,6 +193,7 @@ final class LayerStore: Sendable {
     /// - Throws: What `body` throws.
     func withDatabase<T: Sendable>(_ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
         let result: Result<T, LayerSyncError> = database.withLock { db in
+            guard let db else { return .failure(LayerSyncError(.invalidState, "the layer's local storage was removed")) }
             do throws(LayerSyncError) { return .success(try body(db)) } catch { return .failure(error) }
         }
         return try result.get()

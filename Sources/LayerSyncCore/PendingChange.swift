@@ -28,6 +28,9 @@ struct ServerChangeOutcome: Sendable {
     var changes = RecordChanges()
     /// Local changes that lost, for `didRejectChanges`.
     var rejections: [RejectedChange] = []
+    /// Records whose unsynced local changes were re-based onto a new layer snapshot
+    /// (epoch changed), for `didResetLayer`.
+    var rebased: [String] = []
 
     /// Appends another outcome.
     mutating func merge(_ other: ServerChangeOutcome) {
@@ -35,5 +38,6 @@ struct ServerChangeOutcome: Sendable {
         changes.updated += other.changes.updated
         changes.deleted += other.changes.deleted
         rejections += other.rejections
+        rebased += other.rebased
     }
 }

@@ -1,5 +1,6 @@
 extension RejectedChange {
-    /// `[{"id", "reason", "local": record-or-null, "server": record-or-null}]`: the payload
+    /// `[{"id", "reason", "code", "local": record-or-null, "server": record-or-null}]`
+    /// (`code`: the numeric ``ErrorCode``, see ``RejectedChange/code``): the payload
     /// of the C callback `did_reject_changes`. A version that is not valid JSON (it always
     /// is: both come from the store) is passed as null rather than breaking the array.
     public static func jsonText(_ rejected: [RejectedChange]) -> String {
@@ -7,6 +8,7 @@ extension RejectedChange {
             .object(JSONObject([
                 ("id", .string(change.recordID)),
                 ("reason", .string(change.reason)),
+                ("code", .integer(Int64(change.code.rawValue))),
                 ("local", change.localJSON.flatMap { try? JSONValue.parse($0) } ?? .null),
                 ("server", change.serverJSON.flatMap { try? JSONValue.parse($0) } ?? .null),
             ]))

@@ -13,6 +13,18 @@ public struct RejectedChange: Sendable {
     /// absent on the server.
     public var serverJSON: String?
 
+    /// The error code of the rejection: `.payloadLimitExceeded` for `payload_too_large`,
+    /// `.noSuchAnnotation` for `not_found`, `.invalidJSONStructure` for `invalid`, and
+    /// `.conflict` for `conflict`, `exists`, `superseded` (first writer wins).
+    public var code: ErrorCode {
+        switch reason {
+        case "payload_too_large": .payloadLimitExceeded
+        case "not_found": .noSuchAnnotation
+        case "invalid": .invalidJSONStructure
+        default: .conflict
+        }
+    }
+
     /// Creates a rejection report.
     /// - Parameters:
     ///   - recordID: The record concerned.

@@ -82,3 +82,51 @@ struct StorageLayout: Sendable {
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
     }
 }
+
+extension StorageLayout {
+    /// Names in a directory (without `.` and `..`); empty if it cannot be read.
+    static func entries(_ path: String) -> [String] {
+        guard let directory = opendir(path) else { return [] }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != ".", name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    /// Whether `path` is a directory.
+    static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    /// Size of a regular file in bytes, 0 if absent.
+    static func fileSize(_ path: String) -> Int64 {
+        var info = stat()
+        return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG ? Int64(info.st_size) : 0
+    }
+
+    /// Bytes of every regular file below `path` (or of `path` itself).
+    static func treeSize(_ path: String) -> Int64 {
+        guard isDirectory(path) else { return fileSize(path) }
+        return entries(path).reduce(0) { $0 + treeSize(path + "/" + $1) }
+    }
+
+    /// Removes a file or a directory tree (symbolic links are removed, never followed).
+    /// - Parameter path: What to remove; absent is fine.
+    /// - Throws: `.couldNotRemoveDiskCacheEntries` naming the first path that could not be removed.
+    static func removeTree(_ path: String) throws(LayerSyncError) {
+        if isDirectory(path) {
+            for name in entries(path) { try removeTree(path + "/" + name) }
+            guard rmdir(path) == 0 || errno == ENOENT else {
+                throw LayerSyncError(.couldNotRemoveDiskCacheEntries, "cannot remove \(path): \(String(cString: strerror(errno)))")
+            }
+        } else if unlink(path) != 0, errno != ENOENT {
+            throw LayerSyncError(.couldNotRemoveDiskCacheEntries, "cannot remove \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+}

@@ -69,7 +69,8 @@ public final class SyncClient: Sendable {
     /// The descriptor for the document and layer a JWT grants (Instant's
     /// `documentDescriptor(forJWT:)`). Only the token's shape is checked here.
     ///
-    /// The same (document id, layer) always gives the same instance, which the client keeps
+    /// The same (document id, layer) always gives the same instance (until its local storage
+    /// is removed: then a new one), which the client keeps
     /// alive until it is deallocated; a later call with another token for the same layer
     /// returns it unchanged (use ``DocumentDescriptor/reauthenticate(jwt:)`` to change tokens).
     /// Opening the descriptor opens (and locks) the layer's local store.
@@ -83,7 +84,17 @@ public final class SyncClient: Sendable {
         guard !context.isShutDown else { throw LayerSyncError(.invalidState, "the client is shut down") }
         let key = DescriptorKey(documentID: claims.documentID, layerName: claims.layerName)
         let result: Result<DocumentDescriptor, LayerSyncError> = descriptors.withLock { descriptors in
-            if let existing = descriptors[key] { return .success(existing) }
+            // A descriptor whose storage was removed stays invalid; the layer gets a fresh one.
+            if let existing = descriptors[key], !existing.isInvalid {
+                // The layer is pinned to one user (ARCHITECTURE.md §3); another user's JWT
+                // must not hand out that user's descriptor.
+                if let user = claims.userID, let pinned = existing.userID, user != pinned {
+                    return .failure(LayerSyncError(
+                        .userIDMismatch, "the JWT's user_id '\(user)' differs from '\(pinned)' pinned to the local layer",
+                        documentID: claims.documentID))
+                }
+                return .success(existing)
+            }
             do throws(LayerSyncError) {
                 let descriptor = try DocumentDescriptor(claims: claims, context: context)
                 descriptors[key] = descriptor

@@ -151,6 +151,86 @@ final class SyncServer: Sendable {
                           nextSince: json["next_since"]?.int64Value ?? revision)
     }
 
+    /// `GET .../records/{rid}/history`: the kept versions, newest first.
+    /// - Returns: The versions.
+    /// - Throws: `.invalidDocument` (404: nothing kept) and the other mapped errors.
+    func history(documentID: String, layer: String, recordID: String, jwt: String,
+                 session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> [ServerRecord] {
+        let path = layerPath(documentID, layer) + "/records/\(ServerURL.encodeSegment(recordID))/history"
+        let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
+        guard let json = try? JSONValue.parse(bytes: response.body), let items = json["versions"]?.arrayValue else {
+            throw LayerSyncError(.invalidServerData, "history answer without versions")
+        }
+        var versions: [ServerRecord] = []
+        for item in items { versions.append(try ServerRecord(json: item)) }
+        return versions
+    }
+
+    /// `POST .../records/{rid}/rollback` or `.../restore`: writes an older version (or the last
+    /// live one) as a new revision.
+    /// - Parameters:
+    ///   - operation: `"rollback"` or `"restore"`.
+    ///   - revision: The kept version to roll back to (rollback only).
+    ///   - baseRevision: The record's revision the caller knows, or `nil`.
+    /// - Returns: The record as written.
+    /// - Throws: `.conflict` (409), `.invalidDocument` (404), `.invalidRequest` (400), and the other mapped errors.
+    func revive(_ operation: String, documentID: String, layer: String, recordID: String, revision: Int64?,
+                baseRevision: Int64?, jwt: String, session: HTTPSession,
+                cancellation: TransferCancellation) throws(LayerSyncError) -> ServerRecord {
+        var request = HTTPRequest(method: "POST", url: url.url(layerPath(documentID, layer)
+            + "/records/\(ServerURL.encodeSegment(recordID))/\(operation)"))
+        var body = JSONObject()
+        if let revision { body["revision"] = .integer(revision) }
+        if let baseRevision { body["base_revision"] = .integer(baseRevision) }
+        request.headers = ["Content-Type: application/json"]
+        request.body = JSONValue.object(body).jsonBytes
+        let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+        guard let json = try? JSONValue.parse(bytes: response.body), let record = json["record"] else {
+            throw LayerSyncError(.invalidServerData, "\(operation) answer without record")
+        }
+        return try ServerRecord(json: record)
+    }
+
+    /// `GET .../deleted?since=` pages, all of them: the layer's tombstones, each with
+    /// `last_content` (the newest kept live version, or null).
+    /// - Returns: The raw entries, in revision order.
+    func deleted(documentID: String, layer: String, jwt: String, session: HTTPSession,
+                 cancellation: TransferCancellation) throws(LayerSyncError) -> [JSONValue] {
+        var entries: [JSONValue] = []
+        var since: Int64 = 0
+        while true {
+            let path = layerPath(documentID, layer) + "/deleted?since=\(since)"
+            let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
+            guard let json = try? JSONValue.parse(bytes: response.body), let items = json["records"]?.arrayValue else {
+                throw LayerSyncError(.invalidServerData, "deleted answer without records")
+            }
+            entries += items
+            let next = json["next_since"]?.int64Value ?? since
+            guard json["has_more"]?.boolValue == true, next > since else { return entries }
+            since = next
+        }
+    }
+
+    /// `PUT documents/{id}/attachments/{sha256}`: uploads an attachment (idempotent).
+    /// - Throws: `.invalidRequest` (hash mismatch), `.payloadLimitExceeded` (413), and the other mapped errors.
+    func putAttachment(documentID: String, id: String, bytes: [UInt8], contentType: String, jwt: String,
+                       session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) {
+        var request = HTTPRequest(method: "PUT", url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/attachments/\(id)"))
+        request.headers = ["Content-Type: \(contentType)"]
+        request.body = bytes
+        _ = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+    }
+
+    /// `GET documents/{id}/attachments/{sha256}`.
+    /// - Returns: The bytes and their content type.
+    /// - Throws: `.invalidDocument` (404) and the other mapped errors.
+    func getAttachment(documentID: String, id: String, jwt: String, session: HTTPSession,
+                       cancellation: TransferCancellation) throws(LayerSyncError) -> (bytes: [UInt8], contentType: String) {
+        let request = HTTPRequest(url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/attachments/\(id)"))
+        let response = try send(request, jwt: jwt, session: session, cancellation: cancellation, accept: "*/*")
+        return (response.body, response.headers["content-type"] ?? "application/octet-stream")
+    }
+
     // MARK: Plumbing
 
     private func layerPath(_ documentID: String, _ layer: String) -> String {
@@ -172,27 +252,29 @@ final class SyncServer: Sendable {
 
     /// Sends a request and maps a non-2xx answer through the error envelope.
     private func send(_ request: HTTPRequest, jwt: String?, session: HTTPSession,
-                      cancellation: TransferCancellation) throws(LayerSyncError) -> HTTPResponse {
+                      cancellation: TransferCancellation, accept: String = "application/json") throws(LayerSyncError) -> HTTPResponse {
         guard isNetworkAvailable else {
             throw LayerSyncError(.requestFailed, "the network is marked unavailable (setNetworkAvailable(false))")
         }
         var request = request
         request.headers.append("LayerSync-Protocol: \(Self.protocolVersion)")
-        request.headers.append("Accept: application/json")
+        request.headers.append("Accept: \(accept)")
         if let jwt { request.headers.append("Authorization: Bearer \(jwt)") }
         if request.timeoutSeconds == 30 { request.timeoutSeconds = requestTimeout }
         let response = try session.perform(request, cancellation: cancellation)
         if (200..<300).contains(response.status) { return response }
         var message = "HTTP \(response.status)"
+        var envelopeCode: String?
         if let envelope = try? JSONValue.parse(bytes: response.body), let error = envelope["error"] {
-            message = "\(error["code"]?.stringValue ?? "error"): \(error["message"]?.stringValue ?? "")"
+            envelopeCode = error["code"]?.stringValue
+            message = "\(envelopeCode ?? "error"): \(error["message"]?.stringValue ?? "")"
         }
         let code: ErrorCode
         switch response.status {
         case 400: code = .invalidRequest
         case 401, 403: code = .accessDenied
         case 404: code = .invalidDocument
-        case 409: code = .serverReset
+        case 409: code = envelopeCode == "epoch_mismatch" ? .serverReset : .conflict
         case 413: code = .payloadLimitExceeded
         case 426: code = .oldClient
         case 500...: code = .requestFailed

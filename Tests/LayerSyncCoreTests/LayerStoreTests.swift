@@ -29,7 +29,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
         let directoryAttributes = try FileManager.default.attributesOfItem(atPath: directory)
         #expect((directoryAttributes[.posixPermissions] as? Int) == 0o700)
-        #expect(try reopened.withDatabase { db throws(LayerSyncError) in try db.query("PRAGMA user_version").first?.first?.integer } == 1)
+        #expect(try reopened.withDatabase { db throws(LayerSyncError) in try db.query("PRAGMA user_version").first?.first?.integer } == LayerStore.schemaVersion)
     }
 
     @Test func sameDirectorySharesOneStoreInAProcess() throws {
@@ -177,5 +177,57 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(try store.listRecords(filter: .init(type: "pspdfkit/ink")).count == 2)
         #expect(try store.listRecords(filter: .init(creatorName: "Bob")).count == 1)
         #expect(try store.listRecords(filter: .init(limit: 1, offset: 1)) == [#"{"type":"pspdfkit/note","pageIndex":1,"creatorName":"Bob"}"#])
+    }
+}
+
+@Suite struct LayerStoreMigrationTests {
+    /// A store written by schema version 1 (no full-text index) opens, migrates to the
+    /// current version, keeps its records and pending changes, and becomes searchable.
+    @Test func aVersion1StoreIsMigratedInPlace() throws {
+        let directory = temporaryDirectory("v1")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        do {
+            let db = try SQLiteDatabase(path: directory + "/layer.sqlite")
+            try db.execute("""
+                PRAGMA journal_mode=WAL;
+                CREATE TABLE records(id TEXT PRIMARY KEY NOT NULL, content TEXT, server_revision INTEGER,
+                    server_content TEXT, server_deleted INTEGER NOT NULL DEFAULT 0);
+                CREATE TABLE pending_changes(seq INTEGER PRIMARY KEY AUTOINCREMENT, change_id TEXT NOT NULL UNIQUE,
+                    record_id TEXT NOT NULL, op TEXT NOT NULL CHECK (op IN ('create','update','delete')), content TEXT,
+                    attempted INTEGER NOT NULL DEFAULT 0, base_revision INTEGER, payload TEXT);
+                CREATE INDEX pending_changes_record ON pending_changes(record_id, seq);
+                CREATE TABLE meta(key TEXT PRIMARY KEY NOT NULL, value TEXT);
+                INSERT INTO meta VALUES ('client_id', '01JYS36MGS2A3E1H83BK1ZRQVX'), ('downloaded', '1'), ('since', '7');
+                INSERT INTO records VALUES ('old', '{"id":"old","type":"pspdfkit/note","note":"written by version one"}', 7,
+                    '{"id":"old","type":"pspdfkit/note","note":"written by version one"}', 0);
+                INSERT INTO records(id, content) VALUES ('new', '{"id":"new","type":"pspdfkit/note","note":"pending"}');
+                INSERT INTO pending_changes(change_id, record_id, op, content) VALUES ('c1', 'new', 'create',
+                    '{"id":"new","type":"pspdfkit/note","note":"pending"}');
+                PRAGMA user_version = 1;
+                """)
+        }
+        let store = try LayerStore.open(directory: directory)
+        #expect(try store.withDatabase { db throws(LayerSyncError) in try db.query("PRAGMA user_version").first?.first?.integer } == LayerStore.schemaVersion)
+        #expect(try store.record(id: "old")?.contains("version one") == true)
+        #expect(try store.pendingCount() == 1)
+        #expect(try store.since() == 7)
+        #expect(try store.searchRecords(query: "version", limit: 10).count == 1)
+        #expect(try store.searchRecords(query: "pending", limit: 10).count == 1)
+    }
+
+    /// A store from a newer library is refused, not damaged.
+    @Test func aStoreFromANewerSchemaIsRefused() throws {
+        let directory = temporaryDirectory("v99")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        do {
+            let db = try SQLiteDatabase(path: directory + "/layer.sqlite")
+            try db.execute("PRAGMA user_version = 99;")
+        }
+        do {
+            _ = try LayerStore.open(directory: directory)
+            Issue.record("opened a newer schema")
+        } catch {
+            #expect(error.code == .databaseAccessFailed)
+        }
     }
 }

@@ -488,6 +488,8 @@ char *ls_make_jwt(const char *payload_json)
 
 /* ---- Recording delegate ----------------------------------------------------------------- */
 
+static pthread_mutex_t ls_publish_mutex = PTHREAD_MUTEX_INITIALIZER;
+
 void ls_events_init(ls_events *events)
 {
     memset(events, 0, sizeof *events);
@@ -499,6 +501,8 @@ void ls_events_init(ls_events *events)
     pthread_condattr_destroy(&attr);
     events->caller_thread = pthread_self();
     events->magic = LS_EVENTS_MAGIC;
+    pthread_mutex_lock(&ls_publish_mutex); /* see enter() */
+    pthread_mutex_unlock(&ls_publish_mutex);
 }
 
 void ls_events_free(ls_events *events)
@@ -528,9 +532,17 @@ void ls_deadline(struct timespec *deadline, int timeout_ms)
 static ls_events *enter(void *context)
 {
     ls_events *ev = context;
-    if (ev == NULL || ev->magic != LS_EVENTS_MAGIC)
-        ls_fail(__FILE__, __LINE__, "callback got context %p, not the delegate's context", context);
+    if (ev == NULL) ls_fail(__FILE__, __LINE__, "callback got a NULL context");
+    /* The library hands the context to its callback thread through Dispatch, which
+     * ThreadSanitizer cannot see (it is not instrumented); ls_publish_mutex (static, so never
+     * racing with its own initialisation) carries the happens-before edge from
+     * ls_events_init to here. Plain C needs no such thing: the library's hand-off already
+     * orders them. */
+    pthread_mutex_lock(&ls_publish_mutex);
+    pthread_mutex_unlock(&ls_publish_mutex);
     pthread_mutex_lock(&ev->mutex);
+    if (ev->magic != LS_EVENTS_MAGIC)
+        ls_fail(__FILE__, __LINE__, "callback got context %p, not the delegate's context", context);
     pthread_t self = pthread_self();
     ev->callbacks++;
     if (pthread_equal(self, ev->caller_thread)) ev->callback_on_caller_thread = true;

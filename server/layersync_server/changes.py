@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from layersync_server.ids import is_valid_record_id
 from layersync_server.storage.base import LayerWriter, StoredRecord
+from layersync_server.wire_json import MAX_JSON_DEPTH, MAX_REVISION, BadNumber, json_problem
 
 OPS = ("create", "update", "delete")
 
@@ -45,7 +46,9 @@ def normalize_content(record_id: str, content: dict) -> dict:
 
 
 def _rejected(change: dict, reason: str, message: str, server: StoredRecord | None) -> dict:
-    return {"change_id": change["change_id"], "id": change.get("id"), "reason": reason,
+    record_id = change.get("id")  # echoed only when valid: the outcome is stored as JSON
+    return {"change_id": change["change_id"],
+            "id": record_id if is_valid_record_id(record_id) else None, "reason": reason,
             "message": message, "server_record": server.to_wire() if server else None}
 
 
@@ -55,39 +58,22 @@ def _validation_problem(change: dict) -> str | None:
     if op not in OPS:
         return f"op must be one of {', '.join(OPS)}"
     if not is_valid_record_id(change.get("id")):
-        return "id must be a string of 1..128 characters without control characters"
+        return ("id must be a string of 1..128 characters without control characters "
+                "or lone surrogates")
     if op in ("create", "update"):
         content = change.get("content")
         if not isinstance(content, dict):
             return "content must be a JSON object"
-        # lone surrogates (from \\uD800 escapes) are not valid UTF-8 text
-        if not all(_utf8_ok(v) for v in _strings(content)):
-            return "content contains invalid Unicode (lone surrogate)"
+        problem = json_problem(content, MAX_JSON_DEPTH)  # depth, bad numbers, lone surrogates
+        if problem:
+            return problem
     if op in ("update", "delete"):
         base = change.get("base_revision")
-        if not isinstance(base, int) or isinstance(base, bool) or base < 0:
-            return "base_revision must be a non-negative integer"
+        if isinstance(base, BadNumber):
+            return f"base_revision: {base.why}"
+        if not isinstance(base, int) or isinstance(base, bool) or not 0 <= base <= MAX_REVISION:
+            return f"base_revision must be an integer 0..{MAX_REVISION}"
     return None
-
-
-def _strings(value):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield k
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-
-
-def _utf8_ok(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
 
 
 def _tombstone_with_children(writer: LayerWriter, record_id: str, user_id: str | None) -> int:

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -103,10 +102,11 @@ def payload_too_large(limit_bytes: int) -> ApiError:
 
 
 def error_response(status: int, code: str, message: str, details: dict | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: dict[str, str] | None = None) -> Response:
     """Build the envelope response."""
-    return JSONResponse({"error": {"code": code, "message": message, "details": details or {}}},
-                        status_code=status, headers=headers)
+    from layersync_server.wire_json import WireJSONResponse  # (imports this module)
+    return WireJSONResponse({"error": {"code": code, "message": message, "details": details or {}}},
+                            status_code=status, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

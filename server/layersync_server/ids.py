@@ -1,7 +1,9 @@
 """Record ids and ULID-shaped ids.
 
-Record ids are strings of 1..128 characters without control characters
-(docs/protocol.md, Conventions). Clients use ULIDs: 26 Crockford base32 characters.
+Record ids are strings of 1..128 characters without control characters (U+0000..U+001F,
+U+007F) or lone surrogates (docs/protocol.md, Conventions); document ids and layer
+names add to that. Every id the server takes is checked here. Clients use ULIDs: 26
+Crockford base32 characters.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import time
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 MAX_ID_CHARS = 128
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Control characters, and lone surrogates (from ``\\uD800`` escapes; not UTF-8 text).
+_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 #: Ids taken from a PDF's /NM: conservative, no spaces (UUIDs, ULIDs, Acrobat ids).
 _PDF_NAME_ID = re.compile(r"^[0-9A-Za-z_.:{}-]{1,128}$")
 
 
 def is_valid_record_id(value: object) -> bool:
-    """True when ``value`` is a str of 1..128 characters with no control characters."""
+    """True when ``value`` is a str of 1..128 characters with no control characters
+    (U+0000..U+001F, U+007F) and no lone surrogates."""
     return (isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
             and not _CONTROL.search(value))
 

@@ -17,7 +17,8 @@ def test_info_advertises_protocol_and_limits(server):
     assert body["protocol"] == {"min": 1, "max": 1}
     assert body["limits"] == {"max_request_bytes": MAX_REQUEST_BYTES, "max_page_records": 1000,
                               "max_wait_s": 10, "max_upload_bytes": 256 * 1024 * 1024,
-                              "history_versions": 20}
+                              "history_versions": 20, "max_json_depth": 64,
+                              "max_number_chars": 100}
     assert {"long-poll", "snapshot-paging", "attachments", "history", "rollback",
             "deleted-restore"} <= set(body["capabilities"])
 

@@ -18,6 +18,7 @@ LAYERSYNC_ERROR_VERSION = 1
 LAYERSYNC_CLIENT_OPTIONS_VERSION = 1
 LAYERSYNC_CLIENT_DELEGATE_VERSION = 1
 LAYERSYNC_DOCUMENT_OBSERVER_VERSION = 1
+LAYERSYNC_ATTACHMENT_VERSION = 1
 
 LAYERSYNC_OK = 0
 LAYERSYNC_ERROR_UNKNOWN = 1
@@ -138,6 +139,17 @@ class layersync_client_options(ctypes.Structure):
     ]
 
 
+class layersync_attachment(ctypes.Structure):
+    """An attachment's bytes, filled by `layersync_document_attachment_data`. Initialise with"""
+
+    _fields_ = [
+        ('version', ctypes.c_uint32),
+        ('data', ctypes.c_void_p),
+        ('size_bytes', ctypes.c_size_t),
+        ('content_type', ctypes.c_char_p),
+    ]
+
+
 layersync_release_context_cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 layersync_server_did_validate_cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(layersync_error))
 layersync_document_cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
@@ -247,6 +259,10 @@ FUNCTIONS = {
     'layersync_document_rollback_annotation': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, layersync_document_result_cb, ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
     'layersync_document_list_deleted_annotations': (ctypes.c_int, [ctypes.c_void_p, layersync_document_result_cb, ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
     'layersync_document_restore_annotation': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, layersync_document_result_cb, ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
+    'layersync_document_add_attachment': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_document_attachment_data': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(layersync_attachment), ctypes.POINTER(layersync_error)]),
+    'layersync_document_download_attachment': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, layersync_document_result_cb, ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
+    'layersync_document_attempt_content_migration': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
 }
 
 

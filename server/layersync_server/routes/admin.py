@@ -7,7 +7,6 @@ wrap their payload in ``{"data": ...}``; errors use the common envelope.
 from __future__ import annotations
 
 import hashlib
-import json
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -22,6 +21,8 @@ from layersync_server.errors import COMMON_ERROR_RESPONSES, ApiError, error_resp
 from layersync_server.ids import is_valid_document_id, is_valid_layer_name, is_valid_record_id, new_ulid
 from layersync_server.pdf_export import export_pdf
 from layersync_server.pdf_import import PdfImportError, import_pdf
+from layersync_server.wire_json import (MAX_JSON_DEPTH, WireJSONResponse, WireRoute,
+                                        dumps, json_problem, parse_json)
 from layersync_server.storage import (DocumentExists, DocumentInfo, LayerExists, LayerState,
                                       NewDocument, StoredRecord)
 
@@ -32,7 +33,8 @@ def require_admin(request: Request, ctx: AppContext = Depends(get_context)) -> A
     return ctx
 
 
-router = APIRouter(prefix="/api", tags=["admin"], responses=COMMON_ERROR_RESPONSES)
+router = APIRouter(prefix="/api", tags=["admin"], responses=COMMON_ERROR_RESPONSES,
+                   route_class=WireRoute, default_response_class=WireJSONResponse)
 INSTANT_JSON_FORMAT = "https://pspdfkit.com/instant-json/v1"
 
 
@@ -173,11 +175,13 @@ async def list_layers(document_id: str, ctx: AppContext = Depends(require_admin)
 
 
 async def _json_body(request: Request, ctx: AppContext) -> object:
-    raw = await read_body(request, ctx.settings.max_request_bytes)
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise invalid_request(f"body is not JSON: {exc}") from None
+    """The parsed body; 400 when it is not JSON or holds a bad number or lone surrogate
+    anywhere (record content is further held to ``MAX_JSON_DEPTH``)."""
+    body = parse_json(await read_body(request, ctx.settings.max_request_bytes))
+    problem = json_problem(body, None)
+    if problem:
+        raise invalid_request(problem)
+    return body
 
 
 def _instant_json_entries(body: object) -> list[dict]:
@@ -202,13 +206,17 @@ def _annotation_content(item: object, record_id: str | None) -> dict:
     if not isinstance(item, dict):
         raise invalid_request("annotation must be a JSON object")
     record_id = record_id or item.get("id") or item.get("name") or new_ulid()
-    if not is_valid_record_id(record_id):
-        raise invalid_request("annotation id must be 1..128 characters without control characters")
-    try:
-        json.dumps(item, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise invalid_request("annotation contains invalid Unicode (lone surrogate)") from None
+    _check_annotation_id(record_id)
+    problem = json_problem(item, MAX_JSON_DEPTH)  # depth; numbers/Unicode checked on the body
+    if problem:
+        raise invalid_request(f"annotation: {problem}")
     return normalize_content(record_id, item)
+
+
+def _check_annotation_id(record_id: object) -> None:
+    if not is_valid_record_id(record_id):
+        raise invalid_request("annotation id must be 1..128 characters without control characters "
+                              "or lone surrogates")
 
 
 @router.post("/documents/{document_id}/layers", summary="Create a layer", responses=error_responses(409),
@@ -280,7 +288,7 @@ async def _list_annotations(request: Request, ctx: AppContext, document_id: str,
     if "application/x-ndjson" in request.headers.get("accept", ""):
         def lines():
             for record in ctx.storage.iter_records(document_id, layer):
-                yield json.dumps(_annotation_json(record), ensure_ascii=False) + "\n"
+                yield dumps(_annotation_json(record)) + "\n"
         return StreamingResponse(lines(), media_type="application/x-ndjson")
     page = await run_in_threadpool(ctx.storage.list_records, document_id, layer, 0,
                                    MAX_LISTED_ANNOTATIONS, False)
@@ -305,6 +313,7 @@ async def _create_annotation(request: Request, ctx: AppContext, document_id: str
 
 
 async def _get_annotation(ctx: AppContext, document_id: str, layer: str, annotation_id: str):
+    _check_annotation_id(annotation_id)
     await _document(ctx, document_id)
     record = await run_in_threadpool(ctx.storage.get_record, document_id, layer, annotation_id)
     if record is None or record.deleted:
@@ -314,6 +323,7 @@ async def _get_annotation(ctx: AppContext, document_id: str, layer: str, annotat
 
 async def _update_annotation(request: Request, ctx: AppContext, document_id: str, layer: str,
                              annotation_id: str):
+    _check_annotation_id(annotation_id)
     await _document(ctx, document_id)
     body = await _json_body(request, ctx)
     content = _annotation_content(body, annotation_id)
@@ -332,6 +342,7 @@ async def _update_annotation(request: Request, ctx: AppContext, document_id: str
 
 
 async def _delete_annotation(ctx: AppContext, document_id: str, layer: str, annotation_id: str):
+    _check_annotation_id(annotation_id)
     await _document(ctx, document_id)
 
     def work(writer):

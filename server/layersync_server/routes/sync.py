@@ -7,7 +7,6 @@ All storage calls are blocking and run in Starlette's threadpool; long-polls wai
 from __future__ import annotations
 
 import hashlib
-import json
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -20,9 +19,12 @@ from layersync_server.context import (AppContext, check_document_id, commit, get
 from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, access_denied,
                                      error_responses, invalid_request, not_found)
 from layersync_server.ids import is_sha256_hex, is_valid_record_id
+from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION,
+                                        WireJSONResponse, WireRoute, parse_json)
 from layersync_server.storage import DocumentNotFound, RecordPage
 
-router = APIRouter(prefix="/sync/v1", tags=["sync"], responses=COMMON_ERROR_RESPONSES)
+router = APIRouter(prefix="/sync/v1", tags=["sync"], responses=COMMON_ERROR_RESPONSES,
+                   route_class=WireRoute, default_response_class=WireJSONResponse)
 CAPABILITIES = ["long-poll", "snapshot-paging", "attachments", "history", "rollback",
                 "deleted-restore"]
 _LAYER_PATH = "/documents/{document_id}/layers/{layer:path}"
@@ -66,7 +68,8 @@ async def info(ctx: AppContext = Depends(get_context)) -> dict:
             "limits": {"max_request_bytes": s.max_request_bytes,
                        "max_page_records": s.max_page_records, "max_wait_s": s.max_wait_s,
                        "max_upload_bytes": s.max_upload_bytes,
-                       "history_versions": s.history_versions},
+                       "history_versions": s.history_versions,
+                       "max_json_depth": MAX_JSON_DEPTH, "max_number_chars": MAX_NUMBER_CHARS},
             "capabilities": CAPABILITIES}
 
 
@@ -126,7 +129,7 @@ def _parse_range(header: str, size: int) -> tuple[int, int]:
 
 @router.get(_LAYER_PATH + "/records")
 async def layer_records(document_id: str, layer: str, request: Request,
-                        since: int = Query(0, ge=0), limit: int | None = Query(None, ge=1),
+                        since: int = Query(0, ge=0, le=MAX_REVISION), limit: int | None = Query(None, ge=1),
                         ctx: AppContext = Depends(get_context)) -> dict:
     """Snapshot (``since=0``: no tombstones) or delta (tombstones included), paged."""
     name = layer_from_segment(layer)
@@ -137,7 +140,8 @@ async def layer_records(document_id: str, layer: str, request: Request,
 
 @router.get(_LAYER_PATH + "/changes")
 async def layer_changes(document_id: str, layer: str, request: Request,
-                        since: int = Query(0, ge=0), wait: float = Query(0, ge=0),
+                        since: int = Query(0, ge=0, le=MAX_REVISION),
+                        wait: float = Query(0, ge=0, allow_inf_nan=False),
                         limit: int | None = Query(None, ge=1),
                         ctx: AppContext = Depends(get_context)) -> dict:
     """Long-poll: answer at once if there are records past ``since``, else hold up to
@@ -155,27 +159,30 @@ async def layer_changes(document_id: str, layer: str, request: Request,
 
 
 def _parse_sync_body(raw: bytes) -> dict:
-    """Validate the request envelope; per-change problems are left to the rules."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise invalid_request(f"body is not JSON: {exc}") from None
+    """Validate the request envelope; per-change problems (bad numbers, too deep
+    content, bad ids...) are left to the rules, which reject that change only."""
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise invalid_request("body must be a JSON object")
     epoch, since = body.get("epoch"), body.get("since", 0)
     changes = body.get("changes", [])
     if epoch is not None and not isinstance(epoch, str):
         raise invalid_request("epoch must be a string or null")
-    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
-        raise invalid_request("since must be a non-negative integer")
+    if not _is_revision(since):
+        raise invalid_request(f"since must be an integer 0..{MAX_REVISION}")
     if not isinstance(changes, list):
         raise invalid_request("changes must be an array")
     for index, change in enumerate(changes):
         if not isinstance(change, dict) or not is_valid_record_id(change.get("change_id")):
-            raise invalid_request(f"changes[{index}] needs a string change_id of 1..128 characters",
-                                  index=index)
+            raise invalid_request(f"changes[{index}] needs a string change_id of 1..128 characters "
+                                  "without control characters or lone surrogates", index=index)
+    client_id = body.get("client_id")
     return {"epoch": epoch, "since": since, "changes": changes,
-            "client_id": body.get("client_id")}
+            "client_id": client_id if isinstance(client_id, str) else None}
+
+
+def _is_revision(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REVISION
 
 
 @router.post(_LAYER_PATH + "/sync", openapi_extra=openapi_bodies.SYNC)
@@ -259,10 +266,7 @@ async def _json_body(request: Request, ctx: AppContext) -> dict:
     raw = await read_body(request, ctx.settings.max_request_bytes)
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise invalid_request(f"body is not JSON: {exc}") from None
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise invalid_request("body must be a JSON object")
     return body
@@ -270,7 +274,8 @@ async def _json_body(request: Request, ctx: AppContext) -> dict:
 
 def _check_record_id(record_id: str) -> None:
     if not is_valid_record_id(record_id):
-        raise invalid_request("record id must be 1..128 characters without control characters")
+        raise invalid_request("record id must be 1..128 characters without control characters "
+                              "or lone surrogates")
 
 
 @router.get(_LAYER_PATH + "/records/{record_id}/history")
@@ -291,7 +296,7 @@ async def record_history(document_id: str, layer: str, record_id: str, request: 
 
 @router.get(_LAYER_PATH + "/deleted")
 async def deleted_records(document_id: str, layer: str, request: Request,
-                          since: int = Query(0, ge=0), limit: int | None = Query(None, ge=1),
+                          since: int = Query(0, ge=0, le=MAX_REVISION), limit: int | None = Query(None, ge=1),
                           ctx: AppContext = Depends(get_context)) -> dict:
     """Tombstones of the layer (paged like ``records``); each carries ``last_content``,
     the content of its newest kept live version (``null`` when none is kept), which
@@ -328,8 +333,8 @@ async def _write_version(ctx: AppContext, document_id: str, layer: str, record_i
     """Shared part of rollback and restore: check ``base_revision``, pick the version
     with ``pick(current, history)``, write its content as a new revision."""
     base = body.get("base_revision")
-    if base is not None and (not isinstance(base, int) or isinstance(base, bool)):
-        raise invalid_request("base_revision must be an integer")
+    if base is not None and not _is_revision(base):
+        raise invalid_request(f"base_revision must be an integer 0..{MAX_REVISION}")
 
     def work(writer):
         current = writer.get_record(record_id)
@@ -359,8 +364,8 @@ async def rollback_record(document_id: str, layer: str, record_id: str, request:
     grant = await _grant(request, ctx, document_id, name, "write")
     body = await _json_body(request, ctx)
     target = body.get("revision")
-    if not isinstance(target, int) or isinstance(target, bool) or target < 1:
-        raise invalid_request("revision must be a positive integer")
+    if not _is_revision(target) or target < 1:
+        raise invalid_request(f"revision must be an integer 1..{MAX_REVISION}")
 
     def pick(_current, history):
         for version in history:

@@ -1,0 +1,58 @@
+/// Comments (Instant JSON `pspdfkit/comment` records with a `rootId`) and full-text search.
+/// Common errors as for the record methods (``createAnnotation(json:)``).
+extension DocumentDescriptor {
+    /// Creates a comment on a root annotation (Instant's comment threads). Deleting the root
+    /// later deletes its comments, locally and on the server.
+    /// - Parameters:
+    ///   - rootID: The id of the live record the comment belongs to.
+    ///   - json: An Instant JSON object; `type` defaults to `pspdfkit/comment` (another type is
+    ///     refused), `rootId` is set to `rootID` (a different one is refused), `id` and `v` as
+    ///     for ``createAnnotation(json:)``.
+    /// - Returns: The stored JSON.
+    /// - Throws: `.noSuchAnnotation` when the root does not exist, `.invalidJSONStructure`,
+    ///   `.invalidArgument`, plus the common errors.
+    public func createComment(rootID: String, json: String) throws(LayerSyncError) -> String {
+        try requireDownloaded()
+        guard case .object(var object) = try JSONValue.parse(json) else {
+            throw LayerSyncError(.invalidJSONStructure, "a comment must be a JSON object")
+        }
+        if let type = object["type"], type.stringValue != "pspdfkit/comment" {
+            throw LayerSyncError(.invalidJSONStructure, "a comment's \"type\" must be \"pspdfkit/comment\"")
+        }
+        if let given = object["rootId"], given.stringValue != rootID {
+            throw LayerSyncError(.invalidArgument, "the comment's \"rootId\" differs from root_id")
+        }
+        guard try store.record(id: rootID) != nil else {
+            throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(rootID) to comment on", documentID: documentID, recordID: rootID)
+        }
+        object["type"] = .string("pspdfkit/comment")
+        object["rootId"] = .string(rootID)
+        return try createAnnotation(json: JSONValue.object(object).jsonText)
+    }
+
+    /// The comments of a root annotation, oldest first (by `createdAt`, then id).
+    /// - Parameter rootID: The root's id.
+    /// - Returns: A JSON array of comment records.
+    /// - Throws: `.noSuchAnnotation` when the root does not exist, plus the common errors.
+    public func listComments(rootID: String) throws(LayerSyncError) -> String {
+        try requireDownloaded()
+        do {
+            return "[" + (try store.comments(rootID: rootID)).joined(separator: ",") + "]"
+        } catch {
+            throw error.with(documentID: documentID)
+        }
+    }
+
+    /// Full-text search over the string values of the local records (SQLite FTS5): every
+    /// word of `query` must occur as a word prefix, case- and diacritics-insensitively.
+    /// - Parameters:
+    ///   - query: The words.
+    ///   - limit: Maximum number of results (default 100).
+    /// - Returns: A JSON array of matching records, best match first.
+    /// - Throws: `.invalidArgument` for a query without words, plus the common errors.
+    public func searchAnnotations(query: String, limit: Int64 = 100) throws(LayerSyncError) -> String {
+        try requireDownloaded()
+        guard limit > 0 else { throw LayerSyncError(.invalidArgument, "limit must be positive") }
+        return "[" + (try store.searchRecords(query: query, limit: limit)).joined(separator: ",") + "]"
+    }
+}

@@ -1,0 +1,43 @@
+/// What the client-level storage functions read from a layer store without a descriptor.
+extension LayerStore {
+    /// A layer store's identity and status, for ``SyncClient/localDocumentsJSON()``.
+    struct Summary: Sendable {
+        var documentID: String?
+        var layerName: String?
+        var downloaded: Bool
+        var pendingChanges: Int
+        var recordCount: Int
+    }
+
+    /// Reads the summary.
+    /// - Returns: The summary.
+    /// - Throws: `.databaseAccessFailed`, `.invalidState` after ``close()``.
+    func summary() throws(LayerSyncError) -> Summary {
+        try withDatabase { db throws(LayerSyncError) in
+            Summary(
+                documentID: try Self.meta(db, "document_id"),
+                layerName: try Self.meta(db, "layer_name"),
+                downloaded: try Self.meta(db, "downloaded") == "1",
+                pendingChanges: Int(try db.query("SELECT count(*) FROM pending_changes").first?.first?.integer ?? 0),
+                recordCount: Int(try db.query("SELECT count(*) FROM records WHERE content IS NOT NULL").first?.first?.integer ?? 0))
+        }
+    }
+
+    /// Attachment ids (SHA-256 hex) that the layer's records (local or last known server
+    /// version) reference through `imageAttachmentId` or `fileAttachmentId`.
+    /// - Returns: The ids.
+    /// - Throws: `.databaseAccessFailed`, `.invalidState` after ``close()``.
+    func referencedAttachmentIDs() throws(LayerSyncError) -> Set<String> {
+        try withDatabase { db throws(LayerSyncError) in
+            var ids: Set<String> = []
+            for column in ["content", "server_content"] {
+                for key in ["imageAttachmentId", "fileAttachmentId"] {
+                    for row in try db.query("SELECT DISTINCT json_extract(\(column), '$.\(key)') FROM records WHERE json_valid(\(column))") {
+                        if let id = row.first?.text { ids.insert(id) }
+                    }
+                }
+            }
+            return ids
+        }
+    }
+}
