@@ -45,11 +45,18 @@ test-swift: setup
 	swift build -c $(CONFIG) $(SWIFT_BUILD_FLAGS) --build-tests
 	swift test -c $(CONFIG) --skip-build
 
+CMAKE_TEST_FLAGS = -DLAYERSYNC_SWIFT_CONFIG=$(CONFIG) -DLAYERSYNC_SWIFT_SCRATCH=$(abspath .build) \
+	-DLAYERSYNC_SERVER_BIN=$(LAYERSYNC_SERVER_BIN) -DLAYERSYNC_SHARED_DIR=$(SHARED)
+
+# The C tests twice: plain (with the ABI, install and example checks), then the C tests
+# again under AddressSanitizer + UndefinedBehaviorSanitizer (leaks included).
 test-c: build
-	cmake -S . -B build/ctest -DLAYERSYNC_SWIFT_CONFIG=$(CONFIG) -DLAYERSYNC_SWIFT_SCRATCH=$(abspath .build) \
-	      -DLAYERSYNC_SERVER_BIN=$(LAYERSYNC_SERVER_BIN) -DLAYERSYNC_SHARED_DIR=$(SHARED) >/dev/null
+	cmake -S . -B build/ctest $(CMAKE_TEST_FLAGS) >/dev/null
 	cmake --build build/ctest
 	ctest --test-dir build/ctest --output-on-failure
+	cmake -S . -B build/ctest-asan -DLAYERSYNC_SANITIZE=address $(CMAKE_TEST_FLAGS) >/dev/null
+	cmake --build build/ctest-asan
+	ctest --test-dir build/ctest-asan -L c --output-on-failure
 
 test-python: build
 	$(PY) -m pytest -q bindings/python/tests
