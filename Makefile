@@ -13,11 +13,12 @@ export LAYERSYNC_LIBRARY := $(abspath $(LIB))
 export LAYERSYNC_SHARED_DIR := $(SHARED)
 export LAYERSYNC_SERVER_BIN := $(abspath $(VENV)/bin/layersync-server)
 
-.PHONY: help setup generate build demo test test-generated test-swift test-c test-python test-server clean
+.PHONY: help setup generate build demo test test-generated test-swift test-c test-python test-server clean bench bench-smoke bench-setup
 
 help:
 	@echo "make demo   - run the main job end to end (server, two clients, real PDFs)"
 	@echo "make test   - run every test suite (generated files, Swift, C/CTest, Python, server)"
+	@echo "make bench  - run the benchmarks (bench/README.md); make bench-smoke: tiny sizes"
 	@echo "make generate - regenerate include/layersync.h, ctypes declarations, docs/c-api.md from api/"
 
 setup:
@@ -63,6 +64,18 @@ test-python: build
 
 test-server: setup
 	$(PY) -m pytest -q server/tests
+
+# Benchmarks (bench/README.md): not part of `make test`; `bench-smoke` keeps the harness
+# from rotting in CI with tiny sizes. Peers (Kinto, pycrdt-websocket) live in their own venv.
+bench-setup:
+	@bash bench/setup.sh || echo "bench: peers' virtualenv unavailable; scenario 7 will be skipped"
+
+bench: setup bench-setup
+	swift build -c release $(SWIFT_BUILD_FLAGS) --product layersync
+	LAYERSYNC_LIBRARY=$(abspath .build/release/liblayersync.so) $(PY) bench/run.py $(BENCH_ARGS)
+
+bench-smoke: build bench-setup
+	$(PY) bench/run.py --smoke $(BENCH_ARGS)
 
 clean:
 	rm -rf .build build

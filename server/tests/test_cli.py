@@ -48,3 +48,35 @@ def test_upload_command(server):
     bad = _cli("upload", "--url", server.url, "--admin-token", "wrong",
                str(CORPUS / "pdfjs-issue13447.pdf"))
     assert bad.returncode == 1 and "access_denied" in bad.stderr
+
+
+def test_listening_socket_is_tcp_so_asyncio_disables_nagle():
+    """asyncio sets TCP_NODELAY on accepted connections only when the listening socket's
+    proto is IPPROTO_TCP; with proto 0 every long-poll answer waited ~40 ms for a delayed
+    ACK (bench/ scenario 3). Check both the socket and an accepted connection."""
+    import asyncio
+    import socket
+
+    from layersync_server.server import bind
+
+    listener = bind("127.0.0.1", 0)
+    assert listener.proto == socket.IPPROTO_TCP
+    accepted: list[int] = []
+
+    async def main() -> None:
+        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_client, sock=listener)
+        _, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+        for _ in range(100):
+            if accepted:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    assert accepted and accepted[0] != 0

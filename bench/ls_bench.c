@@ -1,0 +1,259 @@
+/* Per-call and whole-process measurements of liblayersync through its C ABI, for
+ * bench/run.py (scenarios 1, 4 and 5). Python would distort these numbers (ctypes and
+ * interpreter overhead per call, interpreter RSS), so they are taken here.
+ *
+ *   ls_bench download URL STORAGE JWT        scenario 1 + 5: time download() until
+ *                                            did_finish_download, then sync(); RSS
+ *                                            before/after (empty client vs layer open)
+ *   ls_bench create URL STORAGE JWT N        scenario 4: download, then N timed
+ *                                            layersync_document_create_annotation calls
+ *   ls_bench raw DB_PATH N                   scenario 4 baseline: N timed sqlite3
+ *                                            prepared INSERT + COMMIT, WAL, synchronous=FULL
+ *
+ * Each mode prints one JSON object on stdout. Exit status 0 on success.
+ */
+#define _GNU_SOURCE
+#include <layersync.h>
+#include <sqlite3.h>
+
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int validated, download_done, download_failed, sync_done, sync_failed;
+static double download_end_s, sync_end_s;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static long rss_kb(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long value = -1;
+    size_t n = strlen(field);
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, field, n) == 0) { value = strtol(line + n + 1, NULL, 10); break; }
+    }
+    fclose(f);
+    return value;
+}
+
+static void signal_flag(int *flag, double *when) {
+    pthread_mutex_lock(&lock);
+    *flag = 1;
+    if (when) *when = now_s();
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+}
+
+static void on_validate(void *ctx, const char *info, const layersync_error *err) {
+    (void)ctx; (void)info; (void)err;
+    signal_flag(&validated, NULL);
+}
+static void on_download(void *ctx, layersync_document *d) { (void)ctx; (void)d; signal_flag(&download_done, &download_end_s); }
+static void on_download_fail(void *ctx, layersync_document *d, const layersync_error *e) {
+    (void)ctx; (void)d;
+    fprintf(stderr, "download failed: %d %s\n", e ? e->code : -1, e && e->message ? e->message : "");
+    signal_flag(&download_failed, NULL);
+}
+static void on_sync(void *ctx, layersync_document *d) { (void)ctx; (void)d; signal_flag(&sync_done, &sync_end_s); }
+static void on_sync_fail(void *ctx, layersync_document *d, const layersync_error *e) {
+    (void)ctx; (void)d;
+    fprintf(stderr, "sync failed: %d %s\n", e ? e->code : -1, e && e->message ? e->message : "");
+    signal_flag(&sync_failed, NULL);
+}
+
+static int wait_any(int *a, int *b, double timeout_s) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)timeout_s;
+    pthread_mutex_lock(&lock);
+    int rc = 0;
+    while (!*a && !(b && *b) && rc == 0) rc = pthread_cond_timedwait(&cond, &lock, &deadline);
+    int ok = *a;
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+static void die(const char *what, int rc, layersync_error *err) {
+    fprintf(stderr, "%s failed: %d %s\n", what, rc, err && err->message ? err->message : "");
+    exit(1);
+}
+
+static layersync_client *open_client(const char *url, const char *storage) {
+    layersync_client_options opts;
+    layersync_client_options_init(&opts, LAYERSYNC_CLIENT_OPTIONS_VERSION);
+    opts.server_url = url;
+    opts.storage_path = storage;
+    opts.allow_insecure_http = true;
+    opts.sync_delay_s = LAYERSYNC_SYNC_DISABLED;
+    layersync_client_delegate del;
+    memset(&del, 0, sizeof del);
+    del.version = LAYERSYNC_CLIENT_DELEGATE_VERSION;
+    del.server_did_validate = on_validate;
+    del.did_finish_download = on_download;
+    del.did_fail_download = on_download_fail;
+    del.did_finish_sync = on_sync;
+    del.did_fail_sync = on_sync_fail;
+    layersync_client *client = NULL;
+    layersync_error err = {.version = LAYERSYNC_ERROR_VERSION};
+    int rc = layersync_client_create(&opts, &del, &client, &err);
+    if (rc != LAYERSYNC_OK) die("layersync_client_create", rc, &err);
+    if (!wait_any(&validated, NULL, 30)) { fprintf(stderr, "server_did_validate timed out\n"); exit(1); }
+    return client;
+}
+
+static layersync_document *download(layersync_client *client, const char *jwt, double *seconds) {
+    layersync_document *doc = NULL;
+    layersync_error err = {.version = LAYERSYNC_ERROR_VERSION};
+    int rc = layersync_client_document_for_jwt(client, jwt, &doc, &err);
+    if (rc != LAYERSYNC_OK) die("document_for_jwt", rc, &err);
+    double t0 = now_s();
+    rc = layersync_document_download(doc, &err);
+    if (rc != LAYERSYNC_OK) die("download", rc, &err);
+    if (!wait_any(&download_done, &download_failed, 600) ) { fprintf(stderr, "download did not finish\n"); exit(1); }
+    *seconds = download_end_s - t0;
+    return doc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void print_latencies(const char *mode, double *us, int n, double total_s) {
+    qsort(us, (size_t)n, sizeof *us, cmp_double);
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += us[i];
+    printf("{\"mode\": \"%s\", \"n\": %d, \"p50_us\": %.2f, \"p90_us\": %.2f, \"p99_us\": %.2f, "
+           "\"min_us\": %.2f, \"max_us\": %.2f, \"mean_us\": %.2f, \"total_s\": %.4f}\n",
+           mode, n, us[n / 2], us[(int)(n * 0.9)], us[(int)(n * 0.99)], us[0], us[n - 1], sum / n, total_s);
+}
+
+/* Same JSON shape for the engine and the raw baseline. */
+static void annotation_json(char *buf, size_t size, int i, const char *id) {
+    snprintf(buf, size,
+             "{%s%s%s\"v\": 2, \"type\": \"pspdfkit/note\", \"pageIndex\": %d, \"bbox\": [%d, %d, 24, 24], "
+             "\"text\": {\"format\": \"plain\", \"value\": \"bench note %d\"}, \"color\": \"#FFD700\", "
+             "\"creatorName\": \"bench\", \"createdAt\": \"2026-01-01T00:00:00Z\", \"updatedAt\": \"2026-01-01T00:00:00Z\"}",
+             id ? "\"id\": \"" : "", id ? id : "", id ? "\", " : "", i % 10, i % 500, i % 700, i);
+}
+
+static int mode_download(const char *url, const char *storage, const char *jwt) {
+    long rss_start = rss_kb("VmRSS:");
+    layersync_client *client = open_client(url, storage);
+    long rss_empty = rss_kb("VmRSS:");
+    double download_s = 0;
+    layersync_document *doc = download(client, jwt, &download_s);
+    long rss_downloaded = rss_kb("VmRSS:");
+    layersync_error err = {.version = LAYERSYNC_ERROR_VERSION};
+    double t0 = now_s();
+    int rc = layersync_document_sync(doc, &err);
+    if (rc != LAYERSYNC_OK) die("sync", rc, &err);
+    if (!wait_any(&sync_done, &sync_failed, 600)) { fprintf(stderr, "sync did not finish\n"); return 1; }
+    double sync_s = sync_end_s - t0;
+    long rss_synced = rss_kb("VmRSS:");
+    long anon_synced = rss_kb("RssAnon:"), file_synced = rss_kb("RssFile:");
+    long peak = rss_kb("VmHWM:");
+    /* Diagnosis: how much of the growth is freed memory glibc keeps in its arenas. */
+    malloc_trim(0);
+    long rss_trimmed = rss_kb("VmRSS:");
+    printf("{\"mode\": \"download\", \"download_s\": %.4f, \"sync_s\": %.4f, \"rss_start_kb\": %ld, "
+           "\"rss_empty_client_kb\": %ld, \"rss_downloaded_kb\": %ld, \"rss_synced_kb\": %ld, "
+           "\"rss_anon_synced_kb\": %ld, \"rss_file_synced_kb\": %ld, \"rss_after_malloc_trim_kb\": %ld, "
+           "\"rss_peak_kb\": %ld}\n", download_s, sync_s, rss_start, rss_empty, rss_downloaded,
+           rss_synced, anon_synced, file_synced, rss_trimmed, peak);
+    fflush(stdout);
+    layersync_client_destroy(client, NULL);
+    return 0;
+}
+
+static int mode_create(const char *url, const char *storage, const char *jwt, int n) {
+    layersync_client *client = open_client(url, storage);
+    double download_s = 0;
+    layersync_document *doc = download(client, jwt, &download_s);
+    double *us = calloc((size_t)n, sizeof *us);
+    char json[1024];
+    layersync_error err = {.version = LAYERSYNC_ERROR_VERSION};
+    for (int i = 0; i < 20; i++) {  /* warm-up: statement caches, page cache */
+        char *out = NULL;
+        annotation_json(json, sizeof json, i, NULL);
+        int rc = layersync_document_create_annotation(doc, json, &out, &err);
+        if (rc != LAYERSYNC_OK) die("create_annotation", rc, &err);
+        layersync_free(out);
+    }
+    double start = now_s();
+    for (int i = 0; i < n; i++) {
+        char *out = NULL;
+        annotation_json(json, sizeof json, i, NULL);
+        double t0 = now_s();
+        int rc = layersync_document_create_annotation(doc, json, &out, &err);
+        us[i] = (now_s() - t0) * 1e6;
+        if (rc != LAYERSYNC_OK) die("create_annotation", rc, &err);
+        layersync_free(out);
+    }
+    print_latencies("create", us, n, now_s() - start);
+    free(us);
+    layersync_client_destroy(client, NULL);
+    return 0;
+}
+
+static void check_sqlite(sqlite3 *db, int rc, const char *what) {
+    if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        fprintf(stderr, "%s: %s\n", what, sqlite3_errmsg(db));
+        exit(1);
+    }
+}
+
+static int mode_raw(const char *path, int n) {
+    sqlite3 *db = NULL;
+    check_sqlite(db, sqlite3_open(path, &db), "open");
+    /* The engine's settings (LayerStore.swift): WAL, synchronous=FULL. */
+    check_sqlite(db, sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                                  "CREATE TABLE IF NOT EXISTS records(id TEXT PRIMARY KEY NOT NULL, content TEXT);",
+                                  NULL, NULL, NULL), "schema");
+    sqlite3_stmt *begin, *insert, *commit;
+    check_sqlite(db, sqlite3_prepare_v2(db, "BEGIN IMMEDIATE", -1, &begin, NULL), "prepare");
+    check_sqlite(db, sqlite3_prepare_v2(db, "INSERT INTO records(id, content) VALUES (?, ?)", -1, &insert, NULL), "prepare");
+    check_sqlite(db, sqlite3_prepare_v2(db, "COMMIT", -1, &commit, NULL), "prepare");
+    double *us = calloc((size_t)n, sizeof *us);
+    char json[1024], id[32];
+    double start = 0;
+    for (int i = -20; i < n; i++) {  /* 20 warm-up rows */
+        if (i == 0) start = now_s();
+        snprintf(id, sizeof id, "01BENCH%019d", i + 20);
+        annotation_json(json, sizeof json, i, id);
+        double t0 = now_s();
+        check_sqlite(db, sqlite3_step(begin), "begin");
+        sqlite3_reset(begin);
+        sqlite3_bind_text(insert, 1, id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(insert, 2, json, -1, SQLITE_TRANSIENT);
+        check_sqlite(db, sqlite3_step(insert), "insert");
+        sqlite3_reset(insert);
+        check_sqlite(db, sqlite3_step(commit), "commit");
+        sqlite3_reset(commit);
+        if (i >= 0) us[i] = (now_s() - t0) * 1e6;
+    }
+    print_latencies("raw", us, n, now_s() - start);
+    sqlite3_finalize(begin); sqlite3_finalize(insert); sqlite3_finalize(commit);
+    sqlite3_close(db);
+    free(us);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 5 && strcmp(argv[1], "download") == 0) return mode_download(argv[2], argv[3], argv[4]);
+    if (argc >= 6 && strcmp(argv[1], "create") == 0) return mode_create(argv[2], argv[3], argv[4], atoi(argv[5]));
+    if (argc >= 4 && strcmp(argv[1], "raw") == 0) return mode_raw(argv[2], atoi(argv[3]));
+    fprintf(stderr, "usage: ls_bench download URL STORAGE JWT | create URL STORAGE JWT N | raw DB N\n");
+    return 2;
+}

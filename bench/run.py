@@ -1,0 +1,565 @@
+#!/usr/bin/env python3
+"""LayerSync benchmarks (issue 7): how fast, how big, against what.
+
+Runs every scenario on this machine in one run, each next to its baseline, prints a table
+and writes ``bench/results/<timestamp>.json``. Not part of ``make test``.
+
+    .venv/bin/python bench/run.py                 # full sizes (see SIZES)
+    .venv/bin/python bench/run.py --smoke         # tiny sizes, < 60 s, for CI
+    .venv/bin/python bench/run.py --only 1,4,5 --reps 5 --scale 0.2
+
+Library: ``$LAYERSYNC_LIBRARY`` if set, else ``.build/release/liblayersync.so`` (build it
+with ``swift build -c release -j 2 --product layersync``). Scenario 7 needs
+``bench/setup.sh`` (the peers' virtualenv); without it the scenario is skipped, saying so.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if not os.environ.get("LAYERSYNC_LIBRARY"):
+    os.environ["LAYERSYNC_LIBRARY"] = str(REPO / ".build" / "release" / "liblayersync.so")
+
+import common  # noqa: E402
+from common import Server, annotation, bench_id, percentile, summary  # noqa: E402
+
+# Full sizes are the issue's; --smoke and --scale shrink them.
+SIZES = {
+    "download_annotations": 100_000, "pdf_bytes": 20 * 1024 * 1024,
+    "push_records": 10_000,
+    "latency_writes": 1_000, "idle_listeners": 100,
+    "create_calls": 2_000,
+    "server_long_polls": 1_000, "server_syncs_per_s": 200, "server_duration_s": 15,
+    "peer_records": 10_000, "peer_latency_writes": 300,
+}
+SMOKE = {
+    "download_annotations": 500, "pdf_bytes": 256 * 1024,
+    "push_records": 200,
+    "latency_writes": 20, "idle_listeners": 3,
+    "create_calls": 100,
+    "server_long_polls": 20, "server_syncs_per_s": 20, "server_duration_s": 2,
+    "peer_records": 100, "peer_latency_writes": 10,
+}
+SCALABLE = {"download_annotations", "pdf_bytes", "push_records", "latency_writes", "create_calls",
+            "server_duration_s", "peer_records", "peer_latency_writes"}
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.sizes = dict(SMOKE if args.smoke else SIZES)
+        if args.scale != 1.0:
+            for k in SCALABLE:
+                self.sizes[k] = max(1, int(self.sizes[k] * args.scale))
+        for kv in args.size or []:
+            k, v = kv.split("=", 1)
+            self.sizes[k] = int(v)
+        self.reps = args.reps or (1 if args.smoke else 3)
+        self.tmp = Path(tempfile.mkdtemp(prefix="layersync-bench-"))
+        self.rows: list[dict[str, Any]] = []
+        self.details: dict[str, Any] = {}
+        self.cache: dict[str, Any] = {}
+        self.lib = Path(os.environ["LAYERSYNC_LIBRARY"])
+        self.c_bench = HERE / ".build" / "ls_bench"
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    # -- results ------------------------------------------------------------------------
+
+    def row(self, scenario: str, metric: str, values: list[float], unit: str, *,
+            target: str = "", ok: bool | None = None, baseline: list[float] | None = None,
+            ratio: float | None = None, note: str = "") -> None:
+        r = {"scenario": scenario, "metric": metric, "unit": unit, "value": summary(values),
+             "target": target, "pass": ok, "note": note}
+        if baseline is not None:
+            r["baseline"] = summary(baseline)
+        if ratio is not None:
+            r["ratio"] = ratio
+        self.rows.append(r)
+
+    def skip(self, scenario: str, why: str) -> None:
+        self.rows.append({"scenario": scenario, "metric": "(skipped)", "unit": "", "value": {"n": 0},
+                          "target": "", "pass": None, "note": why})
+        self.log(f"scenario {scenario} skipped: {why}")
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def build_c(self) -> None:
+        self.c_bench.parent.mkdir(exist_ok=True)
+        src = HERE / "ls_bench.c"
+        # The library's soname is liblayersync.so.0; SwiftPM's output has no such link.
+        libdir = self.c_bench.parent / "lib"
+        libdir.mkdir(exist_ok=True)
+        for name in ("liblayersync.so", "liblayersync.so.0"):
+            link = libdir / name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(self.lib.resolve())
+        subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-Wextra", f"-I{REPO / 'include'}", str(src),
+                        "-o", str(self.c_bench), f"-L{libdir}", "-llayersync", "-lsqlite3",
+                        "-lpthread", f"-Wl,-rpath,{libdir}"], check=True)
+
+    def c_run(self, *args: str, timeout: float = 900) -> dict[str, Any]:
+        proc = subprocess.run([str(self.c_bench), *args], capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ls_bench {args[0]} failed: {proc.stderr.strip()}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def server_command(self) -> list[str] | None:
+        """``--server-nodelay`` runs the server through bench/server_nodelay.py (the one-line
+        TCP_NODELAY fix applied); default is the server as shipped."""
+        if self.args.server_nodelay:
+            return [sys.executable, str(HERE / "server_nodelay.py")]
+        return None
+
+    def server(self, name: str, extra: list[str] | None = None, env: dict[str, str] | None = None) -> Server:
+        return Server(self.tmp / name, extra_args=extra, env=env, command=self.server_command()).start()
+
+    def storage(self, name: str) -> Path:
+        p = self.tmp / "stores" / f"{name}-{time.monotonic_ns()}"
+        p.mkdir(parents=True)
+        return p
+
+    def pdf(self, size: int) -> Path:
+        path = self.tmp / f"doc-{size}.pdf"
+        if not path.exists():
+            common.make_pdf(path, size)
+        return path
+
+    # -- scenario 1 (+5): initial download ----------------------------------------------
+
+    def s1_download(self) -> None:
+        n, size = self.sizes["download_annotations"], self.sizes["pdf_bytes"]
+        srv = self.server("s1", ["--max-request-bytes", str(16 * 1024 * 1024)])
+        try:
+            pdf = self.pdf(size)
+            srv.upload_bytes(pdf.read_bytes(), "s1")
+            seed_s = srv.seed("s1", "", n)
+            self.log(f"s1: seeded {n} annotations in {seed_s:.1f} s, PDF {pdf.stat().st_size} bytes")
+            jwt = srv.token("s1")
+            # The URLs the client fetches: the PDF, then the record pages.
+            urls = [f"{srv.url}/sync/v1/documents/s1/pdf"]
+            since = 0
+            while True:
+                url = f"{srv.url}/sync/v1/documents/s1/layers/~/records?since={since}"
+                req = common.urllib.request.Request(url, headers={"Authorization": f"Bearer {jwt}"})
+                page = json.loads(common.urllib.request.urlopen(req, timeout=120).read())
+                urls.append(url)
+                if not page["has_more"]:
+                    break
+                since = page["next_since"]
+            ls_s, base_s, curl_s, sqlite_s, rss = [], [], [], [], []
+            for rep in range(self.reps):
+                r = self.c_run("download", srv.url, str(self.storage("s1")), jwt)
+                ls_s.append(r["download_s"])
+                rss.append(r)
+                c, s = self._download_baseline(urls, jwt, rep)
+                curl_s.append(c), sqlite_s.append(s), base_s.append(c + s)
+                self.log(f"s1 rep {rep}: layersync {r['download_s']:.3f} s, curl {c:.3f} s + sqlite3 {s:.3f} s")
+            ratio = statistics_median(ls_s) / statistics_median(base_s)
+            self.row("1 download", f"{n} annotations + {size / 2**20:.3g} MiB PDF, C ABI to did_finish_download",
+                     ls_s, "s", target="<= 2x baseline", ok=ratio <= 2.0, baseline=base_s, ratio=ratio,
+                     note=f"baseline = curl {statistics_median(curl_s):.3f} s + sqlite3 import "
+                          f"{statistics_median(sqlite_s):.3f} s ({len(urls) - 1} record pages)")
+            self.cache["rss"] = rss
+            self.details["s1"] = {"annotations": n, "pdf_bytes": pdf.stat().st_size, "pages": len(urls) - 1,
+                                  "curl_s": curl_s, "sqlite_s": sqlite_s, "runs": rss}
+        finally:
+            srv.stop()
+
+    def _download_baseline(self, urls: list[str], jwt: str, rep: int) -> tuple[float, float]:
+        out = self.tmp / f"curl-{rep}"
+        out.mkdir()
+        cfg = out / "curl.cfg"
+        lines = [f'header = "Authorization: Bearer {jwt}"', 'header = "LayerSync-Protocol: 1"', "silent", "fail"]
+        for i, u in enumerate(urls):
+            lines += [f'url = "{u}"', f'output = "{out / (f"p{i}.json" if i else "doc.pdf")}"']
+        cfg.write_text("\n".join(lines) + "\n")
+        t0 = time.monotonic()
+        subprocess.run(["curl", "-K", str(cfg)], check=True)
+        curl_s = time.monotonic() - t0
+        sql = ["PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;",
+               "CREATE TABLE records(id TEXT PRIMARY KEY NOT NULL, revision INTEGER, content TEXT);", "BEGIN;"]
+        for i in range(1, len(urls)):
+            sql.append("INSERT INTO records SELECT value->>'id', value->>'revision', value->'content' "
+                       f"FROM json_each(readfile('{out / f'p{i}.json'}'), '$.records');")
+        sql.append("COMMIT;")
+        t0 = time.monotonic()
+        subprocess.run(["sqlite3", str(out / "base.sqlite")], input="\n".join(sql), text=True, check=True,
+                       stdout=subprocess.DEVNULL)
+        sqlite_s = time.monotonic() - t0
+        shutil.rmtree(out, ignore_errors=True)
+        return curl_s, sqlite_s
+
+    # -- scenario 5: memory ------------------------------------------------------------
+
+    def s5_memory(self) -> None:
+        if "rss" not in self.cache:
+            self.s1_download()
+        runs = self.cache["rss"]
+        deltas = [(r["rss_synced_kb"] - r["rss_empty_client_kb"]) / 1024 for r in runs]
+        med = statistics_median(deltas)
+        self.row("5 memory", f"RSS with {self.sizes['download_annotations']}-annotation layer open + synced, "
+                             "above empty client", deltas, "MiB", target="< 50 MiB", ok=med < 50,
+                 note=f"empty client {statistics_median([r['rss_empty_client_kb'] for r in runs]) / 1024:.1f} MiB; "
+                      f"peak (VmHWM) {statistics_median([r['rss_peak_kb'] for r in runs]) / 1024:.1f} MiB")
+
+    # -- scenario 2: push ----------------------------------------------------------------
+
+    def s2_push(self) -> None:
+        import layersync
+        n = self.sizes["push_records"]
+        srv = self.server("s2")
+        try:
+            srv.upload_bytes(self.pdf(64 * 1024).read_bytes(), "s2")
+            create_s, sync_s, rates, total_rates = [], [], [], []
+            for rep in range(self.reps):
+                layer = f"push{rep}"
+                with layersync.Client(srv.url, str(self.storage("s2")), allow_insecure_http=True,
+                                      sync_delay_s=None) as client:
+                    client.wait_validated(timeout=30)
+                    doc = client.document_for_jwt(srv.token("s2", layer))
+                    doc.download(wait=True, timeout=120)
+                    t0 = time.monotonic()
+                    for i in range(n):
+                        doc.create_annotation(annotation(i))
+                    t1 = time.monotonic()
+                    doc.sync(wait=True, timeout=600)
+                    t2 = time.monotonic()
+                assert srv.admin_json(f"/api/documents/s2/layers")["data"], "no layers"
+                count = next(l["record_count"] for l in srv.admin_json("/api/documents/s2/layers")["data"]
+                             if l["name"] == layer)
+                if count != n:
+                    raise RuntimeError(f"server holds {count} records of {n} after sync")
+                create_s.append(t1 - t0), sync_s.append(t2 - t1)
+                rates.append(n / (t2 - t1)), total_rates.append(n / (t2 - t0))
+                self.log(f"s2 rep {rep}: {n} creates {t1 - t0:.2f} s, sync {t2 - t1:.2f} s "
+                         f"= {n / (t2 - t1):.0f} records/s")
+            med = statistics_median(rates)
+            self.row("2 push", f"{n} local creates then one sync, records/s of the sync (server included)",
+                     rates, "rec/s", target=">= 10000 rec/s", ok=med >= 10_000,
+                     note=f"sync {statistics_median(sync_s):.2f} s; creates (Python, via C ABI) "
+                          f"{statistics_median(create_s):.2f} s; creates+sync {statistics_median(total_rates):.0f} rec/s")
+            self.cache["push_rate"] = med
+        finally:
+            srv.stop()
+
+    # -- scenario 3: propagation latency --------------------------------------------------
+
+    def s3_latency(self) -> None:
+        import layersync
+        writes, idle = self.sizes["latency_writes"], self.sizes["idle_listeners"]
+        srv = self.server("s3")
+        idle_proc = None
+        try:
+            srv.upload_bytes(self.pdf(64 * 1024).read_bytes(), "s3")
+            tokens = [srv.token("s3", f"idle{i}") for i in range(idle)]
+            tok_file = self.tmp / "idle-tokens.json"
+            tok_file.write_text(json.dumps(tokens))
+            idle_proc = subprocess.Popen([sys.executable, str(HERE / "idle_listeners.py"), srv.url,
+                                          str(self.storage("idle")), str(tok_file)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            line = idle_proc.stdout.readline()
+            if not line.startswith("ready"):
+                raise RuntimeError(f"idle listeners did not start: {line!r}")
+            lat = self._latency_run(srv, "s3", writes)
+            open_polls = srv.metric("layersync_open_long_polls")
+            p50, p99 = percentile(lat, 0.5) * 1e3, percentile(lat, 0.99) * 1e3
+            self.row("3 latency", f"write+sync on A -> did_receive_changes on B, p50 ({writes} writes, "
+                                  f"{idle} idle listeners)", [p50], "ms", target="< 10 ms", ok=p50 < 10,
+                     note=f"server open long-polls during run: {open_polls}")
+            self.row("3 latency", "same, p99", [p99], "ms", target="< 50 ms", ok=p99 < 50,
+                     note=f"max {max(lat) * 1e3:.1f} ms")
+            self.cache["latency_p50_ms"] = p50
+            self.details["s3"] = {"latencies_ms": [x * 1e3 for x in lat], "open_long_polls": open_polls}
+        finally:
+            if idle_proc is not None:
+                idle_proc.stdin.close()
+                try:
+                    idle_proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    idle_proc.kill()
+            srv.stop()
+
+    def _latency_run(self, srv: Server, document: str, writes: int) -> list[float]:
+        import layersync
+        from layersync.client import SYNC_OUTCOME, sync_outcome_predicate
+        arrived: dict[str, float] = {}
+        cond = threading.Condition()
+
+        def on_changes(_doc: Any, changes: Any) -> None:
+            t = time.monotonic()
+            if isinstance(changes, str):
+                changes = json.loads(changes)
+            with cond:
+                for key in ("created", "updated"):
+                    for item in changes.get(key, []):
+                        arrived[item if isinstance(item, str) else item.get("id")] = t
+                cond.notify_all()
+
+        with layersync.Client(srv.url, str(self.storage("a")), allow_insecure_http=True, sync_delay_s=None) as ca, \
+             layersync.Client(srv.url, str(self.storage("b")), allow_insecure_http=True, sync_delay_s=None) as cb:
+            ca.wait_validated(), cb.wait_validated()
+            da = ca.document_for_jwt(srv.token(document, "live", "alice"))
+            db = cb.document_for_jwt(srv.token(document, "live", "bob"))
+            da.download(wait=True), db.download(wait=True)
+            cb.on("did_receive_changes", on_changes)
+            db.start_listening()
+            time.sleep(0.5)
+            lat = []
+            for i in range(writes + 5):  # 5 warm-up writes
+                t0 = time.monotonic()
+                rid = da.create_annotation(annotation(i))["id"]
+                mark = ca.mark()
+                da.sync(wait=False)
+                with cond:
+                    if not cond.wait_for(lambda: rid in arrived, timeout=10):
+                        raise RuntimeError(f"B did not receive write {i} within 10 s")
+                    t1 = arrived[rid]
+                ca.wait_for(SYNC_OUTCOME, since=mark, document=da, predicate=sync_outcome_predicate(), timeout=30)
+                if i >= 5:
+                    lat.append(t1 - t0)
+            db.stop_listening()
+        return lat
+
+    # -- scenario 4: local write -----------------------------------------------------------
+
+    def s4_local_write(self) -> None:
+        n = self.sizes["create_calls"]
+        srv = self.server("s4")
+        try:
+            srv.upload_bytes(self.pdf(64 * 1024).read_bytes(), "s4")
+            jwt = srv.token("s4", "local")
+            ls, raw = [], []
+            for rep in range(self.reps):
+                r = self.c_run("create", srv.url, str(self.storage("s4")), jwt, str(n))
+                b = self.c_run("raw", str(self.storage("raw") / "raw.sqlite"), str(n))
+                ls.append(r["p50_us"]), raw.append(b["p50_us"])
+                self.log(f"s4 rep {rep}: create p50 {r['p50_us']:.1f} us (p99 {r['p99_us']:.1f}), "
+                         f"raw insert+commit p50 {b['p50_us']:.1f} us (p99 {b['p99_us']:.1f})")
+                self.details.setdefault("s4", []).append({"layersync": r, "raw": b})
+            ratio = statistics_median(ls) / statistics_median(raw)
+            self.row("4 local write", f"layersync_document_create_annotation p50 per call ({n} calls, C)",
+                     ls, "us", target="<= 2x raw", ok=ratio <= 2.0, baseline=raw, ratio=ratio,
+                     note="baseline: sqlite3 prepared INSERT + COMMIT, WAL, synchronous=FULL")
+        finally:
+            srv.stop()
+
+    # -- scenario 6: server under long-polls --------------------------------------------------
+
+    def s6_server(self) -> None:
+        import longpoll_load
+        polls, rate, dur = (self.sizes["server_long_polls"], self.sizes["server_syncs_per_s"],
+                            self.sizes["server_duration_s"])
+        srv = self.server("s6", ["--max-wait-s", "60"])
+        try:
+            srv.upload_bytes(self.pdf(64 * 1024).read_bytes(), "s6")
+            r = longpoll_load.run([srv], [srv], srv, "s6", polls, rate, dur)
+        finally:
+            srv.stop()
+        self._s6_rows("6 server (SQLite, 1 process)", r, polls, rate)
+        self.details["s6_sqlite"] = r
+        from pgcluster import PgCluster, find_bin_dir
+        bin_dir = find_bin_dir()
+        if bin_dir is None:
+            self.skip("6 server (PostgreSQL)", "PostgreSQL binaries not found (scripts/setup.sh installs them)")
+            return
+        cluster = PgCluster(bin_dir)
+        servers: list[Server] = []
+        try:
+            url = cluster.create_database("bench")
+            key_dir = self.tmp / "s6pg-a"
+            for name in ("s6pg-a", "s6pg-b"):
+                s = Server(self.tmp / name, extra_args=["--db", url, "--max-wait-s", "60"],
+                           command=self.server_command())
+                if name == "s6pg-b":  # same keys as process A
+                    s.workdir.mkdir(parents=True, exist_ok=True)
+                    for f in ("private.pem", "public.pem"):
+                        shutil.copy(key_dir / f, s.workdir / f)
+                servers.append(s.start())
+            servers[0].upload_bytes(self.pdf(64 * 1024).read_bytes(), "s6")
+            r = longpoll_load.run(writers=[servers[0]], pollers=[servers[1]], minter=servers[0],
+                                  document="s6", polls=polls, rate=rate, duration_s=dur)
+            self._s6_rows("6 server (PostgreSQL, 2 processes)", r, polls, rate,
+                          extra="writes to process A, long-polls on process B; cluster runs with fsync=off")
+            self.details["s6_postgres"] = r
+        finally:
+            for s in servers:
+                s.stop()
+            cluster.stop()
+
+    def _s6_rows(self, name: str, r: dict[str, Any], polls: int, rate: int, extra: str = "") -> None:
+        self.row(name, f"p99 propagation, {r['open_long_polls']} long-polls held, "
+                       f"{r['achieved_rate']:.0f}/{rate} syncs/s", [r["p99_ms"]], "ms", target="< 250 ms",
+                 ok=r["p99_ms"] < 250 and r["achieved_rate"] >= 0.9 * rate and r["missing"] == 0,
+                 note=f"p50 {r['p50_ms']:.1f} ms; sync round trip p50 {r['sync_p50_ms']:.1f} / "
+                      f"p99 {r['sync_p99_ms']:.1f} ms; {r['received']} received, {r['missing']} missing, "
+                      f"{r['errors']} errors. {extra}")
+
+    # -- scenario 7: peers ---------------------------------------------------------------------
+
+    def s7_peers(self) -> None:
+        peers_py = HERE / ".venv-peers" / "bin" / "python"
+        if not peers_py.exists():
+            self.skip("7 peers", "bench/.venv-peers missing: run bench/setup.sh (needs PyPI)")
+            return
+        n, writes = self.sizes["peer_records"], self.sizes["peer_latency_writes"]
+        # LayerSync's own numbers at the peers' sizes, measured in this run.
+        ls_push, ls_lat = [], []
+        srv = self.server("s7")
+        try:
+            import layersync
+            srv.upload_bytes(self.pdf(64 * 1024).read_bytes(), "s7")
+            for rep in range(self.reps):
+                with layersync.Client(srv.url, str(self.storage("s7")), allow_insecure_http=True,
+                                      sync_delay_s=None) as client:
+                    client.wait_validated()
+                    doc = client.document_for_jwt(srv.token("s7", f"p{rep}"))
+                    doc.download(wait=True)
+                    for i in range(n):
+                        doc.create_annotation(annotation(i))
+                    t0 = time.monotonic()
+                    doc.sync(wait=True, timeout=600)
+                    ls_push.append(n / (time.monotonic() - t0))
+            lat = self._latency_run(srv, "s7", writes)
+            ls_lat = [percentile(lat, 0.5) * 1e3, percentile(lat, 0.99) * 1e3]
+        finally:
+            srv.stop()
+        self.log(f"s7: layersync push {statistics_median(ls_push):.0f} rec/s, latency p50 {ls_lat[0]:.2f} ms")
+        for peer in ("kinto", "yjs"):
+            proc = subprocess.run([str(peers_py), str(HERE / "peers.py"), peer, "--records", str(n),
+                                   "--writes", str(writes), "--reps", str(self.reps),
+                                   "--workdir", str(self.tmp / f"peer-{peer}")],
+                                  capture_output=True, text=True, timeout=1800)
+            if proc.returncode != 0:
+                self.skip(f"7 peers ({peer})", f"peer run failed: {proc.stderr.strip()[-800:]}")
+                continue
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            self.details[f"s7_{peer}"] = r
+            label = {"kinto": "Kinto + kinto-http", "yjs": "pycrdt-websocket (Yjs)"}[peer]
+            pr = statistics_median(ls_push) / statistics_median(r["push_rates"])
+            self.row(f"7 vs {label}", f"push {n} records, LayerSync rec/s (baseline: peer rec/s)", ls_push,
+                     "rec/s", target="beat peer", ok=pr > 1, baseline=r["push_rates"], ratio=pr,
+                     note=r.get("note", ""))
+            lr = r["latency_p50_ms"] / ls_lat[0]
+            self.row(f"7 vs {label}", f"propagation p50 over {writes} writes, LayerSync ms (baseline: peer ms)",
+                     [ls_lat[0]], "ms", target="beat peer", ok=lr > 1, baseline=[r["latency_p50_ms"]],
+                     ratio=lr, note=f"LayerSync p99 {ls_lat[1]:.1f} ms, peer p99 {r['latency_p99_ms']:.1f} ms; "
+                                    f"ratio = peer/LayerSync (>1 = LayerSync faster)")
+            if "pull_rates" in r:
+                self.details[f"s7_{peer}"]["note_pull"] = "pull rate of the peer's second client"
+
+    # -- run -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        if not self.lib.exists():
+            print(f"library not found: {self.lib} (swift build -c release -j 2 --product layersync)", file=sys.stderr)
+            return 2
+        self.build_c()
+        scenarios: dict[str, Callable[[], None]] = {
+            "1": self.s1_download, "5": self.s5_memory, "2": self.s2_push, "3": self.s3_latency,
+            "4": self.s4_local_write, "6": self.s6_server, "7": self.s7_peers}
+        only = self.args.only.split(",") if self.args.only else list(scenarios)
+        started = time.time()
+        failed = 0
+        for key in only:
+            self.log(f"scenario {key} ...")
+            try:
+                scenarios[key]()
+            except Exception as exc:  # one broken scenario must not hide the others
+                failed += 1
+                traceback.print_exc()
+                self.rows.append({"scenario": key, "metric": "(error)", "unit": "", "value": {"n": 0},
+                                  "target": "", "pass": False, "note": f"{type(exc).__name__}: {exc}"})
+        self.report(time.time() - started)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return 1 if failed else 0
+
+    def report(self, elapsed: float) -> None:
+        out = {"timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "machine": common.machine(), "library": str(self.lib), "smoke": self.args.smoke,
+               "reps": self.reps, "sizes": self.sizes, "server_nodelay_patch": self.args.server_nodelay, "elapsed_s": round(elapsed, 1),
+               "git": _git_head(), "results": self.rows, "details": self.details}
+        results_dir = Path(self.args.out)
+        results_dir.mkdir(parents=True, exist_ok=True)
+        path = results_dir / (dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-smoke" if self.args.smoke else "") + ".json")
+        path.write_text(json.dumps(out, indent=1))
+        m = out["machine"]
+        print()
+        print(f"machine: {m.get('cpu', '?')}, {m['cpus']} CPUs, {m.get('mem_gb', '?')} GB, "
+              f"load {tuple(round(x, 2) for x in m.get('load_avg', ()))}; reps {self.reps}; {elapsed:.0f} s")
+        print(format_table(self.rows))
+        print(f"\nwrote {path}")
+
+
+def statistics_median(v: list[float]) -> float:
+    import statistics
+    return statistics.median(v)
+
+
+def _fmt(x: float) -> str:
+    if x != x:
+        return "nan"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    head = ["scenario", "metric", "median", "spread", "baseline", "ratio", "target", "result"]
+    lines = []
+    for r in rows:
+        v = r["value"]
+        med = f"{_fmt(v['median'])} {r['unit']}" if v.get("n") else "-"
+        spread = f"{_fmt(v['min'])}..{_fmt(v['max'])}" if v.get("n", 0) > 1 else ""
+        base = f"{_fmt(r['baseline']['median'])}" if r.get("baseline", {}).get("n") else ""
+        ratio = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else ""
+        res = {True: "PASS", False: "MISS", None: "skip"}[r["pass"]] if r["metric"] != "(error)" else "ERROR"
+        lines.append([r["scenario"], r["metric"], med, spread, base, ratio, r["target"], res])
+    widths = [max(len(h), *(min(len(l[i]), 70) for l in lines)) if lines else len(h) for i, h in enumerate(head)]
+    def fmt(cells: list[str]) -> str:
+        return " | ".join(c[:70].ljust(w) for c, w in zip(cells, widths))
+    out = [fmt(head), "-+-".join("-" * w for w in widths)] + [fmt(l) for l in lines]
+    notes = [f"  [{r['scenario']}] {r['note']}" for r in rows if r.get("note")]
+    return "\n".join(out + ["", "notes:"] + notes)
+
+
+def _git_head() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition (CI)")
+    p.add_argument("--reps", type=int, help="repetitions per scenario (default 3, smoke 1)")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply the scalable sizes")
+    p.add_argument("--size", action="append", help="override one size, e.g. --size push_records=5000")
+    p.add_argument("--only", help="comma-separated scenarios: 1,2,3,4,5,6,7")
+    p.add_argument("--server-nodelay", action="store_true",
+                   help="run the server with TCP_NODELAY on accepted sockets (bench/server_nodelay.py)")
+    p.add_argument("--out", default=str(HERE / "results"), help="directory of the JSON results")
+    return Bench(p.parse_args()).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
