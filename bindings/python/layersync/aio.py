@@ -29,12 +29,15 @@ call ``doc.cancel_download()`` / ``doc.stop_syncing(True)`` to stop that.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from typing import Any, Callable, Iterable
 
 from .client import (DOWNLOAD_OUTCOME, REAUTH_OUTCOME, SYNC_OUTCOME, Client, Document, Event,
                      raise_if_failed, sync_outcome_predicate)
 
-__all__ = ["EventStream", "events", "wait_for", "wait_validated", "download", "sync", "reauthenticate"]
+__all__ = ["EventStream", "events", "wait_for", "wait_validated", "download", "sync", "reauthenticate",
+           "annotation_history", "rollback_annotation", "list_deleted_annotations", "restore_annotation",
+           "download_attachment"]
 
 
 class EventStream:
@@ -231,3 +234,72 @@ async def reauthenticate(doc: Document, jwt: str, *, timeout: float | None = 30.
     doc.reauthenticate(jwt, wait=False)
     event = await wait_for(client, REAUTH_OUTCOME, since=since, document=doc, timeout=timeout)
     raise_if_failed(event, "reauthentication")
+
+
+async def _result(future: "concurrent.futures.Future[Any]", timeout: float | None, what: str) -> Any:
+    """Awaits a one-shot operation's Future on the running loop. Cancelling the awaiting
+    task (or the timeout) stops the wait only; the request goes on."""
+    wrapped = asyncio.wrap_future(future)
+    try:
+        return await asyncio.wait_for(asyncio.shield(wrapped), timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no answer to {what} within {timeout} s (it may still complete)") from None
+
+
+async def annotation_history(doc: Document, annotation_id: str, *,
+                             timeout: float | None = 30.0) -> list[dict[str, Any]]:
+    """Awaits the server's kept versions of a record; see :meth:`Document.annotation_history`.
+
+    Returns:
+        ``[{"id", "revision": int, "deleted": bool, "content": dict | None}]``, newest first.
+
+    Raises:
+        NoSuchAnnotationError, RequestFailedError, AccessDeniedError, TimeoutError.
+    """
+    return list(await _result(doc._begin_history(annotation_id), timeout, "annotation_history") or [])
+
+
+async def rollback_annotation(doc: Document, annotation_id: str, revision: int, *,
+                              timeout: float | None = 30.0) -> dict[str, Any]:
+    """Awaits a rollback to a kept version; see :meth:`Document.rollback_annotation`.
+
+    Raises:
+        ConflictError, NoSuchAnnotationError, InvalidRequestError, RequestFailedError, TimeoutError.
+    """
+    return dict(await _result(doc._begin_rollback(annotation_id, revision), timeout, "rollback_annotation") or {})
+
+
+async def list_deleted_annotations(doc: Document, *, timeout: float | None = 30.0) -> list[dict[str, Any]]:
+    """Awaits the layer's deleted records; see :meth:`Document.list_deleted_annotations`.
+
+    Returns:
+        ``[{"id", "revision": int, "last_content": dict | None}]``, oldest deletion first.
+
+    Raises:
+        RequestFailedError, AccessDeniedError, TimeoutError.
+    """
+    return list(await _result(doc._begin_deleted(), timeout, "list_deleted_annotations") or [])
+
+
+async def restore_annotation(doc: Document, annotation_id: str, *,
+                             timeout: float | None = 30.0) -> dict[str, Any]:
+    """Awaits the restore of a deleted record; see :meth:`Document.restore_annotation`.
+
+    Raises:
+        ConflictError, NoSuchAnnotationError, RequestFailedError, TimeoutError.
+    """
+    return dict(await _result(doc._begin_restore(annotation_id), timeout, "restore_annotation") or {})
+
+
+async def download_attachment(doc: Document, attachment_id: str, *,
+                              timeout: float | None = 60.0) -> dict[str, Any]:
+    """Awaits an attachment's download into the disk cache; see
+    :meth:`Document.download_attachment`. Then ``doc.attachment_data(id)`` returns the bytes.
+
+    Returns:
+        ``{"attachment_id": str, "size_bytes": int, "content_type": str}``.
+
+    Raises:
+        NoSuchAttachmentError, InvalidServerDataError, RequestFailedError, TimeoutError.
+    """
+    return dict(await _result(doc._begin_download_attachment(attachment_id), timeout, "download_attachment") or {})

@@ -8,7 +8,9 @@ makes stdout machine-readable (one JSON document, or one JSON object per line fo
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib
+import mimetypes
 import json
 import logging
 import os
@@ -20,8 +22,9 @@ from typing import Any, Callable, NoReturn, Sequence, TextIO
 from . import _ffi
 from ._library import LibraryLoadError, get_library
 from .client import Client, Document, Event
-from .errors import (AccessDeniedError, InvalidDocumentError, InvalidJWTError, LayerSyncError,
-                     NoSuchAnnotationError, RequestFailedError, UserIDMismatchError)
+from .errors import (AccessDeniedError, AttachmentNotLoadedError, InvalidDocumentError, InvalidJWTError,
+                     LayerSyncError, NoSuchAnnotationError, NoSuchAttachmentError, RequestFailedError,
+                     UserIDMismatchError)
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_NETWORK",
            "EXIT_AUTH", "EXIT_NOT_FOUND", "EXIT_INTERRUPTED", "EXIT_CODES", "INSTANT_JSON_FORMAT"]
@@ -36,7 +39,7 @@ EXIT_USAGE = 2
 EXIT_NETWORK = 3
 #: The JWT was refused or is malformed (ACCESS_DENIED, INVALID_JWT, USER_ID_MISMATCH).
 EXIT_AUTH = 4
-#: No such annotation, or no such document/layer on the server.
+#: No such annotation or attachment, or no such document/layer on the server.
 EXIT_NOT_FOUND = 5
 #: Interrupted by Ctrl-C (SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
@@ -48,7 +51,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_NETWORK: "network: server unreachable or no answer in time (REQUEST_FAILED, timeout); "
                   "local edits stay stored and pending",
     EXIT_AUTH: "authentication: JWT rejected or malformed (ACCESS_DENIED, INVALID_JWT, USER_ID_MISMATCH)",
-    EXIT_NOT_FOUND: "not found: no such annotation, document or layer",
+    EXIT_NOT_FOUND: "not found: no such annotation, attachment, document or layer",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
@@ -73,6 +76,15 @@ examples:
                              "text": {"format": "plain", "value": "hello"}}'
   layersync annotations update 01JC0… '{"text": {"format": "plain", "value": "edited"}}'
   layersync annotations rm 01JC0…
+  layersync annotations search "zebra cross" --json   # full-text, offline
+  layersync comments add 01JC0… "Looks good" --creator alice
+  layersync comments list 01JC0…
+  layersync attachments add photo.png                # prints the id (SHA-256), uploads it
+  layersync attachments get 3f2a… -o photo.png       # downloads it if needed
+  layersync history 01JC0…                           # versions the server keeps
+  layersync rollback 01JC0… 3                        # make revision 3 current again
+  layersync deleted                                  # deleted records (server)
+  layersync restore 01JC0…
   layersync sync                                    # two-way: send pending edits, receive others'
   layersync listen --json | jq .                    # one JSON line per change until Ctrl-C
   layersync status --json
@@ -83,8 +95,8 @@ environment:
   $XDG_DATA_HOME/layersync or ~/.local/share/layersync), LAYERSYNC_LIBRARY (path of
   liblayersync.so; default: the copy bundled in the package, then the system).
 
-not yet available (need engine support): comments, attachments, annotation search,
-the time of the last sync in `status`.
+`status` counts pending local changes; it shows no time of the last sync because the
+library does not record one.
 
 exit status:
 """ + "\n".join(f"  {code:<4}{text}" for code, text in EXIT_CODES.items())
@@ -188,7 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
         "event: {\"event\": \"changes\", \"created\": [ids], \"updated\": [ids], \"deleted\": [ids], \"time\": ISO-8601}\n"
         "example:\n  layersync listen --json | jq -r .created[]")
     add(sub, "status", "show the local state: downloaded, sync state, pending changes, annotation count",
-        "example:\n  layersync status --json | jq .pending_changes")
+        "output (--json): {\"document_id\", \"layer\", \"user_id\", \"downloaded\", \"state\",\n"
+        "  \"pending_changes\": bool, \"pending_change_count\": int, \"pdf_path\"?, \"annotations\"?}\n"
+        "The library records no time of the last sync, so none is shown.\n"
+        "example:\n  layersync status --json | jq .pending_change_count")
     p = add(sub, "export", "write the local layer as an Instant JSON document",
             f"output: {{\"format\": \"{INSTANT_JSON_FORMAT}\", \"annotations\": [Instant JSON v2 ...]}}\n"
             "example:\n  layersync export -o layer.json")
@@ -222,6 +237,59 @@ def build_parser() -> argparse.ArgumentParser:
             "example:\n  layersync annotations rm 01JC0… 01JC1…")
     p.add_argument("ids", metavar="id", nargs="+", help="annotation id")
     p.add_argument("--no-sync", action="store_true", help="only delete locally (it stays pending)")
+    p = add(asub, "search", "full-text search of the local layer (works offline), best match first",
+            "Each word must occur as a word prefix (case- and accent-insensitive).\n"
+            "example:\n  layersync annotations search zeb cross --limit 5 --json")
+    p.add_argument("words", metavar="WORD", nargs="+", help="words to find")
+    p.add_argument("--limit", metavar="N", type=int, help="at most N results (default 100)")
+
+    com = sub.add_parser("comments", help="list or add comments of an annotation",
+                         description="Comments (pspdfkit/comment records) of a root annotation.")
+    csub = com.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = add(csub, "list", "list the comments of an annotation, oldest first",
+            "example:\n  layersync comments list 01JC0… --json")
+    p.add_argument("root_id", metavar="ROOT_ID", help="id of the annotation")
+    p = add(csub, "add", "add a comment to an annotation and sync it (prints its id, or the stored JSON with --json)",
+            "example:\n  layersync comments add 01JC0… 'Looks good 👍' --creator alice\n"
+            "  layersync comments add 01JC0… --data '{\"text\": {\"format\": \"plain\", \"value\": \"hi\"}}'")
+    p.add_argument("root_id", metavar="ROOT_ID", help="id of the annotation")
+    p.add_argument("text", metavar="TEXT", nargs="?", help="plain text of the comment")
+    p.add_argument("--data", metavar="JSON|@FILE|-", help="the comment as Instant JSON instead of TEXT")
+    p.add_argument("--creator", metavar="NAME", help="creatorName")
+    p.add_argument("--no-sync", action="store_true", help="only store it locally (it stays pending)")
+
+    att = sub.add_parser("attachments", help="add or get attachments (images, files)",
+                         description="Attachments: bytes referenced by records (imageAttachmentId, ...).")
+    tsub = att.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = add(tsub, "add", "store a file as an attachment and upload it (prints its id, the SHA-256)",
+            "output (--json): {\"attachment_id\", \"content_type\", \"size_bytes\"}\n"
+            "example:\n  layersync attachments add photo.png\n  cat x.bin | layersync attachments add - --content-type application/octet-stream")
+    p.add_argument("file", metavar="FILE|-", help="file to add, or - for stdin")
+    p.add_argument("--content-type", metavar="TYPE", help="MIME type (default: guessed from FILE's name)")
+    p.add_argument("--no-sync", action="store_true", help="only store it locally (uploaded by the next sync)")
+    p = add(tsub, "get", "write an attachment's bytes to FILE or stdout, downloading it first if needed",
+            "output (--json): {\"attachment_id\", \"content_type\", \"size_bytes\", \"path\"} with -o,\n"
+            "  else also \"data_base64\"\n"
+            "example:\n  layersync attachments get 3f2a… -o photo.png")
+    p.add_argument("id", help="attachment id (64 hex digits)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--no-download", action="store_true", help="fail (exit 1, ATTACHMENT_NOT_LOADED) if not downloaded yet")
+
+    p = add(sub, "history", "list the versions of an annotation the server keeps, newest first",
+            "output (--json): [{\"id\", \"revision\", \"deleted\", \"content\"}]\n"
+            "example:\n  layersync history 01JC0…")
+    p.add_argument("id", help="annotation id")
+    p = add(sub, "rollback", "make a kept version of an annotation its current one (on the server and locally)",
+            "Exit status 1 with CONFLICT when the record changed on the server meanwhile: sync and retry.\n"
+            "example:\n  layersync rollback 01JC0… 3 --json")
+    p.add_argument("id", help="annotation id")
+    p.add_argument("revision", type=int, help="a revision from `layersync history`")
+    add(sub, "deleted", "list the layer's deleted annotations the server knows, oldest deletion first",
+        "output (--json): [{\"id\", \"revision\", \"last_content\"}]\n"
+        "example:\n  layersync deleted --json | jq -r .[].id")
+    p = add(sub, "restore", "bring a deleted annotation back with its last content (on the server and locally)",
+            "example:\n  layersync restore 01JC0…")
+    p.add_argument("id", help="annotation id")
     return parser
 
 
@@ -327,11 +395,20 @@ def _sync(client: Client, doc: Document, out: _Output, timeout: float) -> None:
             bar.close()
 
 
+def _pending_count(client: Client, doc: Document) -> int | None:
+    """The number of queued local changes of ``doc``'s layer (from the local store)."""
+    for layer in client.local_documents().get(doc.id, []):
+        if layer.get("layer_name") == doc.layer_name and not layer.get("locked"):
+            return int(layer.get("pending_changes") or 0)
+    return None
+
+
 def _status(doc: Document) -> dict[str, Any]:
     status: dict[str, Any] = {
         "document_id": doc.id, "layer": doc.layer_name, "user_id": doc.user_id,
         "downloaded": doc.is_downloaded, "state": doc.state.name,
         "pending_changes": doc.has_unsynced_changes,
+        "pending_change_count": _pending_count(doc.client, doc) if doc.is_downloaded else 0,
     }
     if doc.is_downloaded:
         status["pdf_path"] = doc.pdf_path
@@ -355,15 +432,84 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def _table(items: list[dict[str, Any]]) -> str:
+def _grid(headers: Sequence[str], rows: Sequence[Sequence[str]], noun: str) -> str:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in [headers, *rows]]
+    plural = noun + ("es" if noun.endswith(("s", "ch", "sh", "x")) else "s")
+    lines.append(f"{len(rows)} {noun if len(rows) == 1 else plural}")
+    return "\n".join(lines)
+
+
+def _table(items: list[dict[str, Any]], noun: str = "annotation") -> str:
     rows = [(str(a.get("id", "")), str(a.get("type", "")), str(a.get("pageIndex", "")),
              str(a.get("creatorName") or ""), _short(a.get("text") or a.get("contents")))
             for a in items]
-    headers = ("ID", "TYPE", "PAGE", "CREATOR", "TEXT")
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in [headers, *rows]]
-    lines.append(f"{len(rows)} annotation{'s' if len(rows) != 1 else ''}")
-    return "\n".join(lines)
+    return _grid(("ID", "TYPE", "PAGE", "CREATOR", "TEXT"), rows, noun)
+
+
+def _content_text(record: Any) -> str:
+    return _short(record.get("text") or record.get("contents")) if isinstance(record, dict) else ""
+
+
+def _attachments(client: Client, doc: Document, out: _Output, args: argparse.Namespace) -> int:
+    if args.action == "add":
+        if args.file == "-":
+            data = sys.stdin.buffer.read()
+            name = ""
+        else:
+            try:
+                data = Path(args.file).read_bytes()
+            except OSError as exc:
+                raise _UsageError(f"cannot read {args.file}: {exc}") from None
+            name = args.file
+        ctype = args.content_type or (mimetypes.guess_type(name)[0] if name else None) or "application/octet-stream"
+        att_id = doc.add_attachment(data, ctype)
+        out.data({"attachment_id": att_id, "content_type": ctype, "size_bytes": len(data)}, att_id)
+        _sync_after_edit(client, doc, out, args)
+        return EXIT_OK
+    try:
+        att = doc.attachment(args.id)
+    except AttachmentNotLoadedError:
+        if args.no_download:
+            raise
+        _wait_validated(client, args.timeout)
+        doc.download_attachment(args.id, timeout=args.timeout)
+        att = doc.attachment(args.id)
+    meta: dict[str, Any] = {"attachment_id": att.id, "content_type": att.content_type,
+                            "size_bytes": len(att.data), "path": args.output}
+    if args.output:
+        Path(args.output).write_bytes(att.data)
+        out.note(f"wrote {len(att.data)} bytes ({att.content_type}) to {args.output}")
+        if out.json:
+            out.data(meta)
+    elif out.json:
+        out.data({**meta, "data_base64": base64.b64encode(att.data).decode("ascii")})
+    else:
+        sys.stdout.buffer.write(att.data)
+        sys.stdout.flush()
+    return EXIT_OK
+
+
+def _history_commands(client: Client, doc: Document, out: _Output, args: argparse.Namespace) -> int:
+    _wait_validated(client, args.timeout)
+    if args.command == "history":
+        versions = doc.annotation_history(args.id, timeout=args.timeout)
+        rows: list[tuple[str, ...]] = [(str(v.get("revision", "")), "yes" if v.get("deleted") else "", _content_text(v.get("content")))
+                for v in versions]
+        out.data(versions, _grid(("REVISION", "DELETED", "TEXT"), rows, "version"))
+    elif args.command == "rollback":
+        record = doc.rollback_annotation(args.id, args.revision, timeout=args.timeout)
+        out.data(record, str(record.get("id", args.id)))
+    elif args.command == "deleted":
+        items = doc.list_deleted_annotations(timeout=args.timeout)
+        rows = [(str(d.get("id", "")), str(d.get("revision", "")),
+                 str((d.get("last_content") or {}).get("type", "")), _content_text(d.get("last_content")))
+                for d in items]
+        out.data(items, _grid(("ID", "REVISION", "TYPE", "TEXT"), rows, "deleted annotation"))
+    else:  # restore
+        record = doc.restore_annotation(args.id, timeout=args.timeout)
+        out.data(record, str(record.get("id", args.id)))
+    return EXIT_OK
 
 
 def _listen(client: Client, doc: Document, out: _Output) -> int:
@@ -412,7 +558,8 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
     with client:
         if args.command == "status":
             status = _status(doc)
-            human = "\n".join(f"{k:<16}{'' if v is None else v}" for k, v in status.items())
+            width = max(len(k) for k in status) + 2
+            human = "\n".join(f"{k:<{width}}{'' if v is None else v}" for k, v in status.items())
             out.data(status, human)
             return EXIT_OK
         downloaded_now = _download(client, doc, out, args.timeout)
@@ -430,6 +577,26 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             return EXIT_OK
         if args.command == "listen":
             return _listen(client, doc, out)
+        if args.command in ("history", "rollback", "deleted", "restore"):
+            return _history_commands(client, doc, out, args)
+        if args.command == "attachments":
+            return _attachments(client, doc, out, args)
+        if args.command == "comments":
+            if args.action == "list":
+                comments = doc.list_comments(args.root_id)
+                out.data(comments, _table(comments, "comment"))
+                return EXIT_OK
+            if (args.text is None) == (args.data is None):
+                raise _UsageError("give the comment as TEXT or as --data JSON (exactly one)")
+            body: Any = args.text
+            if args.data is not None:
+                body = _json_arg(args.data)
+                if not isinstance(body, dict):
+                    raise _UsageError("the comment must be a JSON object")
+            comment = doc.create_comment(args.root_id, body, creator_name=args.creator)
+            out.data(comment, str(comment.get("id")))
+            _sync_after_edit(client, doc, out, args)
+            return EXIT_OK
         if args.command == "export":
             document = {"format": INSTANT_JSON_FORMAT, "annotations": doc.list_annotations()}
             text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
@@ -461,6 +628,9 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             stored = doc.update_annotation({**current, **changes, "id": args.id})
             out.data(stored, str(stored.get("id")))
             _sync_after_edit(client, doc, out, args)
+        elif args.action == "search":
+            found = doc.search_annotations(" ".join(args.words), limit=args.limit)
+            out.data(found, _table(found, "match"))
         elif args.action == "rm":
             for ann_id in args.ids:
                 doc.delete_annotation(ann_id)
@@ -474,7 +644,7 @@ def _exit_code(exc: BaseException) -> int:
         return EXIT_NETWORK
     if isinstance(exc, (AccessDeniedError, InvalidJWTError, UserIDMismatchError)):
         return EXIT_AUTH
-    if isinstance(exc, (NoSuchAnnotationError, InvalidDocumentError)):
+    if isinstance(exc, (NoSuchAnnotationError, NoSuchAttachmentError, InvalidDocumentError)):
         return EXIT_NOT_FOUND
     return EXIT_ERROR
 
@@ -485,7 +655,7 @@ def _report(exc: BaseException, out_json: bool, stream: TextIO) -> None:
         if isinstance(exc, LayerSyncError):
             body.update(code=exc.code, name=exc.code_name, message=exc.message,
                         http_status=exc.http_status or None, document_id=exc.document_id,
-                        record_id=exc.record_id)
+                        record_id=exc.record_id, attachment_id=exc.attachment_id)
         print(json.dumps({"error": body}, ensure_ascii=False), file=stream, flush=True)
     else:
         print(f"layersync: {exc}" if isinstance(exc, LayerSyncError) else f"layersync: {type(exc).__name__}: {exc}",

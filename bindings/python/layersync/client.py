@@ -24,8 +24,10 @@ afterwards without racing the callback thread.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import copy
 import ctypes
+import itertools
 import enum
 import json
 import logging
@@ -35,7 +37,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Union
 
 from . import _ffi
 from ._library import get_library, load_library
@@ -43,6 +45,7 @@ from .errors import (InvalidArgumentError, InvalidStateError, LayerSyncError, ch
                      exception_from_error, exception_from_struct)
 
 __all__ = ["Client", "Document", "DocumentState", "Event", "EVENT_NAMES", "SYNC_DISABLED",
+           "OBSERVER_EVENT_NAMES", "Observer", "Attachment",
            "DOWNLOAD_OUTCOME", "SYNC_OUTCOME", "REAUTH_OUTCOME", "sync_outcome_predicate",
            "raise_if_failed", "encode_text", "encode_json"]
 
@@ -60,6 +63,11 @@ EVENT_NAMES: tuple[str, ...] = (
     "did_begin_sync", "did_change_sync_state", "did_fail_sync", "did_finish_sync",
     "download_progress", "did_receive_changes", "did_reject_changes", "request_token",
 )
+
+#: Names of the per-document observer callbacks (:meth:`Document.observe`): the delegate's
+#: document events plus ``did_reset_layer(doc, error: ServerResetError)``.
+OBSERVER_EVENT_NAMES: tuple[str, ...] = tuple(n for n in EVENT_NAMES if n != "server_did_validate") + (
+    "did_reset_layer",)
 
 
 class DocumentState(enum.IntEnum):
@@ -130,6 +138,23 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return value
 
 
+def _json_list(raw: bytes | None, what: str) -> list[dict[str, Any]]:
+    if not raw:
+        return []
+    items = json.loads(raw.decode("utf-8"))
+    if not isinstance(items, list):
+        raise LayerSyncError(f"library returned a {what} that is not an array", code=_ffi.LAYERSYNC_ERROR_UNKNOWN)
+    return [dict(item) for item in items]
+
+
+def _int_arg(value: int, what: str, bits: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be int, not {type(value).__name__}")
+    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+        raise InvalidArgumentError(f"{what} out of range: {value}")
+    return value
+
+
 def _decode(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode("utf-8")
 
@@ -184,6 +209,8 @@ class _Dispatcher:
         self.network_available: Callable[[], bool] | None = None
         self.released = threading.Event()
         self.subscribers: list[Callable[[Event], None]] = []
+        #: ``threading.get_ident()`` of the library's callback thread, once it called in.
+        self.callback_thread: int | None = None
 
     def document(self, address: int | None) -> Document | None:
         """The one :class:`Document` wrapping ``address`` (created on first use)."""
@@ -363,6 +390,7 @@ def _make_trampolines(d: _Dispatcher) -> dict[str, Any]:
 
     def guard(fn: Callable[..., None]) -> Callable[..., None]:
         def wrapper(*a: Any) -> None:
+            d.callback_thread = threading.get_ident()
             try:
                 fn(*a)
             except BaseException as exc:
@@ -454,6 +482,57 @@ class _Handle:
         self.calls_in_flight = 0
         self.closing = False
         self.closed = False
+        # One-shot server operations (history, rollback, ...): token -> Future, resolved by
+        # the one shared result trampoline on the callback thread.
+        self.results: dict[int, concurrent.futures.Future[Any]] = {}
+        self.result_tokens = itertools.count(1)
+        self.result_cb = _ffi.layersync_document_result_cb(self._on_result)
+        # Registered observers, kept (with their trampolines) until the C side released them.
+        self.observers: set[Observer] = set()
+
+    def _on_result(self, context: int | None, _document: int | None, result: bytes | None,
+                   error: Any) -> None:
+        """``layersync_document_result_cb``: resolves the Future registered under ``context``."""
+        try:
+            with self.lock:
+                future = self.results.pop(int(context or 0), None)
+            if future is None or future.done():
+                return
+            if error:
+                future.set_exception(exception_from_error(error.contents))
+                return
+            try:
+                value = None if result is None else json.loads(result.decode("utf-8"))
+            except ValueError as exc:
+                future.set_exception(LayerSyncError(f"library returned a result that is not JSON: {exc}",
+                                                    code=_ffi.LAYERSYNC_ERROR_UNKNOWN))
+                return
+            future.set_result(value)
+        except BaseException:  # never let it reach C (e.g. a Future cancelled meanwhile)
+            log.debug("layersync: delivering a result failed", exc_info=True)
+
+    def new_result(self) -> tuple[int, concurrent.futures.Future[Any]]:
+        """A fresh (token, Future) pair for one result-callback operation."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self.lock:
+            token = next(self.result_tokens)
+            self.results[token] = future
+        return token, future
+
+    def drop_result(self, token: int) -> None:
+        with self.lock:
+            self.results.pop(token, None)
+
+    def fail_pending_results(self) -> None:
+        with self.lock:
+            pending = list(self.results.values())
+            self.results.clear()
+        for future in pending:
+            if not future.done():
+                try:
+                    future.set_exception(InvalidStateError("the client was closed before the server answered"))
+                except concurrent.futures.InvalidStateError:
+                    pass
 
     def call(self, fn_name: str, *args: Any, document: int | None = None) -> Any:
         """Calls ``fn_name(handle, *args)`` on the client (or on ``document``, an address),
@@ -492,6 +571,7 @@ class _Handle:
                 raise exception_from_struct(self.lib, err.struct, rc)
             self.closed = True
             self.pointer = ctypes.c_void_p()
+        self.fail_pending_results()
 
 
 def _finalize(handle: _Handle) -> None:
@@ -499,6 +579,191 @@ def _finalize(handle: _Handle) -> None:
         handle.destroy()
     except BaseException:  # at interpreter exit: best effort, never crash
         log.debug("layersync: destroying client at exit failed", exc_info=True)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """An attachment read from the local disk cache (:meth:`Document.attachment`).
+
+    ``data`` is the exact bytes; ``content_type`` the MIME type given when it was added (or
+    the server's); ``id`` the lowercase hex SHA-256 of ``data``.
+    """
+
+    id: str
+    data: bytes
+    content_type: str
+
+
+ObserverHandler = Union[Callable[["Event"], Any], Mapping[str, Callable[..., Any]]]
+
+
+def _observer_trampolines(deliver: Callable[[str, int | None, tuple[Any, ...]], None],
+                          release: Callable[[], None], fail: Callable[[BaseException], None],
+                          names: Iterable[str]) -> dict[str, Any]:
+    """CFUNCTYPE objects of one ``layersync_document_observer``: only for ``names`` plus
+    ``release_context``. Each converts its C arguments like the delegate's and calls
+    ``deliver(name, document address, args)``; nothing raised reaches C."""
+
+    def guard(fn: Callable[..., None]) -> Callable[..., None]:
+        def wrapper(*a: Any) -> None:
+            try:
+                fn(*a)
+            except BaseException as exc:
+                fail(exc)
+        return wrapper
+
+    def plain(name: str) -> Callable[..., None]:
+        return lambda _ctx, doc: deliver(name, doc, ())
+
+    def with_error(name: str) -> Callable[..., None]:
+        return lambda _ctx, doc, err: deliver(name, doc, (exception_from_error(err.contents) if err else None,))
+
+    def with_json(name: str) -> Callable[..., None]:
+        return lambda _ctx, doc, value: deliver(name, doc, (_json_or_text(value),))
+
+    def on_state(_ctx: Any, doc: int | None, state: int) -> None:
+        try:
+            value: DocumentState | int = DocumentState(state)
+        except ValueError:
+            value = state
+        deliver("did_change_sync_state", doc, (value,))
+
+    F = _ffi
+    table: dict[str, tuple[Any, Callable[..., None]]] = {
+        "did_finish_download": (F.layersync_document_cb, plain("did_finish_download")),
+        "did_fail_download": (F.layersync_document_error_cb, with_error("did_fail_download")),
+        "did_fail_authentication": (F.layersync_document_error_cb, with_error("did_fail_authentication")),
+        "did_finish_reauthentication": (F.layersync_document_string_cb,
+                                        lambda _c, doc, jwt: deliver("did_finish_reauthentication", doc, (_decode(jwt),))),
+        "did_fail_reauthentication": (F.layersync_document_error_cb, with_error("did_fail_reauthentication")),
+        "did_begin_sync": (F.layersync_document_cb, plain("did_begin_sync")),
+        "did_change_sync_state": (F.layersync_document_state_cb, on_state),
+        "did_fail_sync": (F.layersync_document_error_cb, with_error("did_fail_sync")),
+        "did_finish_sync": (F.layersync_document_cb, plain("did_finish_sync")),
+        "download_progress": (F.layersync_download_progress_cb,
+                              lambda _c, doc, done, total: deliver("download_progress", doc, (int(done), int(total)))),
+        "did_receive_changes": (F.layersync_document_string_cb, with_json("did_receive_changes")),
+        "did_reject_changes": (F.layersync_document_string_cb, with_json("did_reject_changes")),
+        "request_token": (F.layersync_document_cb, plain("request_token")),
+        "did_reset_layer": (F.layersync_document_error_cb, with_error("did_reset_layer")),
+    }
+    out = {name: table[name][0](guard(table[name][1])) for name in names}
+    out["release_context"] = F.layersync_release_context_cb(guard(lambda _ctx: release()))
+    return out
+
+
+class Observer:
+    """A registration of :meth:`Document.observe`: receives one document's events until
+    :meth:`remove` (or the client's close). A context manager: ``with doc.observe(fn):``
+    removes it on exit.
+
+    Threading: callbacks run on the library's callback thread, right after the client's
+    delegate handlers for the same event, in the order observers were added. An exception a
+    callback raises is logged (logger ``layersync``) and re-raised from the next blocking
+    call of the client, like :meth:`Client.on` handlers.
+    """
+
+    def __init__(self, document: Document, handler: ObserverHandler) -> None:
+        self._document = document
+        self._handle = document._handle
+        self._dispatcher = document._dispatcher
+        self._pointer = 0
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        #: Set once the library released the observer (after its last callback returned).
+        self.released = threading.Event()
+        if isinstance(handler, Mapping):
+            unknown = sorted(set(handler) - set(OBSERVER_EVENT_NAMES))
+            if unknown:
+                raise InvalidArgumentError(f"unknown observer event(s) {', '.join(unknown)}; "
+                                           f"one of {', '.join(OBSERVER_EVENT_NAMES)}")
+            self._handlers: dict[str, Callable[..., Any]] = {n: f for n, f in handler.items() if f is not None}
+            self._callback: Callable[[Event], Any] | None = None
+            names: Iterable[str] = self._handlers
+        elif callable(handler):
+            self._handlers = {}
+            self._callback = handler
+            names = OBSERVER_EVENT_NAMES
+        else:
+            raise InvalidArgumentError("observe() needs a callable or a mapping {event name: callable}")
+        self._trampolines = _observer_trampolines(self._deliver, self.released.set, self._fail, names)
+        struct = _ffi.layersync_document_observer()
+        struct.version = _ffi.LAYERSYNC_DOCUMENT_OBSERVER_VERSION
+        for name, fn in self._trampolines.items():
+            setattr(struct, name, fn)
+        out = ctypes.c_void_p()
+        err = _Error()
+        with self._handle.lock:  # registered before C can call in
+            self._handle.observers.add(self)
+        try:
+            rc = document._invoke("layersync_document_add_observer", ctypes.byref(struct), ctypes.byref(out), err.ref)
+            check(self._handle.lib, rc, err.struct)
+        except BaseException:
+            with self._handle.lock:
+                self._handle.observers.discard(self)
+            raise
+        self._pointer = int(out.value or 0)
+
+    def _deliver(self, name: str, address: int | None, args: tuple[Any, ...]) -> None:
+        self._dispatcher.callback_thread = threading.get_ident()
+        doc = self._dispatcher.document(address) or self._document
+        try:
+            if self._callback is not None:
+                self._callback(Event(next(self._seq), name, doc, args, time.monotonic()))
+            else:
+                handler = self._handlers.get(name)
+                if handler is not None:
+                    handler(doc, *args)
+        except BaseException as exc:
+            log.exception("layersync: observer %r raised on %s; re-raised from the next blocking call", self, name)
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._dispatcher.cond:
+            self._dispatcher.callback_errors.append(exc)
+            self._dispatcher.cond.notify_all()
+
+    @property
+    def document(self) -> Document:
+        """The observed document."""
+        return self._document
+
+    @property
+    def active(self) -> bool:
+        """Whether callbacks can still arrive (not removed, client not closed)."""
+        return bool(self._pointer) and not self._handle.closed and not self.released.is_set()
+
+    def remove(self) -> None:
+        """Unregisters the observer; idempotent, a no-op once the client is closed.
+
+        From another thread it returns after a callback of this observer that is running
+        has returned (no callback starts afterwards); from inside a callback of the same
+        client it returns at once and the observer is released when that callback returns.
+        """
+        with self._lock:
+            pointer, self._pointer = self._pointer, 0
+        if not pointer or self._handle.closed:
+            return
+        err = _Error()
+        try:
+            rc = self._handle.call("layersync_observer_remove", err.ref, document=pointer)
+        except InvalidStateError:  # closing concurrently: the close removes it
+            return
+        check(self._handle.lib, rc, err.struct)
+        if threading.get_ident() != self._dispatcher.callback_thread:
+            # release_context has returned on this thread: C holds no trampoline any more.
+            # (Removed from a callback, it stays referenced until the client is closed.)
+            with self._handle.lock:
+                self._handle.observers.discard(self)
+
+    def __enter__(self) -> "Observer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"<layersync.Observer {'active' if self.active else 'removed'}>"
 
 
 # ---------------------------------------------------------------------------------------
@@ -754,6 +1019,83 @@ class Client:
         doc = self._dispatcher.document(int(out.value or 0))
         assert doc is not None
         return doc
+
+    # -- local storage ---------------------------------------------------------------------
+
+    def _call(self, fn_name: str, *args: Any) -> None:
+        err = _Error()
+        rc = self._invoke(fn_name, *args, err.ref)
+        check(self._lib, rc, err.struct)
+
+    def _call_out(self, fn_name: str, *args: Any) -> bytes | None:
+        out = ctypes.c_char_p()
+        err = _Error()
+        rc = self._invoke(fn_name, *args, ctypes.byref(out), err.ref)
+        try:
+            check(self._lib, rc, err.struct)
+        finally:
+            value = _take_string(self._lib, out)
+        return value
+
+    def local_documents(self) -> dict[str, list[dict[str, Any]]]:
+        """The layers stored under :attr:`storage_path` for this server, whether or not a
+        :class:`Document` was obtained for them in this process (Instant's
+        ``localDocumentDescriptors``). Reads local files only.
+
+        Returns:
+            ``{document_id: [{"layer_name": str, "downloaded": bool,
+            "has_unsynced_changes": bool, "pending_changes": int (count of queued local
+            changes), "record_count": int, "locked": bool}, ...]}``. A layer another process
+            holds has ``"locked": True`` and no details.
+
+        Raises:
+            InvalidStateError: the client is closed.
+        """
+        raw = self._call_out("layersync_client_local_documents")
+        return _json_object(raw) if raw else {}
+
+    def cache_entries(self) -> list[dict[str, Any]]:
+        """The disk cache (Instant's ``listCacheEntries()``).
+
+        Returns:
+            ``[{"document_id", "kind", "layer_name"?, "attachment_id"?, "path",
+            "size_bytes": int, "referenced": bool}]``; ``kind`` is ``"pdf"``, ``"layer"``,
+            ``"attachment"`` or ``"partial_download"``. Unreferenced entries are what
+            :meth:`remove_unreferenced_cache_entries` deletes.
+        """
+        raw = self._call_out("layersync_client_list_cache_entries")
+        return _json_list(raw, "cache entry list")
+
+    def remove_unreferenced_cache_entries(self) -> None:
+        """Deletes every cache entry :meth:`cache_entries` reports as unreferenced
+        (attachments no record refers to, PDFs without a layer store, stale partial
+        downloads). Instant's ``removeUnreferencedCacheEntries()``.
+
+        Raises:
+            CouldNotRemoveDiskCacheEntriesError.
+        """
+        self._call("layersync_client_remove_unreferenced_cache_entries")
+
+    def remove_local_storage(self) -> None:
+        """Deletes the local storage of every document of this server: PDFs, layer stores
+        **including unsynced changes**, attachments (Instant's ``removeLocalStorage()``).
+        Every :class:`Document` handed out goes to :attr:`DocumentState.INVALID` and its
+        calls then raise :class:`InvalidStateError`; :meth:`document_for_jwt` gives a new one.
+
+        Raises:
+            StorageLockedError: a layer is held by another process (the others are removed).
+            CouldNotRemoveDiskCacheEntriesError.
+        """
+        self._call("layersync_client_remove_local_storage")
+
+    def remove_local_storage_for_document(self, document_id: str) -> None:
+        """Like :meth:`remove_local_storage` for one document id and all its layers; a
+        document with nothing stored is not an error.
+
+        Raises:
+            InvalidArgumentError, StorageLockedError, CouldNotRemoveDiskCacheEntriesError.
+        """
+        self._call("layersync_client_remove_local_storage_for_document", encode_text(document_id, "document_id"))
 
 
 class Document:
@@ -1073,3 +1415,291 @@ class Document:
         if not isinstance(items, list):
             raise LayerSyncError("library returned a non-array annotation list", code=_ffi.LAYERSYNC_ERROR_UNKNOWN)
         return [dict(item) for item in items]
+
+    # -- local storage and content migration ----------------------------------------------------
+
+    def remove_local_storage(self) -> None:
+        """Deletes this layer's local store (records **and unsynced changes**) and, when no
+        other layer of the document is stored, its PDF and attachments (Instant's
+        ``removeLocalStorage()``). Cancels the document's transfers and waits until they
+        stopped. Afterwards :attr:`state` is :attr:`DocumentState.INVALID` (reported once
+        through ``did_change_sync_state``) and other calls raise :class:`InvalidStateError`;
+        get a new document with :meth:`Client.document_for_jwt`.
+
+        Raises:
+            CouldNotRemoveDiskCacheEntriesError.
+        """
+        self._call("layersync_document_remove_local_storage")
+
+    def attempt_content_migration(self) -> None:
+        """Migrates a layer stored in an older content format (state
+        :attr:`DocumentState.NEEDS_CONTENT_MIGRATION`; until then record calls and syncs raise
+        :class:`ContentMigrationNeededError`) to the current one, in one SQLite transaction
+        on the calling thread; a no-op when nothing needs migrating. Afterwards the state is
+        CLEAN or DIRTY; changed records are reported through ``did_receive_changes``.
+
+        Raises:
+            PerformingContentMigrationError, InvalidStateError, DatabaseAccessFailedError.
+        """
+        self._call("layersync_document_attempt_content_migration")
+
+    # -- comments and search ---------------------------------------------------------------------
+
+    def create_comment(self, root_id: str, comment: Mapping[str, Any] | str, *,
+                       creator_name: str | None = None) -> dict[str, Any]:
+        """Creates a comment (a ``pspdfkit/comment`` record with ``rootId``) on the root
+        annotation ``root_id``; durable when this returns and synced like a create.
+        Deleting the root deletes its comments.
+
+        Args:
+            root_id: Id of a live annotation.
+            comment: Instant JSON (``{"text": {"format": "plain", "value": ...}, ...}``;
+                ``type`` defaults to ``pspdfkit/comment``, ``rootId`` is set), or plain text.
+            creator_name: Sets ``creatorName`` (overrides the dict's).
+
+        Returns:
+            The stored comment with its ``id``.
+
+        Raises:
+            NoSuchAnnotationError (no such root), InvalidJSONStructureError (another
+            ``type``), InvalidArgumentError (another ``rootId``), NotDownloadedError.
+        """
+        body: dict[str, Any] = ({"text": {"format": "plain", "value": comment}}
+                                if isinstance(comment, str) else dict(comment))
+        if creator_name is not None:
+            body["creatorName"] = creator_name
+        raw = self._call_out("layersync_document_create_comment", encode_text(root_id, "root_id"),
+                             encode_json(body, "comment"))
+        return _json_object(raw) if raw else body
+
+    def list_comments(self, root_id: str) -> list[dict[str, Any]]:
+        """The comments of root annotation ``root_id`` in the local layer, oldest first
+        (``createdAt``, then id).
+
+        Raises:
+            NoSuchAnnotationError, InvalidArgumentError, NotDownloadedError.
+        """
+        raw = self._call_out("layersync_document_list_comments", encode_text(root_id, "root_id"))
+        return _json_list(raw, "comment list")
+
+    def search_annotations(self, query: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """Full-text search over the local layer's records (annotations and comments; SQLite
+        FTS5, works offline), best match first.
+
+        Args:
+            query: Words; each must occur as a word prefix in a string value of the record
+                (case- and diacritics-insensitive). FTS syntax characters are taken literally.
+            limit: Maximum number of results (None: the library's default, 100).
+
+        Raises:
+            InvalidArgumentError: a query without words, a negative limit.
+            NotDownloadedError, DatabaseAccessFailedError.
+        """
+        n = 0 if limit is None else _int_arg(limit, "limit", 32)
+        raw = self._call_out("layersync_document_search_annotations", encode_text(query, "query"), ctypes.c_int32(n))
+        return _json_list(raw, "search result")
+
+    # -- server-side history (one-shot requests answered on the callback thread) ------------------
+
+    def _begin(self, fn_name: str, *args: Any) -> concurrent.futures.Future[Any]:
+        """Starts a ``layersync_document_result_cb`` operation; the Future gets its parsed
+        result JSON or its error (:class:`InvalidStateError` if the client closes first)."""
+        token, future = self._handle.new_result()
+        err = _Error()
+        try:
+            rc = self._invoke(fn_name, *args, self._handle.result_cb, ctypes.c_void_p(token), err.ref)
+            check(self._lib, rc, err.struct)
+        except BaseException:
+            self._handle.drop_result(token)
+            raise
+        return future
+
+    def _await(self, future: concurrent.futures.Future[Any], timeout: float | None, what: str) -> Any:
+        if threading.get_ident() == self._dispatcher.callback_thread:
+            raise InvalidStateError(f"{what} cannot wait on the library's callback thread (it delivers the "
+                                    "answer); use layersync.aio or call it from another thread")
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"no answer to {what} within {timeout} s (it may still complete)") from None
+
+    def _begin_history(self, annotation_id: str) -> concurrent.futures.Future[Any]:
+        return self._begin("layersync_document_annotation_history", encode_text(annotation_id, "annotation_id"))
+
+    def _begin_rollback(self, annotation_id: str, revision: int) -> concurrent.futures.Future[Any]:
+        return self._begin("layersync_document_rollback_annotation", encode_text(annotation_id, "annotation_id"),
+                           ctypes.c_int64(_int_arg(revision, "revision", 64)))
+
+    def _begin_deleted(self) -> concurrent.futures.Future[Any]:
+        return self._begin("layersync_document_list_deleted_annotations")
+
+    def _begin_restore(self, annotation_id: str) -> concurrent.futures.Future[Any]:
+        return self._begin("layersync_document_restore_annotation", encode_text(annotation_id, "annotation_id"))
+
+    def _begin_download_attachment(self, attachment_id: str) -> concurrent.futures.Future[Any]:
+        return self._begin("layersync_document_download_attachment", encode_text(attachment_id, "attachment_id"))
+
+    def annotation_history(self, annotation_id: str, *, timeout: float | None = 30.0) -> list[dict[str, Any]]:
+        """The versions of a record the server keeps (a request; blocks until answered).
+
+        Returns:
+            ``[{"id": str, "revision": int, "deleted": bool, "content": dict | None}]``,
+            newest first (the server keeps its ``history_versions`` latest).
+
+        Raises:
+            NoSuchAnnotationError (the server keeps none), RequestFailedError (offline),
+            AccessDeniedError, NotDownloadedError, InvalidStateError (closed, or called on
+            the callback thread), TimeoutError.
+        """
+        return list(self._await(self._begin_history(annotation_id), timeout, "annotation_history") or [])
+
+    def rollback_annotation(self, annotation_id: str, revision: int, *,
+                            timeout: float | None = 30.0) -> dict[str, Any]:
+        """Writes the content of kept version ``revision`` as the record's new version on the
+        server (a deleted record comes back), then applies it locally
+        (``did_receive_changes``) before returning.
+
+        Returns:
+            The record's new Instant JSON.
+
+        Raises:
+            ConflictError: the record changed on the server since this client last saw it
+                (first writer wins: sync, then retry).
+            NoSuchAnnotationError (version not kept), InvalidRequestError (the version is a
+            deletion), RequestFailedError, InvalidArgumentError, TimeoutError.
+        """
+        result = self._await(self._begin_rollback(annotation_id, revision), timeout, "rollback_annotation")
+        return dict(result or {})
+
+    def list_deleted_annotations(self, *, timeout: float | None = 30.0) -> list[dict[str, Any]]:
+        """The layer's deleted records as the server knows them (a request).
+
+        Returns:
+            ``[{"id": str, "revision": int, "last_content": dict | None}]``, oldest deletion first.
+
+        Raises:
+            RequestFailedError, AccessDeniedError, NotDownloadedError, TimeoutError.
+        """
+        return list(self._await(self._begin_deleted(), timeout, "list_deleted_annotations") or [])
+
+    def restore_annotation(self, annotation_id: str, *, timeout: float | None = 30.0) -> dict[str, Any]:
+        """Brings a deleted record back on the server with its last live content, then
+        applies it locally before returning.
+
+        Returns:
+            The restored record's Instant JSON.
+
+        Raises:
+            ConflictError (the record is live), NoSuchAnnotationError (never existed or no
+            live version kept), RequestFailedError, TimeoutError.
+        """
+        result = self._await(self._begin_restore(annotation_id), timeout, "restore_annotation")
+        return dict(result or {})
+
+    # -- attachments ------------------------------------------------------------------------------
+
+    def add_attachment(self, data: bytes | bytearray | memoryview, content_type: str) -> str:
+        """Stores bytes (an image annotation's image, an embedded file) in the document's
+        disk cache, durably, and queues the upload: the next sync uploads it before any
+        record change, so a record referencing it (``imageAttachmentId``) never reaches the
+        server first.
+
+        Args:
+            data: The bytes (copied).
+            content_type: MIME type, e.g. ``"image/png"`` (1–255 printable ASCII characters).
+
+        Returns:
+            The attachment id: the lowercase hex SHA-256 of ``data`` (same bytes, same id).
+
+        Raises:
+            InvalidArgumentError, CouldNotCreateAttachmentError, NotDownloadedError.
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"data must be bytes, not {type(data).__name__}")
+        raw = bytes(data)
+        ctype = encode_text(content_type, "content_type")
+        out = self._call_out("layersync_document_add_attachment", raw or None, ctypes.c_size_t(len(raw)), ctype)
+        if not out:
+            raise LayerSyncError("library returned no attachment id", code=_ffi.LAYERSYNC_ERROR_UNKNOWN)
+        return out.decode("ascii")
+
+    def attachment(self, attachment_id: str) -> Attachment:
+        """An attachment's bytes and content type from the local disk cache (never the network).
+
+        Raises:
+            AttachmentNotLoadedError: a local record references it but its bytes are not
+                downloaded yet (use :meth:`download_attachment`).
+            NoSuchAttachmentError: unknown here.
+            CouldNotReadFromDiskCacheError, NotDownloadedError, InvalidArgumentError.
+        """
+        struct = _ffi.layersync_attachment()
+        struct.version = _ffi.LAYERSYNC_ATTACHMENT_VERSION
+        err = _Error()
+        rc = self._invoke("layersync_document_attachment_data", encode_text(attachment_id, "attachment_id"),
+                          ctypes.byref(struct), err.ref)
+        # Read the raw pointers (c_char_p fields would hand out copies), copy, then free them.
+        data_ptr = int(struct.data or 0)
+        type_ptr = ctypes.c_void_p.from_buffer(struct, _ffi.layersync_attachment.content_type.offset).value
+        try:
+            check(self._lib, rc, err.struct)
+            data = ctypes.string_at(data_ptr, int(struct.size_bytes)) if data_ptr else b""
+            ctype = ctypes.string_at(type_ptr).decode("utf-8", "replace") if type_ptr else ""
+        finally:
+            if data_ptr:
+                self._lib.layersync_free(data_ptr)
+            if type_ptr:
+                self._lib.layersync_free(type_ptr)
+        return Attachment(attachment_id, data, ctype)
+
+    def attachment_data(self, attachment_id: str) -> bytes:
+        """The bytes of an attachment from the local disk cache; see :meth:`attachment`.
+
+        Raises:
+            AttachmentNotLoadedError, NoSuchAttachmentError, CouldNotReadFromDiskCacheError.
+        """
+        return self.attachment(attachment_id).data
+
+    def download_attachment(self, attachment_id: str, *, wait: bool = True,
+                            timeout: float | None = 60.0) -> dict[str, Any] | None:
+        """Downloads an attachment into the disk cache (attachments are downloaded lazily);
+        the bytes are checked against the id.
+
+        Args:
+            wait: Block until the bytes are stored (else return None at once; the download
+                goes on in the background and :meth:`attachment_data` succeeds afterwards).
+            timeout: Seconds to wait.
+
+        Returns:
+            ``{"attachment_id": str, "size_bytes": int, "content_type": str}`` when waiting.
+
+        Raises:
+            NoSuchAttachmentError (the server does not have it), InvalidServerDataError
+            (bytes do not hash to the id), RequestFailedError (offline), TimeoutError.
+        """
+        future = self._begin_download_attachment(attachment_id)
+        if not wait:
+            return None
+        return dict(self._await(future, timeout, "download_attachment") or {})
+
+    # -- observers ------------------------------------------------------------------------------
+
+    def observe(self, handler: ObserverHandler) -> Observer:
+        """Registers callbacks for this document's events only; returns an
+        :class:`Observer` (``.remove()``, or use it as a context manager).
+
+        Args:
+            handler: Either a callable taking an :class:`Event` (every event of
+                :data:`OBSERVER_EVENT_NAMES`; ``event.seq`` counts this observer's events),
+                or a mapping ``{event name: fn}`` whose functions get the arguments of
+                :meth:`Client.on` handlers (``fn(doc, *args)``), plus
+                ``did_reset_layer(doc, error)`` when the server's layer was reset and local
+                changes were re-based.
+
+        Threading: called on the library's callback thread after the client delegate's
+        handlers; exceptions are logged and re-raised from the next blocking call.
+
+        Raises:
+            InvalidArgumentError: unknown event name, or not a callable/mapping.
+            InvalidStateError: the client is closed.
+        """
+        return Observer(self, handler)

@@ -43,12 +43,16 @@ def cli_env(server, uploaded, tmp_path) -> dict[str, str]:
 def test_help_has_examples_and_exit_codes():
     top = run("--help")
     assert top.returncode == 0
-    for word in ("examples:", "exit status:", "listen", "annotations", "export", "status"):
+    for word in ("examples:", "exit status:", "listen", "annotations", "export", "status", "comments",
+                 "attachments", "history", "rollback", "deleted", "restore", "search"):
         assert word in top.stdout
     for code in cli.EXIT_CODES:
         assert f"  {code} " in top.stdout
     sub = run("annotations", "add", "--help")
     assert sub.returncode == 0 and "example" in sub.stdout and "--no-sync" in sub.stdout
+    assert "not yet available" not in top.stdout
+    status = run("status", "--help")
+    assert "pending_change_count" in status.stdout and "no time of the last sync" in status.stdout
 
 
 def test_python_m_version():
@@ -180,3 +184,93 @@ def test_listen_prints_changes_until_ctrl_c(cli_env, downloaded, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_comments_search_attachments_history(cli_env, server, tmp_path):
+    env, doc_id = cli_env, cli_env["DOC_ID"]
+    assert run("download", env=env).returncode == 0
+    added = run("annotations", "add", json.dumps(NOTE), "--json", env=env)
+    assert added.returncode == 0, added.stderr
+    ann_id = json.loads(added.stdout)["id"]
+
+    # status counts pending changes (the library keeps no last-sync time, so there is none)
+    upd = run("annotations", "update", ann_id, '{"text": {"format": "plain", "value": "second 🦓 zebra"}}',
+              "--no-sync", env=env)
+    assert upd.returncode == 0, upd.stderr
+    status = json.loads(run("status", "--json", env=env).stdout)
+    assert status["pending_change_count"] == 1 and status["pending_changes"] is True
+    assert "last_sync" not in status
+    assert "pending_change_count  1" in run("status", env=env).stdout
+    assert json.loads(run("sync", "--json", env=env).stdout)["pending_change_count"] == 0
+
+    # comments
+    c1 = run("comments", "add", ann_id, "looks right ✅", "--creator", "cli-bob", env=env)
+    assert c1.returncode == 0, c1.stderr
+    c2 = run("comments", "add", ann_id, "--data", '{"text": {"format": "plain", "value": "second"}}', "--json", env=env)
+    assert c2.returncode == 0, c2.stderr
+    assert json.loads(c2.stdout)["rootId"] == ann_id
+    listed = json.loads(run("comments", "list", ann_id, "--json", env=env).stdout)
+    assert [c["id"] for c in listed] == [c1.stdout.strip(), json.loads(c2.stdout)["id"]]
+    assert listed[0]["creatorName"] == "cli-bob" and listed[0]["text"]["value"] == "looks right ✅"
+    assert server.annotations(doc_id)[listed[0]["id"]]["rootId"] == ann_id  # synced
+    table = run("comments", "list", ann_id, env=env)
+    assert table.stdout.rstrip().endswith("2 comments") and "cli-bob" in table.stdout
+    assert run("comments", "add", ann_id, env=env).returncode == cli.EXIT_USAGE  # neither TEXT nor --data
+    assert run("comments", "list", "no-such-root", env=env).returncode == cli.EXIT_NOT_FOUND
+
+    # search
+    found = run("annotations", "search", "zeb", "sec", "--json", env=env)
+    assert found.returncode == 0, found.stderr
+    assert [a["id"] for a in json.loads(found.stdout)] == [ann_id]
+    assert run("annotations", "search", "nothingmatchesthis", env=env).stdout.rstrip().endswith("0 matches")
+
+    # history, rollback
+    history = json.loads(run("history", ann_id, "--json", env=env).stdout)
+    assert [v["content"]["text"]["value"] for v in history] == ["second 🦓 zebra", NOTE["text"]["value"]]
+    assert "REVISION" in run("history", ann_id, env=env).stdout
+    rolled = run("rollback", ann_id, str(history[1]["revision"]), "--json", env=env)
+    assert rolled.returncode == 0, rolled.stderr
+    assert json.loads(rolled.stdout)["text"] == NOTE["text"]
+    assert server.annotations(doc_id)[ann_id]["text"] == NOTE["text"]
+    assert run("history", "never-existed", env=env).returncode == cli.EXIT_NOT_FOUND
+
+    # deleted, restore
+    assert run("annotations", "rm", ann_id, env=env).returncode == 0
+    deleted = json.loads(run("deleted", "--json", env=env).stdout)
+    assert ann_id in [d["id"] for d in deleted]
+    assert "deleted annotation" in run("deleted", env=env).stdout
+    restored = run("restore", ann_id, env=env)
+    assert restored.returncode == 0 and restored.stdout.strip() == ann_id, restored.stderr
+    assert ann_id in server.annotations(doc_id)
+    conflict = run("restore", ann_id, "--json", env=env)  # live now
+    assert conflict.returncode == cli.EXIT_ERROR and json.loads(conflict.stderr)["error"]["name"] == "CONFLICT"
+
+    # attachments: added by this user, fetched (downloaded) by another
+    blob = bytes(range(256)) * 40
+    src = tmp_path / "picture.png"
+    src.write_bytes(blob)
+    att = run("attachments", "add", str(src), "--json", env=env)
+    assert att.returncode == 0, att.stderr
+    meta = json.loads(att.stdout)
+    assert meta["content_type"] == "image/png" and meta["size_bytes"] == len(blob)
+    att_id = meta["attachment_id"]
+    image = {"type": "pspdfkit/image", "pageIndex": 0, "bbox": [1, 1, 64, 64], "imageAttachmentId": att_id,
+             "contentType": "image/png"}
+    assert run("annotations", "add", json.dumps(image), env=env).returncode == 0
+    other = {**env, "LAYERSYNC_STORAGE": str(tmp_path / "other-store")}
+    assert run("download", env=other).returncode == 0
+    not_loaded = run("attachments", "get", att_id, "--no-download", "--json", env=other)
+    assert not_loaded.returncode == cli.EXIT_ERROR
+    assert json.loads(not_loaded.stderr)["error"]["name"] == "ATTACHMENT_NOT_LOADED"
+    out = tmp_path / "fetched.png"
+    got = run("attachments", "get", att_id, "-o", str(out), "--json", env=other)
+    assert got.returncode == 0, got.stderr
+    assert out.read_bytes() == blob and json.loads(got.stdout)["content_type"] == "image/png"
+    raw = subprocess.run([*COMMAND, "attachments", "get", att_id], capture_output=True,
+                         env={**os.environ, **other}, timeout=60)
+    assert raw.returncode == 0 and raw.stdout == blob  # binary on stdout
+    missing = run("attachments", "get", "0" * 64, "--json", env=other)
+    assert missing.returncode == cli.EXIT_NOT_FOUND
+    assert json.loads(missing.stderr)["error"]["name"] == "NO_SUCH_ATTACHMENT"
+    piped = run("attachments", "add", "-", "--content-type", "text/plain", "--no-sync", env=env, stdin="héllo")
+    assert piped.returncode == 0 and len(piped.stdout.strip()) == 64
