@@ -385,7 +385,7 @@ typedef struct layersync_client_delegate {
     layersync_download_progress_cb download_progress;
     /** Server changes were applied locally; `value` is `{"created": [ids], "updated": [ids], "deleted": [ids]}`. */
     layersync_document_string_cb did_receive_changes;
-    /** Local changes lost a conflict (first writer wins) and the server version was adopted; `value` is `[{"id", "reason", "code", "local": record-or-null, "server": record-or-null}]`; `code` is `LAYERSYNC_ERROR_CONFLICT` (reason `conflict`, `exists`, `superseded`), `LAYERSYNC_ERROR_PAYLOAD_LIMIT_EXCEEDED` (`payload_too_large`: the change alone exceeds the server's limit), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`) or `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`). */
+    /** Local changes lost a conflict (first writer wins) and the server version was adopted; `value` is `[{"id", "reason", "code", "local": record-or-null, "server": record-or-null}]`; `code` is `LAYERSYNC_ERROR_CONFLICT` (reason `conflict`, `exists`, `superseded`), `LAYERSYNC_ERROR_PAYLOAD_LIMIT_EXCEEDED` (`payload_too_large`: the change alone exceeds the server's limit), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`) `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`), or `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE` (`attachment_missing`: an attachment's file vanished before upload; `id` is the attachment id, the upload is dropped and the queue goes on). */
     layersync_document_string_cb did_reject_changes;
     /** The engine needs a fresh JWT for the document; answer with `layersync_document_reauthenticate`, now or later. */
     layersync_document_cb request_token;
@@ -666,7 +666,7 @@ bool layersync_document_has_unsynced_changes(const layersync_document *document)
  * @param document The document.
  * @param out_path Receives the local PDF path; free with `layersync_free`.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_pdf_path(const layersync_document *document, char **out_path, layersync_error *error);
 
@@ -698,7 +698,7 @@ int layersync_document_cancel_download(layersync_document *document, layersync_e
  *
  * @param document The document.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_sync(layersync_document *document, layersync_error *error);
 
@@ -720,7 +720,7 @@ int layersync_document_stop_syncing(layersync_document *document, bool cancel_cu
  *
  * @param document The document.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_start_listening(layersync_document *document, layersync_error *error);
 
@@ -739,7 +739,7 @@ int layersync_document_stop_listening(layersync_document *document, layersync_er
  * @param document The document.
  * @param delay_s Seconds between a local edit and the automatic sync; `LAYERSYNC_SYNC_DISABLED` turns it off.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_set_sync_delay(layersync_document *document, double delay_s, layersync_error *error);
 
@@ -758,7 +758,7 @@ double layersync_document_sync_delay(const layersync_document *document);
  * @param document The document.
  * @param jwt A fresh JWT for the same document, layer and user.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_USER_ID_MISMATCH`, `LAYERSYNC_ERROR_ALREADY_AUTHENTICATING`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_USER_ID_MISMATCH`, `LAYERSYNC_ERROR_ALREADY_AUTHENTICATING`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_reauthenticate(layersync_document *document, const char *jwt, layersync_error *error);
 
@@ -801,7 +801,7 @@ int layersync_document_attempt_content_migration(layersync_document *document, l
  * @param annotation_json An Instant JSON v2 annotation object (`type`, `pageIndex`, `bbox`, ...). A missing `id` is generated (ULID).
  * @param out_json Optional: receives the stored annotation JSON (with its `id`); free with `layersync_free`.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_create_annotation(layersync_document *document, const char *annotation_json, char **out_json, layersync_error *error);
 
@@ -812,7 +812,7 @@ int layersync_document_create_annotation(layersync_document *document, const cha
  * @param annotation_json The whole new Instant JSON annotation, with its `id`.
  * @param out_json Optional: receives the stored JSON; free with `layersync_free`.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_update_annotation(layersync_document *document, const char *annotation_json, char **out_json, layersync_error *error);
 
@@ -822,7 +822,7 @@ int layersync_document_update_annotation(layersync_document *document, const cha
  * @param document The document.
  * @param annotation_id The annotation's id.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_delete_annotation(layersync_document *document, const char *annotation_id, layersync_error *error);
 
@@ -833,7 +833,7 @@ int layersync_document_delete_annotation(layersync_document *document, const cha
  * @param annotation_id The annotation's id.
  * @param out_json Receives the annotation's Instant JSON; free with `layersync_free`.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_get_annotation(layersync_document *document, const char *annotation_id, char **out_json, layersync_error *error);
 
@@ -844,7 +844,7 @@ int layersync_document_get_annotation(layersync_document *document, const char *
  * @param filter_json NULL for all, or `{"pageIndex": N, "type": "pspdfkit/ink", "creatorName": "...", "limit": N, "offset": N}` (every key optional).
  * @param out_json Receives a JSON array of Instant JSON annotations ordered by id; free with `layersync_free`.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_list_annotations(layersync_document *document, const char *filter_json, char **out_json, layersync_error *error);
 

@@ -51,10 +51,7 @@ func withDescriptor(
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
         guard let outPath else { throw LayerSyncError(.invalidArgument, "out_path must not be NULL") }
         outPath.pointee = nil
-        guard let path = descriptor.pdfPath else {
-            throw LayerSyncError(.notDownloaded, "the document is not downloaded", documentID: descriptor.documentID)
-        }
-        CString.store(path, in: outPath)
+        CString.store(try descriptor.requirePDFPath(), in: outPath)
     }
 }
 
@@ -98,10 +95,7 @@ func withDescriptor(
     _ document: OpaquePointer?, _ delay: Double, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        guard delay.isFinite, delay >= 0 || delay == LAYERSYNC_SYNC_DISABLED else {
-            throw LayerSyncError(.invalidArgument, "delay_s must be >= 0 or LAYERSYNC_SYNC_DISABLED")
-        }
-        descriptor.syncDelay = delay
+        try descriptor.setSyncDelay(delay)
     }
 }
 

@@ -11,6 +11,7 @@ import LayerSyncCore
         guard let outObserver else { throw LayerSyncError(.invalidArgument, "out_observer must not be NULL") }
         outObserver.pointee = nil
         let handle = try DocumentHandle.from(document)
+        try handle.descriptor.requireValid()
         guard let observer else { throw LayerSyncError(.invalidArgument, "observer must not be NULL") }
         guard observer.pointee.version == UInt32(LAYERSYNC_DOCUMENT_OBSERVER_VERSION) else {
             throw LayerSyncError(.invalidArgument, "observer.version \(observer.pointee.version) is not supported; use LAYERSYNC_DOCUMENT_OBSERVER_INIT")

@@ -31,6 +31,7 @@ extension DocumentDescriptor {
             throw LayerSyncError(.couldNotCreateAttachment, error.message, documentID: documentID, attachmentID: id)
         }
         try store.addAttachment(id: id, contentType: contentType)
+        didEditLocally()  // a queued upload is an unsynced local change
         return id
     }
 
@@ -90,10 +91,16 @@ extension DocumentDescriptor {
     }
 
     /// Uploads every attachment added locally that the server does not have yet (sync cycle).
+    /// An attachment whose file vanished (removed behind the engine's back) can never be
+    /// uploaded: it is dropped from the queue and reported through `didRejectChanges`
+    /// (reason `attachment_missing`, the attachment id as record id) instead of blocking
+    /// every later cycle (ARCHITECTURE.md §4 rule 5, in spirit).
     func uploadPendingAttachments(token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
         for (id, contentType) in try store.pendingAttachments() {
             guard let bytes = Self.readFile(attachmentsDirectory + "/" + id) else {
-                throw LayerSyncError(.couldNotReadFromDiskCache, "attachment \(id) vanished from the disk cache", attachmentID: id)
+                try store.dropPendingAttachment(id: id)
+                emit(.didRejectChanges(self, [RejectedChange(recordID: id, reason: "attachment_missing", localJSON: nil, serverJSON: nil)]))
+                continue
             }
             try context.server.putAttachment(documentID: documentID, id: id, bytes: bytes, contentType: contentType, jwt: token,
                                              session: workSession, cancellation: cancellation)

@@ -30,7 +30,10 @@ extension DocumentDescriptor {
     }
 
     private func verify(_ claims: JWTClaims) {
+        // Registered so that shutdown (cancelAllWork) aborts a hanging verification at once.
         let cancellation = TransferCancellation()
+        mutableState.withLock { $0.operation = cancellation }
+        defer { mutableState.withLock { $0.operation = nil } }
         do throws(LayerSyncError) {
             guard !context.isShutDown else { throw LayerSyncError(.cancelled, "the client is shut down") }
             _ = try context.server.records(documentID: documentID, layer: layerName, since: 0, limit: 1, jwt: claims.token,

@@ -33,8 +33,7 @@ extension DocumentDescriptor {
         let token = jwt
         do throws(LayerSyncError) {
             try downloadPDF(token: token, cancellation: cancellation)
-            let snapshot = try fetchSnapshot(token: token, cancellation: cancellation)
-            _ = try store.applySnapshot(snapshot.records, epoch: snapshot.epoch, revision: snapshot.revision)
+            _ = try downloadSnapshot(token: token, cancellation: cancellation, reportChanges: false)
             mutableState.withLock { $0.download = nil }
             publishState()
             emit(.didFinishDownload(self))

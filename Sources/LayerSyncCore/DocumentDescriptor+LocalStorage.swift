@@ -29,4 +29,31 @@ extension DocumentDescriptor {
         store.close()
         publishState()
     }
+
+    /// Throws `.invalidState` once the local storage was removed (for calls that change the
+    /// descriptor without touching the store: sync delay, observers).
+    public func requireValid() throws(LayerSyncError) {
+        if isInvalid { throw LayerSyncError(.invalidState, "the document's local storage was removed", documentID: documentID) }
+    }
+
+    /// The downloaded PDF's path.
+    /// - Throws: `.invalidState` after storage removal, `.notDownloaded` before the download.
+    public func requirePDFPath() throws(LayerSyncError) -> String {
+        try requireValid()
+        guard let path = pdfPath else {
+            throw LayerSyncError(.notDownloaded, "the document is not downloaded", documentID: documentID)
+        }
+        return path
+    }
+
+    /// Sets ``syncDelay``.
+    /// - Throws: `.invalidArgument` for a delay that is not finite, or negative other than
+    ///   `-1` (automatic sync off); `.invalidState` after storage removal.
+    public func setSyncDelay(_ delay: Double) throws(LayerSyncError) {
+        try requireValid()
+        guard delay.isFinite, delay >= 0 || delay == -1 else {
+            throw LayerSyncError(.invalidArgument, "delay_s must be >= 0 or LAYERSYNC_SYNC_DISABLED")
+        }
+        syncDelay = delay
+    }
 }

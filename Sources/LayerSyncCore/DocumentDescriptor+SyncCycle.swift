@@ -169,15 +169,24 @@ extension DocumentDescriptor {
         }
     }
 
-    /// Fetches a full snapshot (`since=0`, paged).
-    func fetchSnapshot(token: String, cancellation: TransferCancellation) throws(LayerSyncError) -> (records: [ServerRecord], epoch: String, revision: Int64) {
-        var records: [ServerRecord] = []
+    /// Downloads a full snapshot (`since=0`, paged) into the store: each page is staged as it
+    /// arrives (memory bounded by one page), then the whole snapshot replaces the server side
+    /// of the store in one transaction (``LayerStore/finishSnapshot(epoch:revision:reportChanges:)``).
+    /// A failure before the end leaves the store as it was.
+    /// - Parameter reportChanges: Whether the outcome lists the visible changes.
+    /// - Returns: What changed locally and the snapshot's epoch.
+    func downloadSnapshot(token: String, cancellation: TransferCancellation,
+                          reportChanges: Bool) throws(LayerSyncError) -> (outcome: ServerChangeOutcome, epoch: String) {
+        try store.beginSnapshot()
         var since: Int64 = 0
         while true {
             let page = try context.server.records(documentID: documentID, layer: layerName, since: since, jwt: token,
                                                   session: workSession, cancellation: cancellation)
-            records += page.records
-            guard page.hasMore, page.nextSince > since else { return (records, page.epoch, page.revision) }
+            try store.stageSnapshotPage(page.records)
+            guard page.hasMore, page.nextSince > since else {
+                let outcome = try store.finishSnapshot(epoch: page.epoch, revision: page.revision, reportChanges: reportChanges)
+                return (outcome, page.epoch)
+            }
             since = page.nextSince
         }
     }
@@ -185,10 +194,9 @@ extension DocumentDescriptor {
     /// The layer's epoch changed: re-download the snapshot and re-base pending changes on it.
     func rebase(token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
         let previousEpoch = try store.epoch()
-        let snapshot = try fetchSnapshot(token: token, cancellation: cancellation)
-        let outcome = try store.applySnapshot(snapshot.records, epoch: snapshot.epoch, revision: snapshot.revision)
-        if previousEpoch != snapshot.epoch {
-            let message = "the server's layer epoch changed from \(previousEpoch ?? "none") to \(snapshot.epoch) "
+        let (outcome, epoch) = try downloadSnapshot(token: token, cancellation: cancellation, reportChanges: true)
+        if previousEpoch != epoch {
+            let message = "the server's layer epoch changed from \(previousEpoch ?? "none") to \(epoch) "
                 + "(layer restored or recreated); \(outcome.rebased.count) unsynced local change(s) re-based onto the new snapshot"
             emit(.didResetLayer(self, LayerSyncError(.serverReset, message, documentID: documentID,
                                                      recordID: outcome.rebased.first)))

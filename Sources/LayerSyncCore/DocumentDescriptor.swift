@@ -51,6 +51,8 @@ public final class DocumentDescriptor: Sendable {
         var migratingContent = false
         var lastReportedState: DocumentState = .unknown
         var invalid = false
+        /// Whether `document.pdf` was seen on disk (see ``isDownloaded``).
+        var pdfSeen = false
     }
 
     init(claims: JWTClaims, context: ClientContext) throws(LayerSyncError) {
@@ -103,7 +105,13 @@ public final class DocumentDescriptor: Sendable {
 
     /// Whether the PDF and the layer snapshot are stored locally.
     public var isDownloaded: Bool {
-        ((try? store.isDownloaded()) ?? false) && StorageLayout.fileExists(pdfFilePath)
+        guard (try? store.isDownloaded()) ?? false else { return false }
+        // Once seen, the PDF stays (a layer store references it; only storage removal, which
+        // closes the store, deletes it), so hot paths stat it once rather than per call.
+        if mutableState.withLock({ $0.pdfSeen }) { return true }
+        guard StorageLayout.fileExists(pdfFilePath) else { return false }
+        mutableState.withLock { $0.pdfSeen = true }
+        return true
     }
 
     /// Whether the caller runs on the owning client's event thread (inside the event handler).

@@ -7,6 +7,7 @@ extension LayerStore {
     /// - Throws: `.databaseAccessFailed`.
     func addAttachment(id: String, contentType: String) throws(LayerSyncError) {
         try withDatabase { db throws(LayerSyncError) in
+            defer { invalidateCache() }
             try db.query("INSERT INTO attachments(id, content_type) VALUES (?, ?) ON CONFLICT(id) DO NOTHING",
                          [.text(id), .text(contentType)])
         }
@@ -15,6 +16,7 @@ extension LayerStore {
     /// Records an attachment downloaded from the server (already uploaded).
     func noteDownloadedAttachment(id: String, contentType: String) throws(LayerSyncError) {
         try withDatabase { db throws(LayerSyncError) in
+            defer { invalidateCache() }
             try db.query("""
                 INSERT INTO attachments(id, content_type, uploaded) VALUES (?, ?, 1)
                 ON CONFLICT(id) DO UPDATE SET uploaded = 1
@@ -35,7 +37,17 @@ extension LayerStore {
     /// Marks an attachment as stored on the server.
     func markAttachmentUploaded(id: String) throws(LayerSyncError) {
         try withDatabase { db throws(LayerSyncError) in
+            defer { invalidateCache() }
             try db.query("UPDATE attachments SET uploaded = 1 WHERE id = ?", [.text(id)])
+        }
+    }
+
+    /// Forgets an attachment whose upload can never happen (its file vanished), so that it
+    /// no longer blocks the sync cycle.
+    func dropPendingAttachment(id: String) throws(LayerSyncError) {
+        try withDatabase { db throws(LayerSyncError) in
+            defer { invalidateCache() }
+            try db.query("DELETE FROM attachments WHERE id = ? AND uploaded = 0", [.text(id)])
         }
     }
 

@@ -11,7 +11,7 @@ extension LayerStore {
     /// Whether the records are in an older content format (record calls and syncing are
     /// refused with `.contentMigrationNeeded` until ``migrateContent()`` ran).
     var needsContentMigration: Bool {
-        ((try? meta("content_version")).flatMap { $0.flatMap { Int($0) } } ?? Self.contentVersion) < Self.contentVersion
+        (((try? contentVersion()) ?? nil) ?? Self.contentVersion) < Self.contentVersion
     }
 
     /// Rewrites every record (local and last known server content) and every unsent change

@@ -7,12 +7,12 @@ extension LayerStore {
     ///   - content: The Instant JSON text to store.
     /// - Throws: `.invalidArgument` if a record (live or deleted) with `id` exists; `.databaseAccessFailed`.
     func createRecord(id: String, content: String) throws(LayerSyncError) {
-        try transaction { db throws(LayerSyncError) in
+        try localEdit { db throws(LayerSyncError) in
             if try !db.query("SELECT 1 FROM records WHERE id = ?", [.text(id)]).isEmpty {
                 throw LayerSyncError(.invalidArgument, "a record with id \(id) already exists", recordID: id)
             }
             try db.query("INSERT INTO records(id, content) VALUES (?, ?)", [.text(id), .text(content)])
-            try Self.enqueue(db, recordID: id, operation: .create, content: content)
+            return ((), try Self.enqueue(db, recordID: id, operation: .create, content: content))
         }
     }
 
@@ -22,12 +22,12 @@ extension LayerStore {
     ///   - content: The new Instant JSON text.
     /// - Throws: `.noSuchAnnotation` if no live record has `id`; `.databaseAccessFailed`.
     func updateRecord(id: String, content: String) throws(LayerSyncError) {
-        try transaction { db throws(LayerSyncError) in
+        try localEdit { db throws(LayerSyncError) in
             guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first else {
                 throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(id)", recordID: id)
             }
             try db.query("UPDATE records SET content = ? WHERE id = ?", [.text(content), .text(id)])
-            try Self.enqueue(db, recordID: id, operation: .update, content: content)
+            return ((), try Self.enqueue(db, recordID: id, operation: .update, content: content))
         }
     }
 
@@ -38,7 +38,7 @@ extension LayerStore {
     /// - Throws: `.noSuchAnnotation` if no live record has `id`; `.databaseAccessFailed`.
     @discardableResult
     func deleteRecord(id: String) throws(LayerSyncError) -> [String] {
-        try transaction { db throws(LayerSyncError) in
+        try localEdit { db throws(LayerSyncError) in
             guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first else {
                 throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(id)", recordID: id)
             }
@@ -47,11 +47,12 @@ extension LayerStore {
                 [.text(id), .text(id)]
             ).compactMap { $0.first?.text }
             let ids = [id] + comments
+            var delta = 0
             for recordID in ids {
                 try db.query("UPDATE records SET content = NULL WHERE id = ?", [.text(recordID)])
-                try Self.enqueue(db, recordID: recordID, operation: .delete, content: nil)
+                delta += try Self.enqueue(db, recordID: recordID, operation: .delete, content: nil)
             }
-            return ids
+            return (ids, delta)
         }
     }
 
@@ -59,8 +60,10 @@ extension LayerStore {
     /// create+update → create, update+update → update, update+delete → delete, and
     /// create+delete of a never-sent create → nothing (the record is forgotten). A change
     /// behind a frozen (already sent) one gets its own row.
+    /// - Returns: How many rows `pending_changes` gained (1, 0 or -1).
+    @discardableResult
     static func enqueue(_ db: SQLiteDatabase, recordID: String, operation: PendingChange.Operation,
-                        content: String?) throws(LayerSyncError) {
+                        content: String?) throws(LayerSyncError) -> Int {
         let rows = try db.query(
             "SELECT seq, op, attempted FROM pending_changes WHERE record_id = ? ORDER BY seq", [.text(recordID)])
         if let last = rows.last, last[2].integer == 0, let sequence = last[0].integer,
@@ -69,6 +72,7 @@ extension LayerStore {
             case (.create, .delete) where rows.count == 1:
                 try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(sequence)])
                 try db.query("DELETE FROM records WHERE id = ? AND server_revision IS NULL", [.text(recordID)])
+                return -1
             case (.create, _):
                 try db.query("UPDATE pending_changes SET op = ?, content = ? WHERE seq = ?",
                              [.text(operation == .delete ? "delete" : "create"), content.map { .text($0) } ?? .null, .integer(sequence)])
@@ -76,10 +80,11 @@ extension LayerStore {
                 try db.query("UPDATE pending_changes SET op = ?, content = ? WHERE seq = ?",
                              [.text(operation.rawValue), content.map { .text($0) } ?? .null, .integer(sequence)])
             }
-            return
+            return 0
         }
         try db.query("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES (?, ?, ?, ?)",
                      [.text(ULID.generate()), .text(recordID), .text(operation.rawValue), content.map { .text($0) } ?? .null])
+        return 1
     }
 
     /// The content of a live record.
@@ -135,16 +140,31 @@ extension LayerStore {
     /// - Returns: The records' Instant JSON texts.
     /// - Throws: `.invalidArgument` for a query without words; `.databaseAccessFailed`.
     func searchRecords(query: String, limit: Int64) throws(LayerSyncError) -> [String] {
-        let words = query.split(whereSeparator: { $0.isWhitespace }).map { word in
-            "\"" + word.replacing("\"", with: "\"\"") + "\"*"
-        }
+        // A word is what the unicode61 tokenizer indexes: a run of letters and digits. Pieces
+        // without any ("!!!", "--") would match nothing, so they are not words.
+        let words = query.split(whereSeparator: { $0.isWhitespace })
+            .filter { $0.unicodeScalars.contains { $0.properties.isAlphabetic || $0.properties.numericType != nil } }
+            .map { word in "\"" + word.replacing("\"", with: "\"\"") + "\"*" }
         guard !words.isEmpty else { throw LayerSyncError(.invalidArgument, "the search query has no words") }
         return try withDatabase { db throws(LayerSyncError) in
-            try db.query("""
+            try db.transaction { () throws(LayerSyncError) in try Self.indexStaleRecords(db) }
+            return try db.query("""
                 SELECT r.content FROM records_fts f JOIN records r ON r.rowid = f.rowid
                 WHERE records_fts MATCH ? AND r.content IS NOT NULL ORDER BY f.rank, r.id LIMIT ?
                 """, [.text(words.joined(separator: " ")), .integer(limit)]).compactMap { $0.first?.text }
         }
+    }
+
+    /// Brings `records_fts` up to date with every record written since the last call
+    /// (`fts_stale` = 1), in one batch. Call inside a transaction.
+    static func indexStaleRecords(_ db: SQLiteDatabase) throws(LayerSyncError) {
+        try db.query("DELETE FROM records_fts WHERE rowid IN (SELECT rowid FROM records WHERE fts_stale = 1)")
+        try db.query("""
+            INSERT INTO records_fts(rowid, body)
+            SELECT r.rowid, (SELECT group_concat(value, ' ') FROM json_tree(r.content) WHERE type = 'text')
+            FROM records r WHERE r.fts_stale = 1 AND r.content IS NOT NULL
+            """)
+        try db.query("UPDATE records SET fts_stale = 0 WHERE fts_stale = 1")
     }
 
     /// Live comments of a root record (`rootId` = `rootID`), oldest first (`createdAt`, then id).
@@ -160,15 +180,6 @@ extension LayerStore {
                 SELECT content FROM records WHERE content IS NOT NULL AND id <> ? AND json_extract(content, '$.rootId') = ?
                 ORDER BY json_extract(content, '$.createdAt'), id
                 """, [.text(rootID), .text(rootID)]).compactMap { $0.first?.text }
-        }
-    }
-
-    /// Number of queued local changes.
-    /// - Returns: The count.
-    /// - Throws: `.databaseAccessFailed`.
-    func pendingCount() throws(LayerSyncError) -> Int {
-        try withDatabase { db throws(LayerSyncError) in
-            Int(try db.query("SELECT count(*) FROM pending_changes").first?.first?.integer ?? 0)
         }
     }
 }

@@ -6,6 +6,8 @@ extension LayerStore {
         var layerName: String?
         var downloaded: Bool
         var pendingChanges: Int
+        /// Attachments added locally and not uploaded yet (unsynced too).
+        var pendingAttachments: Int
         var recordCount: Int
     }
 
@@ -19,17 +21,20 @@ extension LayerStore {
                 layerName: try Self.meta(db, "layer_name"),
                 downloaded: try Self.meta(db, "downloaded") == "1",
                 pendingChanges: Int(try db.query("SELECT count(*) FROM pending_changes").first?.first?.integer ?? 0),
+                pendingAttachments: Int(try db.query("SELECT count(*) FROM attachments WHERE uploaded = 0").first?.first?.integer ?? 0),
                 recordCount: Int(try db.query("SELECT count(*) FROM records WHERE content IS NOT NULL").first?.first?.integer ?? 0))
         }
     }
 
     /// Attachment ids (SHA-256 hex) that the layer's records (local or last known server
-    /// version) reference through `imageAttachmentId` or `fileAttachmentId`.
+    /// version) reference through `imageAttachmentId` or `fileAttachmentId`, plus the
+    /// attachments added locally whose upload is still queued (a record may reference them
+    /// later; the sync cycle needs their bytes).
     /// - Returns: The ids.
     /// - Throws: `.databaseAccessFailed`, `.invalidState` after ``close()``.
     func referencedAttachmentIDs() throws(LayerSyncError) -> Set<String> {
         try withDatabase { db throws(LayerSyncError) in
-            var ids: Set<String> = []
+            var ids = Set(try db.query("SELECT id FROM attachments WHERE uploaded = 0").compactMap { $0.first?.text })
             for column in ["content", "server_content"] {
                 for key in ["imageAttachmentId", "fileAttachmentId"] {
                     for row in try db.query("SELECT DISTINCT json_extract(\(column), '$.\(key)') FROM records WHERE json_valid(\(column))") {

@@ -173,48 +173,109 @@ extension LayerStore {
         }
     }
 
-    /// Replaces the server side of the store with a full snapshot (first download, or a new
-    /// layer epoch) and re-bases queued local changes onto it (ARCHITECTURE.md §4 rule 7):
-    /// records with queued changes keep their local content and get one fresh, unsent change
-    /// computed against the snapshot (create if the server lacks the record, else update or
-    /// delete); every other record takes the snapshot's version.
+    /// Replaces the server side of the store with a full snapshot given at once (see
+    /// ``finishSnapshot(epoch:revision:reportChanges:)``; downloads stage page by page instead).
     /// - Parameters:
-    ///   - records: The snapshot (later pages may carry tombstones; the highest revision wins).
+    ///   - records: The snapshot (later records may carry tombstones; the highest revision wins).
     ///   - epoch: The layer epoch.
     ///   - revision: The layer revision the snapshot is complete up to.
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
     func applySnapshot(_ records: [ServerRecord], epoch: String, revision: Int64) throws(LayerSyncError) -> ServerChangeOutcome {
-        var latest: [String: ServerRecord] = [:]
-        var order: [String] = []
-        for record in records {
-            if let existing = latest[record.id] {
-                if record.revision > existing.revision { latest[record.id] = record }
-            } else {
-                latest[record.id] = record
-                order.append(record.id)
-            }
+        try beginSnapshot()
+        try stageSnapshotPage(records)
+        return try finishSnapshot(epoch: epoch, revision: revision, reportChanges: true)
+    }
+
+    /// Starts staging a snapshot: empties `snapshot_staging` (left over from an interrupted download).
+    /// - Throws: `.databaseAccessFailed`.
+    func beginSnapshot() throws(LayerSyncError) {
+        try withDatabase { db throws(LayerSyncError) in
+            try db.query("DELETE FROM snapshot_staging")
         }
-        return try transaction { db throws(LayerSyncError) in
-            var outcome = ServerChangeOutcome()
-            let pendingIDs = Set(try db.query("SELECT DISTINCT record_id FROM pending_changes").compactMap { $0.first?.text })
-            let localIDs = try db.query("SELECT id FROM records ORDER BY rowid").compactMap { $0.first?.text }
-            for id in localIDs {
-                let server = latest[id]
-                if pendingIDs.contains(id) {
-                    try Self.setServerVersion(db, id: id, server: server)
-                } else {
-                    try Self.adopt(db, id: id, server: server, into: &outcome)
+    }
+
+    /// Stages one page of a snapshot (one transaction; nothing visible changes, so memory is
+    /// bounded by a page). A record seen again keeps its highest revision and its first position.
+    /// - Parameter records: The page's records.
+    /// - Throws: `.databaseAccessFailed`.
+    func stageSnapshotPage(_ records: [ServerRecord]) throws(LayerSyncError) {
+        try withDatabase { db throws(LayerSyncError) in
+            try db.transaction { () throws(LayerSyncError) in
+                for record in records {
+                    let content = record.contentText
+                    try db.query("""
+                        INSERT INTO snapshot_staging(id, revision, content, deleted) VALUES (?, ?, ?, ?)
+                        ON CONFLICT(id) DO UPDATE SET revision = excluded.revision, content = excluded.content,
+                            deleted = excluded.deleted WHERE excluded.revision > snapshot_staging.revision
+                        """, [.text(record.id), .integer(record.revision), content.map { .text($0) } ?? .null,
+                              .integer(record.deleted || content == nil ? 1 : 0)])
                 }
             }
-            let known = Set(localIDs)
-            for id in order where !known.contains(id) {
-                try Self.adopt(db, id: id, server: latest[id], into: &outcome)
+        }
+    }
+
+    /// Replaces the server side of the store with the staged snapshot (first download, or a
+    /// new layer epoch) in one transaction, which also marks the layer downloaded — so a
+    /// layer is downloaded with all its records or not at all — and re-bases queued local
+    /// changes onto it (ARCHITECTURE.md §4 rule 7): records with queued changes keep their
+    /// local content and get one fresh, unsent change computed against the snapshot (create
+    /// if the server lacks the record, else update or delete); every other record takes the
+    /// snapshot's version. Runs in SQL, so memory does not grow with the layer.
+    /// - Parameters:
+    ///   - epoch: The layer epoch.
+    ///   - revision: The layer revision the snapshot is complete up to.
+    ///   - reportChanges: Whether to list the visible changes in the outcome (not needed for
+    ///     a first download, where every record is new).
+    /// - Returns: What changed locally.
+    /// - Throws: `.databaseAccessFailed`.
+    func finishSnapshot(epoch: String, revision: Int64, reportChanges: Bool) throws(LayerSyncError) -> ServerChangeOutcome {
+        try transaction { db throws(LayerSyncError) in
+            var outcome = ServerChangeOutcome()
+            let notPending = "NOT EXISTS (SELECT 1 FROM pending_changes p WHERE p.record_id = r.id)"
+            if reportChanges {
+                for row in try db.query("""
+                    SELECT r.id, r.content IS NOT NULL, s.content IS NOT NULL, r.content IS s.content
+                    FROM records r LEFT JOIN snapshot_staging s ON s.id = r.id WHERE \(notPending) ORDER BY r.rowid
+                    """) {
+                    guard let id = row[0].text else { continue }
+                    switch (row[1].integer == 1, row[2].integer == 1) {
+                    case (false, true): outcome.changes.created.append(id)
+                    case (true, false): outcome.changes.deleted.append(id)
+                    case (true, true) where row[3].integer != 1: outcome.changes.updated.append(id)
+                    default: break
+                    }
+                }
+                outcome.changes.created += try db.query("""
+                    SELECT s.id FROM snapshot_staging s WHERE s.content IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM records r WHERE r.id = s.id) ORDER BY s.rowid
+                    """).compactMap { $0.first?.text }
             }
-            for id in pendingIDs.sorted() {
+            // Records without queued changes take the snapshot's version (or go when it lacks them).
+            try db.query("DELETE FROM records AS r WHERE \(notPending) AND NOT EXISTS (SELECT 1 FROM snapshot_staging s WHERE s.id = r.id)")
+            try db.query("""
+                UPDATE records AS r SET content = s.content, server_revision = s.revision, server_content = s.content,
+                    server_deleted = s.deleted
+                FROM snapshot_staging s WHERE s.id = r.id AND \(notPending)
+                """)
+            // Records with queued changes keep their content; only their server version changes.
+            try db.query("""
+                UPDATE records AS r SET
+                    server_revision = (SELECT s.revision FROM snapshot_staging s WHERE s.id = r.id),
+                    server_content = (SELECT s.content FROM snapshot_staging s WHERE s.id = r.id),
+                    server_deleted = coalesce((SELECT s.deleted FROM snapshot_staging s WHERE s.id = r.id), 0)
+                WHERE NOT \(notPending)
+                """)
+            try db.query("""
+                INSERT INTO records(id, content, server_revision, server_content, server_deleted)
+                SELECT s.id, s.content, s.revision, s.content, s.deleted FROM snapshot_staging s
+                WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.id = s.id) ORDER BY s.rowid
+                """)
+            let pendingIDs = try db.query("SELECT DISTINCT record_id FROM pending_changes ORDER BY record_id").compactMap { $0.first?.text }
+            for id in pendingIDs {
                 let local = try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first?.text
                 try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(id)])
-                let serverLive = latest[id].map { !$0.deleted } ?? false
+                let serverLive = try db.query("SELECT deleted FROM snapshot_staging WHERE id = ?", [.text(id)]).first?.first?.integer == 0
                 let operation: PendingChange.Operation
                 switch (local, serverLive) {
                 case (nil, true): operation = .delete
@@ -228,6 +289,8 @@ extension LayerStore {
                              [.text(ULID.generate()), .text(id), .text(operation.rawValue), local.map { .text($0) } ?? .null])
                 outcome.rebased.append(id)
             }
+            try db.query("DELETE FROM snapshot_staging")
+            try Self.indexStaleRecords(db)
             try Self.setMeta(db, "epoch", epoch)
             try Self.setMeta(db, "since", String(revision))
             try Self.setMeta(db, "downloaded", "1")

@@ -11,26 +11,41 @@ import Glibc
 /// Within a process every opener of the same directory shares one instance
 /// (``open(directory:)``); a second process gets `.storageLocked`.
 ///
-/// Tables (schema version 3, `PRAGMA user_version`; version 1 lacked `records_fts`,
-/// version 2 `attachments`):
+/// Tables (schema version 4, `PRAGMA user_version`; version 1 lacked `records_fts`,
+/// version 2 `attachments`, version 3 indexed records for search by triggers on every write):
 /// - `records`: `content` is the local view (NULL when deleted locally);
 ///   `server_revision`/`server_content`/`server_deleted` the last known server version
 ///   (`server_revision` NULL = the server has never confirmed this record).
 /// - `pending_changes`: the outgoing queue, see ``PendingChange``.
 /// - `meta`: `epoch`, `since`, `user_id`, `client_id`, `downloaded`, `document_id`, `layer_name`.
 /// - `records_fts` (FTS5, rowid = `records.rowid`): the string values of each live record's
-///   content, kept by triggers, for ``searchRecords(query:limit:)``.
+///   content, for ``searchRecords(query:limit:)``. Indexed lazily: a write only sets
+///   `records.fts_stale` (same row, no FTS pages); ``indexStaleRecords(_:)`` brings the
+///   index up to date in one batch before each search and after a snapshot.
+/// - `snapshot_staging`: the pages of a snapshot being downloaded, merged into `records`
+///   in one transaction when the last page arrived (see ``finishSnapshot(epoch:revision:reportChanges:)``).
 /// - `attachments`: attachments added through this layer (`id` = SHA-256 hex, the bytes live
 ///   in the document's `attachments/` directory), `uploaded` 0 until the server has them.
 final class LayerStore: Sendable {
     /// Schema version stored in `PRAGMA user_version`.
-    static let schemaVersion: Int64 = 3
+    static let schemaVersion: Int64 = 4
 
     /// The layer directory.
     let directory: String
     /// The connection; `nil` once ``close()`` ran (local storage removed).
     private let database: Mutex<SQLiteDatabase?>
     private let lockDescriptor: Atomic<Int32>
+    /// Values the hot paths read on every call (state, `requireDownloaded`), cached so that a
+    /// local edit costs no extra queries. Read and written only under the `database` lock
+    /// (lock order: `database`, then `cache`); `nil` = unknown, read from the database.
+    private let cache = Mutex(Cache())
+
+    private struct Cache: Sendable {
+        var pendingChanges: Int?
+        var pendingAttachments: Int?
+        var downloaded: Bool?
+        var contentVersion: Int??
+    }
 
     private struct Registration: Sendable {
         weak var store: LayerStore?
@@ -185,6 +200,28 @@ final class LayerStore: Sendable {
                     """)
             }
         }
+        if version < 4 {
+            // Version 4: lazy full-text indexing (a local write touches no FTS5 pages) and
+            // snapshot staging (a download is applied page by page, flipped in at the end).
+            try db.transaction { () throws(LayerSyncError) in
+                try db.execute("""
+                    DROP TRIGGER IF EXISTS records_fts_insert;
+                    DROP TRIGGER IF EXISTS records_fts_update;
+                    ALTER TABLE records ADD COLUMN fts_stale INTEGER NOT NULL DEFAULT 1;
+                    UPDATE records SET fts_stale = 0;
+                    CREATE INDEX records_fts_stale ON records(fts_stale) WHERE fts_stale = 1;
+                    CREATE TRIGGER records_fts_mark AFTER UPDATE OF content ON records WHEN NEW.fts_stale = 0 BEGIN
+                        UPDATE records SET fts_stale = 1 WHERE rowid = NEW.rowid;
+                    END;
+                    CREATE TABLE snapshot_staging(
+                        id TEXT PRIMARY KEY NOT NULL,
+                        revision INTEGER NOT NULL,
+                        content TEXT,
+                        deleted INTEGER NOT NULL);
+                    PRAGMA user_version = 4;
+                    """)
+            }
+        }
     }
 
     /// Runs `body` with the connection, under the store's lock.
@@ -203,9 +240,43 @@ final class LayerStore: Sendable {
     /// - Parameter body: The work.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws (the transaction is rolled back), or `.databaseAccessFailed`.
+    /// Every cached value is forgotten afterwards (committed or not); see ``localEdit(_:)``
+    /// for the write path that keeps them.
     func transaction<T: Sendable>(_ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
         try withDatabase { db throws(LayerSyncError) in
-            try db.transaction { () throws(LayerSyncError) in try body(db) }
+            defer { invalidateCache() }
+            return try db.transaction { () throws(LayerSyncError) in try body(db) }
+        }
+    }
+
+    /// Runs a local edit in one transaction that changes only `records` and `pending_changes`;
+    /// the cached pending-change count is adjusted by the `pendingDelta` it returns.
+    /// - Parameter body: The work; returns its result and how many rows it added to (or, negative,
+    ///   removed from) `pending_changes`.
+    /// - Returns: What `body` returns.
+    /// - Throws: What `body` throws (the transaction is rolled back, the cache stays valid).
+    func localEdit<T: Sendable>(_ body: (SQLiteDatabase) throws(LayerSyncError) -> (T, pendingDelta: Int)) throws(LayerSyncError) -> T {
+        try withDatabase { db throws(LayerSyncError) in
+            let (result, delta) = try db.transaction { () throws(LayerSyncError) in try body(db) }
+            cache.withLock { cache in cache.pendingChanges = cache.pendingChanges.map { $0 + delta } }
+            return result
+        }
+    }
+
+    /// Forgets every cached value (call under the `database` lock after writing outside
+    /// ``transaction(_:)``/``localEdit(_:)``).
+    func invalidateCache() {
+        cache.withLock { $0 = Cache() }
+    }
+
+    /// A cached value, computed from the database (under its lock) when unknown.
+    private func cached<T: Sendable>(_ key: WritableKeyPath<Cache, T?>,
+                                     _ load: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
+        try withDatabase { db throws(LayerSyncError) in
+            if let value = cache.withLock({ $0[keyPath: key] }) { return value }
+            let value = try load(db)
+            cache.withLock { $0[keyPath: key] = value }
+            return value
         }
     }
 
@@ -240,7 +311,10 @@ final class LayerStore: Sendable {
     ///   - value: The value, or `nil` to remove it.
     /// - Throws: `.databaseAccessFailed`.
     func setMeta(_ key: String, _ value: String?) throws(LayerSyncError) {
-        try withDatabase { db throws(LayerSyncError) in try Self.setMeta(db, key, value) }
+        try withDatabase { db throws(LayerSyncError) in
+            defer { invalidateCache() }
+            try Self.setMeta(db, key, value)
+        }
     }
 
     /// The layer epoch the store last synced against, `nil` before the first download.
@@ -250,7 +324,28 @@ final class LayerStore: Sendable {
     func since() throws(LayerSyncError) -> Int64 { Int64(try meta("since") ?? "0") ?? 0 }
 
     /// Whether the snapshot has been downloaded into the store.
-    func isDownloaded() throws(LayerSyncError) -> Bool { try meta("downloaded") == "1" }
+    func isDownloaded() throws(LayerSyncError) -> Bool {
+        try cached(\.downloaded) { db throws(LayerSyncError) in try Self.meta(db, "downloaded") == "1" }
+    }
+
+    /// The content version of the records (meta `content_version`), `nil` when absent (current).
+    func contentVersion() throws(LayerSyncError) -> Int? {
+        try cached(\.contentVersion) { db throws(LayerSyncError) in try Self.meta(db, "content_version").flatMap { Int($0) } }
+    }
+
+    /// Number of queued local changes plus attachments waiting for upload (the layer is
+    /// dirty while this is above 0).
+    /// - Returns: The count.
+    /// - Throws: `.databaseAccessFailed`.
+    func pendingCount() throws(LayerSyncError) -> Int {
+        let changes = try cached(\.pendingChanges) { db throws(LayerSyncError) in
+            Int(try db.query("SELECT count(*) FROM pending_changes").first?.first?.integer ?? 0)
+        }
+        let attachments = try cached(\.pendingAttachments) { db throws(LayerSyncError) in
+            Int(try db.query("SELECT count(*) FROM attachments WHERE uploaded = 0").first?.first?.integer ?? 0)
+        }
+        return changes + attachments
+    }
 
     /// The stable id of this local store, sent as `client_id`.
     func clientID() throws(LayerSyncError) -> String { try meta("client_id") ?? "" }
@@ -259,7 +354,10 @@ final class LayerStore: Sendable {
     /// - Parameter revision: The new revision.
     /// - Throws: `.databaseAccessFailed`.
     func advanceSince(to revision: Int64) throws(LayerSyncError) {
-        try withDatabase { db throws(LayerSyncError) in try Self.advanceSince(db, to: revision) }
+        try withDatabase { db throws(LayerSyncError) in
+            defer { invalidateCache() }
+            try Self.advanceSince(db, to: revision)
+        }
     }
 
     static func advanceSince(_ db: SQLiteDatabase, to revision: Int64) throws(LayerSyncError) {

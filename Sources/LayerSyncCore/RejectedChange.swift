@@ -5,7 +5,9 @@ public struct RejectedChange: Sendable {
     public var recordID: String
     /// Why: the server's `reason` (`conflict`, `exists`, `not_found`, `invalid`),
     /// `payload_too_large` for a change over the server's limit, or
-    /// `superseded` when a server change arrived before the local one was sent.
+    /// `superseded` when a server change arrived before the local one was sent,
+    /// `attachment_missing` for a queued attachment upload whose file vanished from the
+    /// disk cache (``recordID`` is then the attachment id).
     public var reason: String
     /// The local version that lost (Instant JSON), or `nil` for a local delete.
     public var localJSON: String?
@@ -14,11 +16,13 @@ public struct RejectedChange: Sendable {
     public var serverJSON: String?
 
     /// The error code of the rejection: `.payloadLimitExceeded` for `payload_too_large`,
-    /// `.noSuchAnnotation` for `not_found`, `.invalidJSONStructure` for `invalid`, and
+    /// `.noSuchAnnotation` for `not_found`, `.invalidJSONStructure` for `invalid`,
+    /// `.couldNotReadFromDiskCache` for `attachment_missing`, and
     /// `.conflict` for `conflict`, `exists`, `superseded` (first writer wins).
     public var code: ErrorCode {
         switch reason {
         case "payload_too_large": .payloadLimitExceeded
+        case "attachment_missing": .couldNotReadFromDiskCache
         case "not_found": .noSuchAnnotation
         case "invalid": .invalidJSONStructure
         default: .conflict

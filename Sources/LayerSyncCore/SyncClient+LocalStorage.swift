@@ -50,7 +50,7 @@ extension SyncClient {
             for layer in layers {
                 var entry = JSONObject([("layer_name", .string(layer.layerName))])
                 entry["downloaded"] = .bool(layer.summary?.downloaded ?? false)
-                entry["has_unsynced_changes"] = .bool((layer.summary?.pendingChanges ?? 0) > 0)
+                entry["has_unsynced_changes"] = .bool((layer.summary?.pendingChanges ?? 0) + (layer.summary?.pendingAttachments ?? 0) > 0)
                 entry["pending_changes"] = .integer(Int64(layer.summary?.pendingChanges ?? 0))
                 entry["record_count"] = .integer(Int64(layer.summary?.recordCount ?? 0))
                 entry["locked"] = .bool(layer.summary == nil)

@@ -93,6 +93,73 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(payload["content"]?["n"] == .number("3"))
     }
 
+    @Test func aSnapshotIsStagedPageByPageAndAppliedAllOrNothing() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        try store.createRecord(id: "mine", content: #"{"note":"local draft"}"#)
+        try store.beginSnapshot()
+        try store.stageSnapshotPage([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"note":"alpha"}"#)),
+                                     ServerRecord(id: "b", revision: 2, deleted: false, content: try JSONValue.parse(#"{"note":"beta"}"#))])
+        try store.stageSnapshotPage([ServerRecord(id: "a", revision: 3, deleted: true, content: nil)])
+        // Interrupted here: nothing is visible and the layer is not downloaded.
+        #expect(try !store.isDownloaded())
+        #expect(try store.record(id: "b") == nil)
+        // A new attempt starts over.
+        try store.beginSnapshot()
+        try store.stageSnapshotPage([ServerRecord(id: "b", revision: 2, deleted: false, content: try JSONValue.parse(#"{"note":"beta"}"#)),
+                                     ServerRecord(id: "c", revision: 4, deleted: false, content: try JSONValue.parse(#"{"note":"gamma"}"#))])
+        try store.stageSnapshotPage([ServerRecord(id: "c", revision: 5, deleted: true, content: nil)])
+        let outcome = try store.finishSnapshot(epoch: "e1", revision: 5, reportChanges: true)
+        #expect(outcome.changes.created == ["b"] && outcome.rebased == ["mine"])
+        #expect(try store.isDownloaded() && store.since() == 5 && store.epoch() == "e1")
+        #expect(try store.record(id: "a") == nil && store.record(id: "c") == nil)
+        #expect(try store.record(id: "b") == #"{"note":"beta"}"#)
+        #expect(try store.record(id: "mine") == #"{"note":"local draft"}"#)
+        #expect(try store.searchRecords(query: "beta", limit: 10) == [#"{"note":"beta"}"#])
+        #expect(try store.searchRecords(query: "draft", limit: 10) == [#"{"note":"local draft"}"#])
+        #expect(try store.withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT count(*) FROM snapshot_staging").first?.first?.integer } == 0)
+    }
+
+    @Test func theCachedPendingCountFollowsEveryWrite() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        func counted() throws -> Int {
+            try store.withDatabase { db throws(LayerSyncError) in
+                Int(try db.query("SELECT (SELECT count(*) FROM pending_changes) + (SELECT count(*) FROM attachments WHERE uploaded = 0)")
+                    .first?.first?.integer ?? -1)
+            }
+        }
+        func check(_ expected: Int) throws {
+            #expect(try store.pendingCount() == expected)
+            #expect(try counted() == expected)
+        }
+        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                    epoch: "e1", revision: 1)
+        try check(0)
+        try store.createRecord(id: "b", content: #"{"n":1}"#)
+        try check(1)
+        try store.updateRecord(id: "b", content: #"{"n":2}"#)  // coalesced into the create
+        try check(1)
+        #expect(throws: LayerSyncError.self) { try store.createRecord(id: "b", content: "{}") }  // rolled back
+        try check(1)
+        try store.updateRecord(id: "a", content: #"{"n":3}"#)
+        try check(2)
+        try store.deleteRecord(id: "b")  // a never-sent create and its delete cancel out
+        try check(1)
+        try store.addAttachment(id: String(repeating: "ab", count: 32), contentType: "text/plain")
+        try check(2)
+        try store.markAttachmentUploaded(id: String(repeating: "ab", count: 32))
+        try check(1)
+        let sent = try store.nextBatch(maxBytes: 10_000).batch
+        _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 2)], rejected: [])
+        try check(0)
+        try store.deleteRecord(id: "a")
+        try check(1)
+        // A local write touches no full-text pages; a search indexes what changed first.
+        #expect(try store.withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT count(*) FROM records WHERE fts_stale = 1").first?.first?.integer } == 1)
+        #expect(try store.searchRecords(query: "n", limit: 10).isEmpty)
+    }
+
     @Test func aServerChangeBeatsAnUnsentLocalChange() throws {
         let store = try LayerStore.open(directory: temporaryDirectory())
         _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"id":"a","n":0}"#))],

@@ -105,12 +105,15 @@ final class RecordFeatureTests {
         #expect(try ids("office") == [cafe])
         try document.deleteAnnotation(id: budget)
         #expect(try ids("budget").isEmpty)
-        do {
-            _ = try document.searchAnnotations(query: "   ")
-            Issue.record("an empty query was accepted")
-        } catch {
-            #expect(error.code == .invalidArgument)
+        for query in ["   ", "!!!", "-- ?? \"\""] {  // no letters or digits: no words (header: INVALID_ARGUMENT)
+            do {
+                _ = try document.searchAnnotations(query: query)
+                Issue.record("the query '\(query)' without words was accepted")
+            } catch {
+                #expect(error.code == .invalidArgument)
+            }
         }
+        #expect(try ids("office !!!") == [cafe])  // pieces without words are ignored next to words
         try client.shutdown()
     }
 
@@ -252,6 +255,50 @@ final class AttachmentTests {
         try a.shutdown()
         try b.shutdown()
     }
+
+    @Test func anAttachmentWaitingForUploadIsReferencedAndUnsynced() throws {
+        try server.upload(documentID: "doc")
+        let (client, events) = try helper.makeClient("a")
+        let document = try helper.downloaded(client, events)
+        #expect(document.state == .clean && !document.hasUnsyncedChanges)
+        let bytes = Array("queued for upload".utf8)
+        let attachment = try document.addAttachment(bytes: bytes, contentType: "text/plain")
+        // Queued upload = unsynced local change (Instant: dirty until the server has it).
+        #expect(document.state == .dirty && document.hasUnsyncedChanges)
+        #expect(try JSONValue.parse(client.localDocumentsJSON())["doc"]?.arrayValue?.first?["has_unsynced_changes"] == .bool(true))
+        // A cleanup before any record references it keeps it.
+        try client.removeUnreferencedCacheEntries()
+        #expect(try document.attachmentData(id: attachment).bytes == bytes)
+        let cache = try JSONValue.parse(client.cacheEntriesJSON()).arrayValue ?? []
+        #expect(cache.contains { $0["attachment_id"] == .string(attachment) && $0["referenced"] == .bool(true) })
+        let record = try helper.id(try document.createAnnotation(
+            json: #"{"type":"pspdfkit/image","pageIndex":0,"imageAttachmentId":"\#(attachment)","contentType":"text/plain"}"#))
+        #expect(try helper.sync(events, document) == nil)
+        #expect(document.state == .clean && !document.hasUnsyncedChanges)
+        #expect(try server.serverAnnotations(documentID: "doc")[record] != nil)
+        try client.shutdown()
+    }
+
+    @Test func aVanishedAttachmentIsDroppedAloneAndNeverBlocksTheQueue() throws {
+        try server.upload(documentID: "doc")
+        let (client, events) = try helper.makeClient("a")
+        let document = try helper.downloaded(client, events)
+        let attachment = try document.addAttachment(bytes: Array("soon gone".utf8), contentType: "text/plain")
+        try FileManager.default.removeItem(atPath: document.attachmentsDirectory + "/" + attachment)  // behind the engine's back
+        let record = try helper.id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0}"#))
+        let start = events.count
+        #expect(try helper.sync(events, document) == nil)
+        let rejected = events.wait(after: start) { event -> [RejectedChange]? in
+            if case .didRejectChanges(let d, let changes) = event, d === document { return changes }
+            return nil
+        }
+        #expect(rejected?.map(\.recordID) == [attachment])
+        #expect(rejected?.first?.reason == "attachment_missing" && rejected?.first?.code == .couldNotReadFromDiskCache)
+        #expect(try server.serverAnnotations(documentID: "doc")[record] != nil)
+        #expect(document.state == .clean)
+        #expect(try helper.sync(events, document) == nil)  // and every later sync works
+        try client.shutdown()
+    }
 }
 
 @Suite(.serialized, .enabled(if: TestServer.isAvailable, "layersync-server not installed in .venv (run scripts/setup.sh)"))
@@ -271,6 +318,7 @@ final class ContentMigrationTests {
             try db.query("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES ('c-old', 'old-1', 'create', ?)",
                          [.text(#"{"id":"old-1","v":1,"type":"pspdfkit/note","text":"plain v1 text"}"#)])
             try LayerStore.setMeta(db, "content_version", "1")
+            document.store.invalidateCache()  // written behind the store's API
         }
         #expect(document.state == .needsContentMigration)
         for call in [{ _ = try document.listAnnotations(filterJSON: nil) }, { try document.sync() },

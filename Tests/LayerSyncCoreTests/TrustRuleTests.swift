@@ -377,8 +377,9 @@ final class TrustRuleTests {
         try server.upload(documentID: "doc")
         let random = Mutex(SplitMix(seed: UInt64.random(in: 0...UInt64.max)))
         let seed = random.withLock { $0.seed }
+        let lossy = Mutex(false)  // downloads go through cleanly (a dropped page fails the download, by design)
         let proxy = try FaultProxy(upstreamPort: server.port) { head in
-            guard head.hasPrefix("POST ") || head.contains("/records?") else { return .forward }
+            guard lossy.withLock({ $0 }), head.hasPrefix("POST ") || head.contains("/records?") else { return .forward }
             return random.withLock { $0.next() % 100 } < 15 ? .dropResponse : .forward
         }
         defer { proxy.stop() }
@@ -386,6 +387,7 @@ final class TrustRuleTests {
         let documents = try clients.enumerated().map { index, client in
             try downloaded(client, documentID: "doc", userID: "user\(index)")
         }
+        lossy.withLock { $0 = true }
         var created: [String] = []
         var deleteAttempted: Set<String> = []
         for round in 0..<10 {
