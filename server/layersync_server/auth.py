@@ -50,8 +50,14 @@ class Grant:
 class JwtVerifier:
     """Verifies ``Authorization: Bearer`` headers with one public key."""
 
+    #: Tokens whose signature was verified, remembered so that a client's next request
+    #: with the same token skips the signature check (ECDSA: ~0.15 ms per request). The
+    #: claims (exp, nbf, iat, required) are still checked on every request.
+    VERIFIED_CACHE_SIZE = 10_000
+
     def __init__(self, public_key_path: Path | None, leeway_s: int):
         self._leeway_s = leeway_s
+        self._verified: set[str] = set()
         self._key = None
         self._algorithms: list[str] = []
         if public_key_path is not None:
@@ -76,12 +82,19 @@ class JwtVerifier:
             raise access_denied("Authorization must be 'Bearer <JWT>'")
         if self._key is None:
             raise access_denied("server has no public key configured")
+        token = token.strip()
+        options = {"require": ["document_id"], "verify_aud": False, "verify_exp": True,
+                   "verify_nbf": True, "verify_iat": True}
         try:
-            claims = jwt.decode(token.strip(), self._key, algorithms=self._algorithms,
-                                leeway=self._leeway_s,
-                                options={"require": ["document_id"], "verify_aud": False,
-                                         "verify_exp": True, "verify_nbf": True,
-                                         "verify_iat": True})
+            if token in self._verified:  # same bytes, same key: the signature holds
+                claims = jwt.decode(token, leeway=self._leeway_s,
+                                    options={**options, "verify_signature": False})
+            else:
+                claims = jwt.decode(token, self._key, algorithms=self._algorithms,
+                                    leeway=self._leeway_s, options=options)
+                if len(self._verified) >= self.VERIFIED_CACHE_SIZE:
+                    self._verified.clear()
+                self._verified.add(token)
         except jwt.ExpiredSignatureError:
             raise access_denied("token expired") from None
         except (jwt.PyJWTError, ValueError, TypeError) as exc:

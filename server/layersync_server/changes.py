@@ -122,6 +122,8 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None)
     stored outcome is returned as-is. A rejected change does not stop the others.
     """
     result = ApplyResult()
+    writer.prefetch([c["id"] for c in changes if is_valid_record_id(c.get("id"))],
+                    [c["change_id"] for c in changes])
     for change in changes:
         outcome = writer.recorded_outcome(change["change_id"])
         if outcome is None:

@@ -91,6 +91,13 @@ def json_problem(value: object, max_depth: int | None = MAX_JSON_DEPTH) -> str |
     limit), :class:`BadNumber` markers, and strings or keys holding lone surrogates
     (not valid UTF-8).
     """
+    try:  # fast path: one C-level encode proves there is no BadNumber and no lone surrogate
+        json.dumps(value, ensure_ascii=False, check_circular=False,
+                   separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
+        pass  # find out what is wrong below
+    else:
+        return None if max_depth is None else _depth_problem(value, max_depth)
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -109,6 +116,21 @@ def json_problem(value: object, max_depth: int | None = MAX_JSON_DEPTH) -> str |
             return item.why
         elif isinstance(item, str) and not _utf8_ok(item):
             return "content contains invalid Unicode (lone surrogate)"
+    return None
+
+
+def _depth_problem(value: object, max_depth: int) -> str | None:
+    """The nesting message of :func:`json_problem`, or None (walks containers only)."""
+    if not isinstance(value, (dict, list)):
+        return None
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            return f"content nests deeper than {max_depth} levels"
+        for child in (item.values() if isinstance(item, dict) else item):
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
     return None
 
 

@@ -138,3 +138,44 @@ def test_schema_is_versioned(storage):
     with storage.transaction(write=False) as conn:
         assert storage.schema_version(conn) == SCHEMA_VERSION
     storage.migrate()  # idempotent
+
+
+def test_one_batch_applies_changes_in_order(storage):
+    """A batch is applied change by change even though the SQL backend prefetches and
+    buffers its writes: duplicate change ids replay, a create then update/delete of the
+    same record sees the earlier change, the rootId cascade reaches children created in
+    the same batch, and history is trimmed for records first written in the batch."""
+    changes = [  # the layer is at revision 2 (i1, i2)
+        {"change_id": "c1", "op": "create", "id": "p", "content": {"text": "p"}},  # 3
+        {"change_id": "c2", "op": "create", "id": "k", "content": {"rootId": "p"}},  # 4
+        {"change_id": "c1", "op": "create", "id": "p", "content": {"text": "again"}},  # replay
+        {"change_id": "c3", "op": "create", "id": "p", "content": {"text": "twice"}},  # exists
+        {"change_id": "c4", "op": "update", "id": "p", "base_revision": 3, "content": {"text": "u"}},  # 5
+        {"change_id": "c5", "op": "update", "id": "p", "base_revision": 3, "content": {"text": "x"}},
+        {"change_id": "c6", "op": "delete", "id": "i1", "base_revision": 1},  # 6
+        {"change_id": "c7", "op": "update", "id": "gone", "base_revision": 1, "content": {}},
+        {"change_id": "c8", "op": "delete", "id": "p", "base_revision": 5},  # 7, k: 8
+    ] + [{"change_id": f"h{n}", "op": "update", "id": "i2", "base_revision": 2 + n,
+          "content": {"n": n}} for n in range(3)]  # h0: 9, h1/h2 conflict
+    with storage.write_layer("d", "") as writer:
+        result = apply_changes(writer, changes, "u")
+    assert [(o["change_id"], o["revision"]) for o in result.accepted] == [
+        ("c1", 3), ("c2", 4), ("c1", 3), ("c4", 5), ("c6", 6), ("c8", 7), ("h0", 9)]
+    assert [(o["change_id"], o["reason"]) for o in result.rejected] == [
+        ("c3", "exists"), ("c5", "conflict"), ("c7", "not_found"), ("h1", "conflict"),
+        ("h2", "conflict")]
+    assert result.rejected[0]["server_record"]["content"] == {"id": "p", "v": 2, "text": "p"}
+    p, k = storage.get_record("d", "", "p"), storage.get_record("d", "", "k")
+    assert (p.deleted, p.revision, k.deleted, k.revision) == (True, 7, True, 8)
+    assert storage.get_record("d", "", "i1").deleted
+    assert storage.get_record("d", "", "i2").content == {"id": "i2", "v": 2, "n": 0}
+    assert storage.get_layer("d", "").revision == 9
+    with storage.write_layer("d", "") as writer:
+        replay = apply_changes(writer, changes, "u")
+        assert writer.layer.revision == 9
+    assert replay.accepted == result.accepted and replay.rejected == result.rejected
+    many = [{"change_id": f"m{n}", "op": "create" if n == 0 else "update", "id": "m",
+             "base_revision": 9 + n, "content": {"n": n}} for n in range(6)]  # 10..15
+    with storage.write_layer("d", "") as writer:
+        assert len(apply_changes(writer, many, "u").accepted) == 6
+    assert [v.revision for v in storage.record_history("d", "", "m")] == [15, 14, 13]

@@ -154,6 +154,10 @@ class LayerWriter(abc.ABC):
     def record_outcome(self, change_id: str, outcome: dict) -> None:
         """Remember the outcome (an ``accepted`` or ``rejected`` entry) of a change id."""
 
+    def prefetch(self, record_ids, change_ids) -> None:
+        """Hint: a batch touching these records and change ids follows; a backend may
+        load them at once. Changes no result. Default: nothing."""
+
 
 class Storage(abc.ABC):
     """A storage backend. Blocking and thread-safe."""

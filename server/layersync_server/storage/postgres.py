@@ -94,6 +94,13 @@ class PostgresStorage(SqlStorage):
     def execute(self, conn, sql: str, params=()):
         return conn.execute(sql.replace("?", "%s"), params or None)
 
+    def executemany(self, conn, sql: str, seq_of_params) -> None:
+        with conn.cursor() as cur:  # psycopg pipelines the statements (one round trip)
+            cur.executemany(sql.replace("?", "%s"), seq_of_params)
+
+    def batch(self, conn):
+        return conn.pipeline()
+
     def begin_sql(self, write: bool) -> str:
         return "BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 

@@ -126,13 +126,36 @@ def _document(row) -> DocumentInfo:
 
 
 class SqlLayerWriter(LayerWriter):
-    """LayerWriter over a connection inside a write transaction holding the layer lock."""
+    """LayerWriter over a connection inside a write transaction holding the layer lock.
+
+    Writes are buffered and sent with ``executemany`` (:meth:`flush`, called by
+    :meth:`SqlStorage.write_layer` before commit and before any SQL read that could see
+    them), so a batch of N changes costs a few statements instead of several per change.
+    Rows read in this transaction are cached by id (``_rows``; ``None`` = no such record)
+    and kept up to date by writes, so the cache is authoritative for every id it holds;
+    the layer lock guarantees nobody else writes the layer meanwhile. A write to an id
+    not cached (no read before it) is not cached; reading it later flushes first. :meth:`prefetch` fills the
+    caches for a whole batch in one query per table. All rows written by one writer
+    carry the same timestamp (taken when the transaction started).
+    """
+
+    #: Ids per ``IN (...)`` query of :meth:`prefetch` (SQLite's old variable limit is 999).
+    PREFETCH_CHUNK = 500
 
     def __init__(self, storage: "SqlStorage", conn, layer: LayerState):
         self._s = storage
         self._conn = conn
         self._layer = layer
         self.start_revision = layer.revision
+        self._now = now_iso()
+        self._rows: dict[str, dict | None] = {}  # id -> record row (columns of _RECORD_COLUMNS)
+        self._outcomes: dict[str, str | None] = {}  # change id -> outcome JSON, None = not logged
+        self._new: set[str] = set()  # ids known absent before this transaction (no versions kept)
+        self._puts: dict[str, int] = {}  # id -> versions written by this transaction
+        self._flushed_revision = layer.revision
+        self._pending_records: list[tuple] = []
+        self._pending_versions: list[tuple] = []
+        self._pending_outcomes: list[tuple] = []
 
     @property
     def layer(self) -> LayerState:
@@ -144,12 +167,79 @@ class SqlLayerWriter(LayerWriter):
     def _q(self, sql: str, params=()):
         return self._s.execute(self._conn, sql, params)
 
+    def prefetch(self, record_ids, change_ids) -> None:
+        """Load the records ``record_ids`` and the logged outcomes of ``change_ids`` (a
+        batch about to be applied) in one query per table and chunk."""
+        ids = [i for i in dict.fromkeys(record_ids) if i not in self._rows]
+        for start in range(0, len(ids), self.PREFETCH_CHUNK):
+            chunk = ids[start:start + self.PREFETCH_CHUNK]
+            rows = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
+                           f"AND id IN ({','.join('?' * len(chunk))})", (*self._key(), *chunk)).fetchall()
+            found = {r["id"]: dict(r) for r in rows}
+            for record_id in chunk:
+                row = found.get(record_id)
+                self._rows[record_id] = row
+                if row is None:
+                    self._new.add(record_id)
+        cids = [c for c in dict.fromkeys(change_ids) if c not in self._outcomes]
+        for start in range(0, len(cids), self.PREFETCH_CHUNK):
+            chunk = cids[start:start + self.PREFETCH_CHUNK]
+            rows = self._q("SELECT change_id, outcome FROM change_log WHERE document_id=? AND layer=? "
+                           f"AND change_id IN ({','.join('?' * len(chunk))})", (*self._key(), *chunk)).fetchall()
+            found = {r["change_id"]: r["outcome"] for r in rows}
+            for change_id in chunk:
+                self._outcomes[change_id] = found.get(change_id)
+
+    def flush(self) -> None:
+        """Send the buffered writes (and the layer's new revision) to the database."""
+        key = self._key()
+        many = self._s.executemany
+        if self._pending_records:
+            many(self._conn, "INSERT INTO records (document_id, layer, id, revision, deleted, content,"
+                 " root_id, created_by, updated_by, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                 "ON CONFLICT (document_id, layer, id) DO UPDATE SET revision=excluded.revision,"
+                 " deleted=excluded.deleted, content=excluded.content, root_id=excluded.root_id,"
+                 " updated_by=excluded.updated_by, updated_at=excluded.updated_at",
+                 [(*key, *p) for p in self._pending_records])
+            self._pending_records = []
+        if self._pending_versions:
+            many(self._conn, "INSERT INTO record_versions (document_id, layer, id, revision, deleted,"
+                 " content, updated_by, updated_at) VALUES (?,?,?,?,?,?,?,?)",
+                 [(*key, *p) for p in self._pending_versions])
+            self._pending_versions = []
+            keep = self._s.history_versions
+            trim = [i for i, n in self._puts.items() if i not in self._new or n > keep]
+            if trim:
+                many(self._conn, "DELETE FROM record_versions WHERE document_id=? AND layer=? AND id=? "
+                     "AND revision NOT IN (SELECT revision FROM record_versions WHERE document_id=? "
+                     "AND layer=? AND id=? ORDER BY revision DESC LIMIT ?)",
+                     [(*key, i, *key, i, keep) for i in trim])
+            self._new.difference_update(self._puts)  # they have versions now
+            self._puts = {}
+        if self._pending_outcomes:
+            many(self._conn, "INSERT INTO change_log (document_id, layer, change_id, outcome) "
+                 "VALUES (?,?,?,?)", [(*key, *p) for p in self._pending_outcomes])
+            self._pending_outcomes = []
+        if self._layer.revision != self._flushed_revision:
+            self._q("UPDATE layers SET revision=? WHERE document_id=? AND name=?",
+                    (self._layer.revision, *key))
+            self._flushed_revision = self._layer.revision
+
     def get_record(self, record_id: str) -> StoredRecord | None:
-        row = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? AND id=?",
-                      (*self._key(), record_id)).fetchone()
+        if record_id in self._rows:
+            row = self._rows[record_id]
+        else:  # not cached: a pending write of it (blind put_record) must reach the table first
+            if self._pending_records:
+                self.flush()
+            row = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? AND id=?",
+                          (*self._key(), record_id)).fetchone()
+            row = self._rows[record_id] = dict(row) if row else None
+            if row is None:
+                self._new.add(record_id)
         return _record(row) if row else None
 
     def live_children(self, root_id: str) -> list[StoredRecord]:
+        self.flush()
         rows = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
                        "AND root_id=? AND deleted=0 ORDER BY revision",
                        (*self._key(), root_id)).fetchall()
@@ -157,43 +247,46 @@ class SqlLayerWriter(LayerWriter):
 
     def put_record(self, record_id: str, content: dict | None, user_id: str | None) -> int:
         revision = self._layer.revision + 1
-        now = now_iso()
+        now = self._now
         root_id = content.get("rootId") if content else None
         text = None if content is None else dump_json(content)
         deleted = int(content is None)
-        self._q("INSERT INTO records (document_id, layer, id, revision, deleted, content, root_id,"
-                " created_by, updated_by, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT (document_id, layer, id) DO UPDATE SET revision=excluded.revision,"
-                " deleted=excluded.deleted, content=excluded.content, root_id=excluded.root_id,"
-                " updated_by=excluded.updated_by, updated_at=excluded.updated_at",
-                (*self._key(), record_id, revision, deleted, text,
-                 root_id if isinstance(root_id, str) else None, user_id, user_id, now, now))
-        self._q("UPDATE layers SET revision=? WHERE document_id=? AND name=?", (revision, *self._key()))
+        if record_id in self._rows:  # known: keep the cache exact (created_* of an old row)
+            old = self._rows[record_id]
+            self._rows[record_id] = {
+                "id": record_id, "revision": revision, "deleted": deleted, "content": text,
+                "created_by": old["created_by"] if old else user_id,
+                "created_at": old["created_at"] if old else now, "updated_by": user_id,
+                "updated_at": now}
+        self._pending_records.append((record_id, revision, deleted, text,
+                                      root_id if isinstance(root_id, str) else None,
+                                      user_id, user_id, now, now))
         if self._s.history_versions > 0:
-            self._q("INSERT INTO record_versions (document_id, layer, id, revision, deleted, content,"
-                    " updated_by, updated_at) VALUES (?,?,?,?,?,?,?,?)",
-                    (*self._key(), record_id, revision, deleted, text, user_id, now))
-            self._q("DELETE FROM record_versions WHERE document_id=? AND layer=? AND id=? AND revision "
-                    "NOT IN (SELECT revision FROM record_versions WHERE document_id=? AND layer=? "
-                    "AND id=? ORDER BY revision DESC LIMIT ?)",
-                    (*self._key(), record_id, *self._key(), record_id, self._s.history_versions))
+            self._pending_versions.append((record_id, revision, deleted, text, user_id, now))
+            self._puts[record_id] = self._puts.get(record_id, 0) + 1
         self._layer = LayerState(self._layer.document_id, self._layer.name, self._layer.epoch, revision)
         return revision
 
     def history(self, record_id: str) -> list[StoredRecord]:
+        self.flush()
         rows = self._q("SELECT id, revision, deleted, content, updated_by, updated_at FROM record_versions"
                        " WHERE document_id=? AND layer=? AND id=? ORDER BY revision DESC",
                        (*self._key(), record_id)).fetchall()
         return [_version(r) for r in rows]
 
     def recorded_outcome(self, change_id: str) -> dict | None:
-        row = self._q("SELECT outcome FROM change_log WHERE document_id=? AND layer=? AND change_id=?",
-                      (*self._key(), change_id)).fetchone()
-        return json.loads(row["outcome"]) if row else None
+        if change_id in self._outcomes:
+            text = self._outcomes[change_id]
+        else:
+            row = self._q("SELECT outcome FROM change_log WHERE document_id=? AND layer=? AND change_id=?",
+                          (*self._key(), change_id)).fetchone()
+            text = self._outcomes[change_id] = row["outcome"] if row else None
+        return json.loads(text) if text is not None else None
 
     def record_outcome(self, change_id: str, outcome: dict) -> None:
-        self._q("INSERT INTO change_log (document_id, layer, change_id, outcome) VALUES (?,?,?,?)",
-                (*self._key(), change_id, dump_json(outcome)))
+        text = dump_json(outcome)
+        self._outcomes[change_id] = text
+        self._pending_outcomes.append((change_id, text))
 
 
 class SqlStorage(Storage):
@@ -214,6 +307,16 @@ class SqlStorage(Storage):
     @abc.abstractmethod
     def execute(self, conn, sql: str, params=()) -> Any:
         """Run ``sql`` (``?`` placeholders) and return a cursor whose rows index by name."""
+
+    def executemany(self, conn, sql: str, seq_of_params) -> None:
+        """Run ``sql`` once per parameter tuple (backends override with a batched call)."""
+        for params in seq_of_params:
+            self.execute(conn, sql, params)
+
+    def batch(self, conn) -> contextlib.AbstractContextManager:
+        """Statements run inside may be sent together (PostgreSQL: a pipeline, one
+        round trip); errors may surface when the block exits. Default: no batching."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def begin_sql(self, write: bool) -> str:
@@ -281,6 +384,7 @@ class SqlStorage(Storage):
             writer = SqlLayerWriter(self, conn, self._lock_layer(conn, document.document_id, ""))
             for content in document.records:
                 writer.put_record(content["id"], content, None)
+            writer.flush()
             if writer.layer.revision:
                 self.layer_changed(conn, writer.layer)
         return DocumentInfo(document.document_id, document.title, document.sha256,
@@ -377,6 +481,7 @@ class SqlStorage(Storage):
             writer = SqlLayerWriter(self, conn, self._read_layer(conn, document_id, layer, lock=True))
             for content in records:
                 writer.put_record(content["id"], content, user_id)
+            writer.flush()
             self.layer_changed(conn, writer.layer)
             return writer.layer
 
@@ -396,7 +501,6 @@ class SqlStorage(Storage):
     def list_records(self, document_id: str, layer: str, since: int, limit: int,
                      include_tombstones: bool, exclude_revisions: frozenset[int] = frozenset(),
                      only_tombstones: bool = False) -> RecordPage:
-        self.ensure_layer(document_id, layer)
         sql = (f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
                "AND revision > ?")
         params: list = [document_id, layer, since]
@@ -409,11 +513,25 @@ class SqlStorage(Storage):
             params.extend(sorted(exclude_revisions))
         sql += " ORDER BY revision LIMIT ?"
         params.append(limit + 1)
-        with self.transaction(write=False) as conn:
-            state = self._read_layer(conn, document_id, layer)
-            rows = self.execute(conn, sql, params).fetchall()
-        if state is None:  # deleted between ensure and read
+        # One statement reads the layer and its page in one snapshot (a statement is
+        # atomic on both backends): one round trip, no BEGIN/COMMIT. A layer without
+        # matching records gives one row of NULL record columns; no layer, no row.
+        sql = ("SELECT l.epoch AS layer_epoch, l.revision AS layer_revision, "
+               + ", ".join(f"r.{c}" for c in _RECORD_COLUMNS.split(", "))
+               + f" FROM layers l LEFT JOIN ({sql}) r ON 1=1 WHERE l.document_id=? AND l.name=? "
+               "ORDER BY r.revision")
+        params += [document_id, layer]
+        for attempt in range(2):
+            with self.connection() as conn:
+                rows = self.execute(conn, sql, params).fetchall()
+            if rows:
+                break
+            if attempt == 0:  # a layer is created on first use; DocumentNotFound without document
+                self.ensure_layer(document_id, layer)
+        if not rows:  # deleted between ensure and read
             raise DocumentNotFound(document_id)
+        state = LayerState(document_id, layer, rows[0]["layer_epoch"], rows[0]["layer_revision"])
+        rows = [r for r in rows if r["id"] is not None]
         records = [_record(r) for r in rows[:limit]]
         has_more = len(rows) > limit
         next_since = records[-1].revision if has_more else state.revision
@@ -449,8 +567,10 @@ class SqlStorage(Storage):
         with self.transaction(write=True) as conn:
             writer = SqlLayerWriter(self, conn, self._lock_layer(conn, document_id, layer))
             yield writer
-            if writer.layer.revision != writer.start_revision:
-                self.layer_changed(conn, writer.layer)
+            with self.batch(conn):
+                writer.flush()
+                if writer.layer.revision != writer.start_revision:
+                    self.layer_changed(conn, writer.layer)
 
     # -- attachments and token revocation -------------------------------------------------
 

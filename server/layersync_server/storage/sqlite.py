@@ -3,6 +3,10 @@
 Each thread gets its own connection (autocommit mode, explicit transactions).
 Writes use ``BEGIN IMMEDIATE``, which takes SQLite's single write lock, so writers
 of all layers are serialised — the per-layer serialisation the interface promises.
+Inside one process, write transactions first queue on a :class:`threading.Lock`, so
+concurrent writers in the thread pool are woken as soon as the previous one commits
+instead of polling in SQLite's busy handler (which sleeps 1..100 ms between tries);
+the busy timeout then only arbitrates between processes.
 Reads run in deferred transactions and see one consistent WAL snapshot. The schema
 version is kept in ``PRAGMA user_version``.
 """
@@ -29,6 +33,7 @@ class SqliteStorage(SqlStorage):
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._write_lock = threading.RLock()  # re-entrant: a nested BEGIN errors, not hangs
         with self.connection() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
         self.migrate()
@@ -47,8 +52,20 @@ class SqliteStorage(SqlStorage):
                 self._connections.append(conn)
         yield conn
 
+    @contextlib.contextmanager
+    def transaction(self, write: bool) -> Iterator[sqlite3.Connection]:
+        if not write:
+            with super().transaction(write) as conn:
+                yield conn
+            return
+        with self._write_lock, super().transaction(write) as conn:
+            yield conn
+
     def execute(self, conn, sql: str, params=()):
         return conn.execute(sql, params)
+
+    def executemany(self, conn, sql: str, seq_of_params) -> None:
+        conn.executemany(sql, seq_of_params)
 
     def begin_sql(self, write: bool) -> str:
         return "BEGIN IMMEDIATE" if write else "BEGIN"
