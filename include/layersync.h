@@ -391,12 +391,14 @@ typedef struct layersync_client_delegate {
     layersync_document_cb request_token;
     /** Reserved for a host reachability hint; not called by this version (use `layersync_client_set_network_available`). Declared now so the table's layout does not change. */
     layersync_is_network_available_cb is_network_available;
+    /** The server's layer epoch changed (layer restored or recreated); the local store was re-based onto the new snapshot and unsynced local changes were kept, to be re-sent. `error->code` is `LAYERSYNC_ERROR_SERVER_RESET`, its message says how many changes were re-based. Added at the end of the table (offsets of the fields above unchanged; `LAYERSYNC_CLIENT_DELEGATE_VERSION` stays 1 before 1.0). LayerSync's own. */
+    layersync_document_error_cb did_reset_layer;
 } layersync_client_delegate;
 
 /**
  * Static initialiser of `layersync_client_delegate`: current version, every other field zero/NULL.
  */
-#define LAYERSYNC_CLIENT_DELEGATE_INIT { LAYERSYNC_CLIENT_DELEGATE_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+#define LAYERSYNC_CLIENT_DELEGATE_INIT { LAYERSYNC_CLIENT_DELEGATE_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /**
  * Callbacks for one document's events, for hosts that want several listeners or one
@@ -604,12 +606,12 @@ int layersync_client_remove_unreferenced_cache_entries(layersync_client *client,
 int layersync_client_remove_local_storage(layersync_client *client, layersync_error *error);
 
 /**
- * Like `layersync_client_remove_local_storage`, for one document and all its layers; nothing stored is not an error. Instant: `InstantClient.removeLocalStorage(forDocumentIdentifier:)`.
+ * Like `layersync_client_remove_local_storage`, for one document and all its layers. `UNMANAGED_DOCUMENT` when the client neither stores anything of the document nor handed out a handle for it (likely a wrong id); nothing stored for a document it has a handle for is not an error. Instant: `InstantClient.removeLocalStorage(forDocumentIdentifier:)`.
  *
  * @param client The client.
  * @param document_id The document id.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_UNMANAGED_DOCUMENT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
  */
 int layersync_client_remove_local_storage_for_document(layersync_client *client, const char *document_id, layersync_error *error);
 
@@ -659,6 +661,16 @@ bool layersync_document_is_downloaded(const layersync_document *document);
  * @param document The document.
  */
 bool layersync_document_has_unsynced_changes(const layersync_document *document);
+
+/**
+ * Wall-clock time, in seconds since the Unix epoch (UTC), at which the last sync cycle of
+ * this layer ended with `did_finish_sync`; 0 if none did (or for NULL). Persisted in the
+ * layer store, so it survives restarts; removed with the local storage. Informational only
+ * (for a "last synced" label): the engine never orders anything by client clocks.
+ *
+ * @param document The document.
+ */
+double layersync_document_last_sync_time(const layersync_document *document);
 
 /**
  * Path of the downloaded PDF file.
@@ -891,13 +903,15 @@ int layersync_document_search_annotations(layersync_document *document, const ch
  * Asks the server for the kept versions of a record; returns at once. The callback gets
  * `NO_SUCH_ANNOTATION` when the server keeps none, `REQUEST_FAILED` offline,
  * `ACCESS_DENIED` for a rejected token.
+ * Returns `UNMANAGED_ANNOTATION` at once, without a request, for a record that exists only
+ * locally (created here and never synced: the server does not manage it yet; sync first).
  *
  * @param document The document.
  * @param annotation_id The record id.
  * @param callback Receives `[{"id", "revision", "deleted", "content": record-or-null}]`, newest first (the server keeps `history_versions` versions).
  * @param context Passed to `callback`.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_UNMANAGED_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_annotation_history(layersync_document *document, const char *annotation_id, layersync_document_result_cb callback, void *context, layersync_error *error);
 
@@ -907,6 +921,8 @@ int layersync_document_annotation_history(layersync_document *document, const ch
  * Returns at once. The callback gets `CONFLICT` when the record changed on the server since
  * this client last saw it (first writer wins; sync and retry), `NO_SUCH_ANNOTATION` when the
  * version is not kept, `INVALID_REQUEST` for a version that is a deletion.
+ * Returns `UNMANAGED_ANNOTATION` at once, without a request, for a record that exists only
+ * locally (created here and never synced: the server does not manage it yet; sync first).
  *
  * @param document The document.
  * @param annotation_id The record id.
@@ -914,7 +930,7 @@ int layersync_document_annotation_history(layersync_document *document, const ch
  * @param callback Receives the record's new Instant JSON.
  * @param context Passed to `callback`.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_UNMANAGED_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_rollback_annotation(layersync_document *document, const char *annotation_id, int64_t revision, layersync_document_result_cb callback, void *context, layersync_error *error);
 
@@ -933,13 +949,15 @@ int layersync_document_list_deleted_annotations(layersync_document *document, la
  * Brings a deleted record back on the server with its last live content, then applies it
  * locally before the callback. Returns at once. The callback gets `CONFLICT` for a live
  * record, `NO_SUCH_ANNOTATION` when it never existed or no live version is kept.
+ * Returns `UNMANAGED_ANNOTATION` at once, without a request, for a record that exists only
+ * locally (created here and never synced: the server does not manage it yet; sync first).
  *
  * @param document The document.
  * @param annotation_id The id of a deleted record.
  * @param callback Receives the restored record's Instant JSON.
  * @param context Passed to `callback`.
  * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_UNMANAGED_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
  */
 int layersync_document_restore_annotation(layersync_document *document, const char *annotation_id, layersync_document_result_cb callback, void *context, layersync_error *error);
 

@@ -44,6 +44,10 @@ func withDescriptor(
     DocumentHandle.optional(document)?.descriptor.hasUnsyncedChanges ?? false
 }
 
+@c @implementation public func layersync_document_last_sync_time(_ document: OpaquePointer?) -> Double {
+    DocumentHandle.optional(document)?.descriptor.lastSyncTime ?? 0
+}
+
 @c @implementation public func layersync_document_pdf_path(
     _ document: OpaquePointer?, _ outPath: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
     _ error: UnsafeMutablePointer<layersync_error>?

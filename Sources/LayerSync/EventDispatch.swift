@@ -48,8 +48,8 @@ extension ClientHandle {
             call(table.did_finish_reauthentication, descriptor, jwt)
         case .didFailReauthentication(let descriptor, let failure):
             call(table.did_fail_reauthentication, descriptor, failure)
-        case .didResetLayer:
-            break  // not in the version-1 delegate table
+        case .didResetLayer(let descriptor, let failure):
+            call(table.did_reset_layer, descriptor, failure)
         case .requestToken(let descriptor):
             table.request_token?(context, handle(for: descriptor).opaque)
         }

@@ -11,7 +11,9 @@
 /// version), `.conflict` (the record changed on the server since this client last saw it,
 /// or a restore of a live record), `.invalidRequest` (rolling back to a deletion),
 /// `.accessDenied`, `.requestFailed`, `.cancelled`. Thrown at once: `.notDownloaded`,
-/// `.invalidState`.
+/// `.invalidState`, and for history/rollback/restore `.unmanagedAnnotation` when the record
+/// exists only locally (created offline, never confirmed by the server, which therefore keeps
+/// nothing of it): no request is made.
 extension DocumentDescriptor {
     /// The completion of a one-shot server operation: JSON text, or the error.
     public typealias OperationCompletion = @Sendable (Result<String, LayerSyncError>) -> Void
@@ -22,6 +24,7 @@ extension DocumentDescriptor {
     ///   - id: The record id.
     ///   - completion: Receives the JSON array.
     public func annotationHistory(id: String, completion: @escaping OperationCompletion) throws(LayerSyncError) {
+        try requireServerManaged(id)
         try runOperation(completion, capability: "history") { token, cancellation throws(LayerSyncError) in
             let versions = try self.context.server.history(documentID: self.documentID, layer: self.layerName, recordID: id,
                                                            jwt: token, session: self.workSession, cancellation: cancellation)
@@ -37,6 +40,7 @@ extension DocumentDescriptor {
     ///   - revision: A revision from ``annotationHistory(id:completion:)``.
     ///   - completion: Receives the record's new Instant JSON.
     public func rollbackAnnotation(id: String, revision: Int64, completion: @escaping OperationCompletion) throws(LayerSyncError) {
+        try requireServerManaged(id)
         try runOperation(completion, capability: "rollback") { token, cancellation throws(LayerSyncError) in
             let base = try self.store.knownServerRevision(id: id)
             let record = try self.context.server.revive("rollback", documentID: self.documentID, layer: self.layerName,
@@ -65,6 +69,7 @@ extension DocumentDescriptor {
     ///   - id: The record id.
     ///   - completion: Receives the record's Instant JSON.
     public func restoreAnnotation(id: String, completion: @escaping OperationCompletion) throws(LayerSyncError) {
+        try requireServerManaged(id)
         try runOperation(completion, capability: "deleted-restore") { token, cancellation throws(LayerSyncError) in
             let record = try self.context.server.revive("restore", documentID: self.documentID, layer: self.layerName,
                                                         recordID: id, revision: nil, baseRevision: nil, jwt: token,
@@ -74,6 +79,16 @@ extension DocumentDescriptor {
     }
 
     // MARK: Plumbing
+
+    /// Throws `.unmanagedAnnotation` for a record that exists only locally (Instant's
+    /// `unmanagedAnnotation`: the server does not manage it until its creation is synced).
+    func requireServerManaged(_ id: String) throws(LayerSyncError) {
+        try requireDownloaded()
+        if try store.isLocalOnly(id: id) {
+            throw LayerSyncError(.unmanagedAnnotation, "the record '\(id)' exists only locally (never synced); the server keeps no versions of it",
+                                 documentID: documentID, recordID: id)
+        }
+    }
 
     func runOperation(_ completion: @escaping OperationCompletion, capability: String, notFound: ErrorCode = .noSuchAnnotation,
                               _ body: @escaping @Sendable (String, TransferCancellation) throws(LayerSyncError) -> String) throws(LayerSyncError) {

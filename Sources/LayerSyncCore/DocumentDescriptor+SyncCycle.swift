@@ -1,4 +1,7 @@
 import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The two-way sync cycle (ARCHITECTURE.md §4, protocol.md `POST .../sync`).
 extension DocumentDescriptor {
@@ -79,6 +82,7 @@ extension DocumentDescriptor {
             setActivity(.sendingChanges)
             try exchangeChanges(token: token, cancellation: cancellation)
             mutableState.withLock { $0.lastSyncFailedOffline = false }
+            try? store.setMeta("last_sync_time", String(Self.wallClockSeconds()))
             setActivity(nil)
             emit(.didFinishSync(self))
         } catch {
@@ -88,6 +92,21 @@ extension DocumentDescriptor {
             emit(.didFailSync(self, error))
             if error.code == .accessDenied, error.httpStatus != nil { noteAuthenticationFailure(error, token: token) }
         }
+    }
+
+    /// Wall-clock time (seconds since the Unix epoch, UTC) of the last sync cycle that ended with
+    /// `didFinishSync`, persisted in the layer store (meta `last_sync_time`); 0 if none did.
+    /// Informational only: ordering always comes from server revisions (ARCHITECTURE.md §4 rule 4).
+    public var lastSyncTime: Double {
+        guard let text = (try? store.meta("last_sync_time")) ?? nil, let value = Double(text), value.isFinite else { return 0 }
+        return value
+    }
+
+    /// `CLOCK_REALTIME` in seconds.
+    static func wallClockSeconds() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
 
     /// Sends batches and applies answers until nothing is pending (or 1000 rounds).

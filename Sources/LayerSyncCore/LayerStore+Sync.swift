@@ -305,6 +305,18 @@ extension LayerStore {
         }
     }
 
+    /// Whether the record exists only locally: created here and never confirmed by the server
+    /// (a row with `server_revision` NULL). The server does not manage such a record yet.
+    /// - Parameter id: The record id.
+    /// - Returns: `true` for a local-only record; `false` for one the server confirmed or an unknown id.
+    /// - Throws: `.databaseAccessFailed`, `.invalidState` after storage removal.
+    func isLocalOnly(id: String) throws(LayerSyncError) -> Bool {
+        try withDatabase { db throws(LayerSyncError) in
+            guard let row = try db.query("SELECT server_revision FROM records WHERE id = ?", [.text(id)]).first else { return false }
+            return row[0].integer == nil
+        }
+    }
+
     // MARK: Helpers (inside a transaction)
 
     /// The last known server version of a record, `nil` if the server has never confirmed it.

@@ -144,10 +144,19 @@ extension SyncClient {
 
     /// Removes the local storage of one document, all its layers
     /// (Instant's `removeLocalStorage(forDocumentIdentifier:)`).
+    /// A document is managed by this client once a descriptor was handed out for it (even one
+    /// whose storage was removed since) or while anything of it is stored locally.
     /// - Parameter documentID: The document id.
-    /// - Throws: `.storageLocked`, `.couldNotRemoveDiskCacheEntries`.
+    /// - Throws: `.unmanagedDocument` when this client neither stores anything of the document
+    ///   nor handed out a descriptor for it (Instant's `unmanagedDocument`: likely a wrong id),
+    ///   `.storageLocked`, `.couldNotRemoveDiskCacheEntries`.
     public func removeLocalStorage(documentID: String) throws(LayerSyncError) {
-        try removeDocumentStorage(directory: context.layout.documentDirectory(documentID), documentID: documentID)
+        let directory = context.layout.documentDirectory(documentID)
+        if !StorageLayout.isDirectory(directory), !documents.contains(where: { $0.documentID == documentID }) {
+            throw LayerSyncError(.unmanagedDocument, "this client has no local storage and no descriptor for document '\(documentID)'",
+                                 documentID: documentID)
+        }
+        try removeDocumentStorage(directory: directory, documentID: documentID)
     }
 
     private func removeDocumentStorage(directory: String, documentID: String?) throws(LayerSyncError) {

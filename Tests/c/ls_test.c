@@ -739,6 +739,16 @@ static void on_request_token(void *context, layersync_document *document)
     done(ev);
 }
 
+static void on_reset_layer(void *context, layersync_document *document, const layersync_error *error)
+{
+    ls_events *ev = enter(context);
+    note_document(ev, document);
+    ev->did_reset_layer++;
+    ev->reset_layer_code = error ? error->code : 0;
+    leave_locked(ev);
+    done(ev);
+}
+
 layersync_client_delegate ls_events_delegate(ls_events *events)
 {
     /* Field by field rather than LAYERSYNC_CLIENT_DELEGATE_INIT, so that the C tests do not
@@ -763,6 +773,7 @@ layersync_client_delegate ls_events_delegate(ls_events *events)
     d.did_reject_changes = on_reject_changes;
     d.request_token = on_request_token;
     d.is_network_available = NULL;
+    d.did_reset_layer = on_reset_layer;
     return d;
 }
 

@@ -185,6 +185,8 @@ typedef struct ls_events {
     int did_finish_reauthentication;
     int did_fail_reauthentication;
     int request_token;
+    int did_reset_layer;
+    int reset_layer_code;            /* error->code of the last did_reset_layer */
 
     layersync_document *last_document; /* document of the last per-document callback */
     bool null_document;                /* a per-document callback got NULL */

@@ -134,7 +134,10 @@ int main(void)
     CHECK_OK(layersync_client_remove_local_storage_for_document(client, "doc-b", &error), &error);
     CHECK(layersync_document_state(doc_b) == LAYERSYNC_DOCUMENT_STATE_INVALID);
     CHECK(layersync_document_state(doc_a2) == LAYERSYNC_DOCUMENT_STATE_CLEAN);
-    CHECK_OK(layersync_client_remove_local_storage_for_document(client, "never-stored", &error), &error);
+    CHECK_OK(layersync_client_remove_local_storage_for_document(client, "doc-b", &error), &error); /* has a handle: no error */
+    CHECK_RC(LAYERSYNC_ERROR_UNMANAGED_DOCUMENT,
+             layersync_client_remove_local_storage_for_document(client, "never-stored", &error), &error);
+    layersync_error_clear(&error);
     CHECK_OK(layersync_client_remove_local_storage(client, &error), &error);
     CHECK(layersync_document_state(doc_a2) == LAYERSYNC_DOCUMENT_STATE_INVALID);
     local = call_json(layersync_client_local_documents, client, "local_documents");

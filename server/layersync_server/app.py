@@ -19,8 +19,9 @@ from starlette.concurrency import run_in_threadpool
 from layersync_server import __version__
 from layersync_server.auth import JwtVerifier
 from layersync_server.context import AppContext
-from layersync_server.errors import error_response, install_error_handlers
+from layersync_server.errors import error_response, error_responses, install_error_handlers
 from layersync_server.notify import LayerNotifier
+from layersync_server.openapi_bodies import HealthOut, media
 from layersync_server.observability import Metrics, ObservabilityMiddleware
 from layersync_server.routes import admin, sync
 from layersync_server.settings import Settings
@@ -120,7 +121,8 @@ def create_app(settings: Settings, storage: Storage | None = None) -> FastAPI:
     app.include_router(admin.router)
     metrics = Metrics(ctx.notifier, ctx.storage)
 
-    @app.get("/healthz", tags=["operations"], summary="Liveness and storage check")
+    @app.get("/healthz", tags=["operations"], summary="Liveness and storage check",
+             response_model=HealthOut, responses=error_responses(500))
     async def healthz() -> dict:
         """``{"status": "ok"}`` when storage answers; 500 ``internal`` otherwise."""
         await run_in_threadpool(ctx.storage.get_document, "~")
@@ -128,7 +130,8 @@ def create_app(settings: Settings, storage: Storage | None = None) -> FastAPI:
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics",
              response_class=PlainTextResponse,
-             responses={200: {"content": {"text/plain": {}}, "description": "metrics"}})
+             responses={200: media("text/plain", "Prometheus text exposition format",
+                                   {"type": "string"})})
     def prometheus_metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -14,10 +14,6 @@ from pathlib import Path
 
 # Code -> why no C test triggers it.
 UNREACHABLE = {
-    "UNMANAGED_DOCUMENT": "kept for Instant's numbering; LayerSync has no unmanaged documents "
-                          "(every handle comes from layersync_client_document_for_jwt), the engine never returns it",
-    "UNMANAGED_ANNOTATION": "kept for Instant's numbering; every record of a layer is managed, "
-                            "the engine never returns it",
     "PERFORMING_CONTENT_MIGRATION": "only while another content migration of the same layer runs; "
                                     "migrations are local and take milliseconds, so a C test could only "
                                     "hit it by racing two threads (covered by the engine's Swift test Tests/LayerSyncCoreTests/RecordFeatureTests.swift)",

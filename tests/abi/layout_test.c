@@ -41,6 +41,7 @@ _Static_assert(offsetof(layersync_client_delegate, did_receive_changes) == 112, 
 _Static_assert(offsetof(layersync_client_delegate, did_reject_changes) == 120, "layersync_client_delegate.did_reject_changes moved");
 _Static_assert(offsetof(layersync_client_delegate, request_token) == 128, "layersync_client_delegate.request_token moved");
 _Static_assert(offsetof(layersync_client_delegate, is_network_available) == 136, "layersync_client_delegate.is_network_available moved");
+_Static_assert(offsetof(layersync_client_delegate, did_reset_layer) == 144, "layersync_client_delegate.did_reset_layer moved");
 #endif
 
 int main(void) { return 0; }

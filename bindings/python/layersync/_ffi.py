@@ -183,6 +183,7 @@ class layersync_client_delegate(ctypes.Structure):
         ('did_reject_changes', layersync_document_string_cb),
         ('request_token', layersync_document_cb),
         ('is_network_available', layersync_is_network_available_cb),
+        ('did_reset_layer', layersync_document_error_cb),
     ]
 
 
@@ -229,6 +230,7 @@ FUNCTIONS = {
     'layersync_document_state': (ctypes.c_int, [ctypes.c_void_p]),
     'layersync_document_is_downloaded': (ctypes.c_bool, [ctypes.c_void_p]),
     'layersync_document_has_unsynced_changes': (ctypes.c_bool, [ctypes.c_void_p]),
+    'layersync_document_last_sync_time': (ctypes.c_double, [ctypes.c_void_p]),
     'layersync_document_pdf_path': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
     'layersync_document_download': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
     'layersync_document_cancel_download': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),

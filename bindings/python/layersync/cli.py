@@ -95,8 +95,8 @@ environment:
   $XDG_DATA_HOME/layersync or ~/.local/share/layersync), LAYERSYNC_LIBRARY (path of
   liblayersync.so; default: the copy bundled in the package, then the system).
 
-`status` counts pending local changes; it shows no time of the last sync because the
-library does not record one.
+`status` counts pending local changes and shows when the layer last finished a sync
+(`last_sync`, local time; in --json `last_sync_time`, seconds since the Unix epoch, null if never).
 
 exit status:
 """ + "\n".join(f"  {code:<4}{text}" for code, text in EXIT_CODES.items())
@@ -199,10 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
         "output: one line per created/updated/deleted annotation; with --json one object per\n"
         "event: {\"event\": \"changes\", \"created\": [ids], \"updated\": [ids], \"deleted\": [ids], \"time\": ISO-8601}\n"
         "example:\n  layersync listen --json | jq -r .created[]")
-    add(sub, "status", "show the local state: downloaded, sync state, pending changes, annotation count",
+    add(sub, "status", "show the local state: downloaded, sync state, pending changes, last sync, annotation count",
         "output (--json): {\"document_id\", \"layer\", \"user_id\", \"downloaded\", \"state\",\n"
-        "  \"pending_changes\": bool, \"pending_change_count\": int, \"pdf_path\"?, \"annotations\"?}\n"
-        "The library records no time of the last sync, so none is shown.\n"
+        "  \"pending_changes\": bool, \"pending_change_count\": int,\n"
+        "  \"last_sync_time\": seconds since the Unix epoch or null (never synced), \"pdf_path\"?, \"annotations\"?}\n"
+        "The human form shows last_sync as local time, or \"never\".\n"
         "example:\n  layersync status --json | jq .pending_change_count")
     p = add(sub, "export", "write the local layer as an Instant JSON document",
             f"output: {{\"format\": \"{INSTANT_JSON_FORMAT}\", \"annotations\": [Instant JSON v2 ...]}}\n"
@@ -409,6 +410,7 @@ def _status(doc: Document) -> dict[str, Any]:
         "downloaded": doc.is_downloaded, "state": doc.state.name,
         "pending_changes": doc.has_unsynced_changes,
         "pending_change_count": _pending_count(doc.client, doc) if doc.is_downloaded else 0,
+        "last_sync_time": doc.last_sync_time,
     }
     if doc.is_downloaded:
         status["pdf_path"] = doc.pdf_path
@@ -559,7 +561,11 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
         if args.command == "status":
             status = _status(doc)
             width = max(len(k) for k in status) + 2
-            human = "\n".join(f"{k:<{width}}{'' if v is None else v}" for k, v in status.items())
+            shown = dict(status)
+            when = shown.pop("last_sync_time")
+            shown["last_sync"] = "never" if when is None else time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(when))
+            width = max(len(k) for k in shown) + 2
+            human = "\n".join(f"{k:<{width}}{'' if v is None else v}" for k, v in shown.items())
             out.data(status, human)
             return EXIT_OK
         downloaded_now = _download(client, doc, out, args.timeout)

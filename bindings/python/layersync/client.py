@@ -62,12 +62,12 @@ EVENT_NAMES: tuple[str, ...] = (
     "did_fail_authentication", "did_finish_reauthentication", "did_fail_reauthentication",
     "did_begin_sync", "did_change_sync_state", "did_fail_sync", "did_finish_sync",
     "download_progress", "did_receive_changes", "did_reject_changes", "request_token",
+    "did_reset_layer",
 )
 
 #: Names of the per-document observer callbacks (:meth:`Document.observe`): the delegate's
-#: document events plus ``did_reset_layer(doc, error: ServerResetError)``.
-OBSERVER_EVENT_NAMES: tuple[str, ...] = tuple(n for n in EVENT_NAMES if n != "server_did_validate") + (
-    "did_reset_layer",)
+#: document events (including ``did_reset_layer(doc, error: ServerResetError)``).
+OBSERVER_EVENT_NAMES: tuple[str, ...] = tuple(n for n in EVENT_NAMES if n != "server_did_validate")
 
 
 class DocumentState(enum.IntEnum):
@@ -460,6 +460,7 @@ def _make_trampolines(d: _Dispatcher) -> dict[str, Any]:
         "did_receive_changes": F.layersync_document_string_cb(guard(json_event("did_receive_changes"))),
         "did_reject_changes": F.layersync_document_string_cb(guard(json_event("did_reject_changes"))),
         "request_token": F.layersync_document_cb(guard(doc_event("request_token"))),
+        "did_reset_layer": F.layersync_document_error_cb(guard(doc_error_event("did_reset_layer"))),
         "is_network_available": F.layersync_is_network_available_cb(on_network),
     }
 
@@ -911,6 +912,8 @@ class Client:
         - ``download_progress(doc, done_bytes: int, total_bytes: int)`` (total may be 0 if unknown)
         - ``did_receive_changes(doc, {"created": [ids], "updated": [ids], "deleted": [ids]})``
         - ``did_reject_changes(doc, [{"id", "reason", "local": dict|None, "server": dict|None}])``
+        - ``did_reset_layer(doc, error: ServerResetError)`` — the server's layer epoch changed;
+          the local store was re-based and unsynced edits kept (to be re-sent)
 
         Raises:
             ValueError: unknown event name.
@@ -1208,6 +1211,14 @@ class Document:
     def has_unsynced_changes(self) -> bool:
         """Whether local changes are waiting to be sent."""
         return bool(self._invoke("layersync_document_has_unsynced_changes"))
+
+    @property
+    def last_sync_time(self) -> float | None:
+        """Wall-clock time (seconds since the Unix epoch, UTC) at which the last sync cycle of
+        this layer finished (``did_finish_sync``), or None if none did. Persisted with the
+        layer; informational only (``layersync_document_last_sync_time``)."""
+        value = float(self._invoke("layersync_document_last_sync_time"))
+        return value if value > 0 else None
 
     @property
     def pdf_path(self) -> str:
@@ -1547,9 +1558,10 @@ class Document:
             newest first (the server keeps its ``history_versions`` latest).
 
         Raises:
-            NoSuchAnnotationError (the server keeps none), RequestFailedError (offline),
-            AccessDeniedError, NotDownloadedError, InvalidStateError (closed, or called on
-            the callback thread), TimeoutError.
+            UnmanagedAnnotationError (the record exists only locally: created here and never
+            synced; no request is made), NoSuchAnnotationError (the server keeps none),
+            RequestFailedError (offline), AccessDeniedError, NotDownloadedError,
+            InvalidStateError (closed, or called on the callback thread), TimeoutError.
         """
         return list(self._await(self._begin_history(annotation_id), timeout, "annotation_history") or [])
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -52,7 +53,7 @@ def test_help_has_examples_and_exit_codes():
     assert sub.returncode == 0 and "example" in sub.stdout and "--no-sync" in sub.stdout
     assert "not yet available" not in top.stdout
     status = run("status", "--help")
-    assert "pending_change_count" in status.stdout and "no time of the last sync" in status.stdout
+    assert "pending_change_count" in status.stdout and "last_sync_time" in status.stdout
 
 
 def test_python_m_version():
@@ -80,6 +81,8 @@ def test_download_edit_sync_export(cli_env, server):
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout) | {} == json.loads(status.stdout)
     assert json.loads(status.stdout)["downloaded"] is False
+    assert json.loads(status.stdout)["last_sync_time"] is None
+    assert re.search(r"^last_sync +never$", run("status", env=env).stdout, re.M)
 
     down = run("download", "--progress", env=env)
     assert down.returncode == 0, down.stderr
@@ -193,13 +196,19 @@ def test_comments_search_attachments_history(cli_env, server, tmp_path):
     assert added.returncode == 0, added.stderr
     ann_id = json.loads(added.stdout)["id"]
 
-    # status counts pending changes (the library keeps no last-sync time, so there is none)
+    # status counts pending changes and shows the last sync (the add above synced)
+    before = time.time()
+    assert run("sync", env=env).returncode == 0
+    synced = json.loads(run("status", "--json", env=env).stdout)["last_sync_time"]
+    assert isinstance(synced, float) and before - 1 <= synced <= time.time() + 1
+    human = run("status", env=env).stdout
+    assert re.search(r"^last_sync +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}$", human, re.M), human
     upd = run("annotations", "update", ann_id, '{"text": {"format": "plain", "value": "second 🦓 zebra"}}',
               "--no-sync", env=env)
     assert upd.returncode == 0, upd.stderr
     status = json.loads(run("status", "--json", env=env).stdout)
     assert status["pending_change_count"] == 1 and status["pending_changes"] is True
-    assert "last_sync" not in status
+    assert status["last_sync_time"] == synced  # an edit is not a sync
     assert "pending_change_count  1" in run("status", env=env).stdout
     assert json.loads(run("sync", "--json", env=env).stdout)["pending_change_count"] == 0
 

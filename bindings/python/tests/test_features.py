@@ -8,6 +8,7 @@ import hashlib
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,9 @@ def test_client_remove_local_storage(downloaded, server, uploaded):
     client.remove_local_storage_for_document(first.id)
     assert set(client.local_documents()) == {second.id}
     assert first.state == DocumentState.INVALID and second.state == DocumentState.CLEAN
-    client.remove_local_storage_for_document("never-stored")  # not an error
+    client.remove_local_storage_for_document(first.id)  # again: it has a handle, not an error
+    with pytest.raises(layersync.errors.UnmanagedDocumentError):
+        client.remove_local_storage_for_document("never-stored")
     client.remove_local_storage()
     assert client.local_documents() == {} and client.cache_entries() == []
     assert second.state == DocumentState.INVALID
@@ -433,3 +436,35 @@ def test_aio_counterparts(downloaded):
         info = await layersync.aio.download_attachment(doc, att_id, timeout=WAIT_S)
         assert info["size_bytes"] == len(b"async bytes")
     asyncio.run(main())
+
+
+def test_unmanaged_annotation_and_last_sync_time(downloaded):
+    client, doc = downloaded()
+    assert doc.last_sync_time is None
+    ann = doc.create_annotation(note("offline only"))
+    with pytest.raises(layersync.errors.UnmanagedAnnotationError):
+        doc.annotation_history(ann["id"])  # never synced: the server does not manage it yet
+    with pytest.raises(layersync.errors.UnmanagedAnnotationError):
+        doc.restore_annotation(ann["id"])
+    assert doc.last_sync_time is None
+    before = time.time()
+    doc.sync(wait=True, timeout=WAIT_S)
+    assert before - 1 <= doc.last_sync_time <= time.time() + 1
+    assert [v["revision"] for v in doc.annotation_history(ann["id"])]
+
+
+def test_client_on_did_reset_layer(downloaded, server):
+    client, doc = downloaded()
+    doc.create_annotation(note("synced"))
+    doc.sync(wait=True, timeout=WAIT_S)
+    resets: list[Any] = []
+    client.on("did_reset_layer", lambda d, error: resets.append((d, error)))
+    server.admin_request(f"/api/documents/{doc.id}/layers/~", method="DELETE")
+    kept = doc.create_annotation(note("edited while the layer was recreated"))
+    since = client.mark()
+    doc.sync(wait=True, timeout=WAIT_S)
+    client.wait_for("did_reset_layer", since=since, document=doc, timeout=WAIT_S)
+    assert len(resets) == 1 and resets[0][0] is doc
+    assert isinstance(resets[0][1], layersync.errors.ServerResetError)
+    assert doc.get_annotation(kept["id"])["id"] == kept["id"]
+    assert kept["id"] in server.annotations(doc.id)

@@ -12,12 +12,13 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from layersync_server import openapi_bodies
+from layersync_server import openapi_bodies as bodies
 from layersync_server.auth import check_admin_token
 from layersync_server.changes import delete_record, normalize_content
 from layersync_server.context import (AppContext, check_document_id, commit, get_context,
                                       layer_from_segment, no_document, read_body)
 from layersync_server.errors import COMMON_ERROR_RESPONSES, ApiError, error_responses, invalid_request, not_found
+from layersync_server.openapi_bodies import media, ok
 from layersync_server.ids import is_valid_document_id, is_valid_layer_name, is_valid_record_id, new_ulid
 from layersync_server.pdf_export import export_pdf
 from layersync_server.pdf_import import PdfImportError, import_pdf
@@ -73,7 +74,8 @@ async def _upload_parts(request: Request, max_bytes: int) -> tuple[bytes, dict[s
 
 
 @router.post("/documents", summary="Upload a PDF (raw body or multipart 'file' part)",
-             responses=error_responses(409), openapi_extra=openapi_bodies.UPLOAD)
+             responses={**ok(bodies.DocumentOut, "the stored document"), **error_responses(409)},
+             openapi_extra=bodies.UPLOAD)
 async def upload_document(request: Request, document_id: str | None = Query(None),
                           title: str | None = Query(None),
                           ctx: AppContext = Depends(require_admin)) -> dict:
@@ -113,7 +115,8 @@ MAX_LISTED_ANNOTATIONS = 1000
 
 # -- documents --------------------------------------------------------------------------------
 
-@router.get("/documents", summary="List documents, oldest first, paged")
+@router.get("/documents", summary="List documents, oldest first, paged",
+            responses=ok(bodies.DocumentListOut, "a page of documents"))
 async def list_documents(page: int = Query(1, ge=1, le=1_000_000),
                          per_page: int = Query(100, ge=1, le=1000),
                          ctx: AppContext = Depends(require_admin)) -> dict:
@@ -132,8 +135,10 @@ async def _document(ctx: AppContext, document_id: str) -> DocumentInfo:
     return info
 
 
-@router.get("/documents/{document_id}", summary="Document info")
-@router.get("/documents/{document_id}/document_info", summary="Document info (Document Engine path)")
+@router.get("/documents/{document_id}", summary="Document info",
+            responses=ok(bodies.DocumentInfoOut, "the document and its layers"))
+@router.get("/documents/{document_id}/document_info", summary="Document info (Document Engine path)",
+            responses=ok(bodies.DocumentInfoOut, "the document and its layers"))
 async def document_info(document_id: str, ctx: AppContext = Depends(require_admin)) -> dict:
     """The document's metadata and its layers."""
     info = await _document(ctx, document_id)
@@ -141,7 +146,8 @@ async def document_info(document_id: str, ctx: AppContext = Depends(require_admi
     return {"data": {**_document_json(info), "layers": [layer.name for layer in layers]}}
 
 
-@router.delete("/documents/{document_id}", summary="Delete a document with all its layers")
+@router.delete("/documents/{document_id}", summary="Delete a document with all its layers",
+               responses=ok(bodies.DocumentDeletedOut, "deleted"))
 async def delete_document(document_id: str, ctx: AppContext = Depends(require_admin)) -> dict:
     """Deletes the PDF, layers, records, history and attachments. 404 when unknown.
     Long-polls on its layers are woken (they then get 404)."""
@@ -163,7 +169,8 @@ def _layer_json(state: LayerState, record_count: int | None = None) -> dict:
     return out
 
 
-@router.get("/documents/{document_id}/layers", summary="List layers")
+@router.get("/documents/{document_id}/layers", summary="List layers",
+            responses=ok(bodies.LayerListOut, "the layers"))
 async def list_layers(document_id: str, ctx: AppContext = Depends(require_admin)) -> dict:
     """``{"data": [{"name", "epoch", "revision", "record_count"}]}``; the default layer is ``""``."""
     await _document(ctx, document_id)
@@ -219,8 +226,9 @@ def _check_annotation_id(record_id: object) -> None:
                               "or lone surrogates")
 
 
-@router.post("/documents/{document_id}/layers", summary="Create a layer", responses=error_responses(409),
-             openapi_extra=openapi_bodies.CREATE_LAYER)
+@router.post("/documents/{document_id}/layers", summary="Create a layer",
+             responses={**ok(bodies.LayerOut, "the new layer"), **error_responses(409)},
+             openapi_extra=bodies.CREATE_LAYER)
 async def create_layer(document_id: str, request: Request,
                        ctx: AppContext = Depends(require_admin)) -> dict:
     """Body ``{"name": "review", "source_layer_name": "other"?, "instant_json": {...}?}``.
@@ -262,7 +270,8 @@ async def create_layer(document_id: str, request: Request,
     return {"data": _layer_json(state, len(by_id))}
 
 
-@router.delete("/documents/{document_id}/layers/{layer}", summary="Delete a layer")
+@router.delete("/documents/{document_id}/layers/{layer}", summary="Delete a layer",
+               responses=ok(bodies.LayerDeletedOut, "deleted"))
 async def delete_layer(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> dict:
     """Deletes the layer's records and history; re-creating it gives a new epoch, so
     clients re-download. 404 when it does not exist."""
@@ -362,20 +371,22 @@ _ANNOTATIONS_DOC = ("Live records, at most 1000 with `truncated`; `Accept: appli
 
 
 @router.get(_DOC + "/annotations", summary="List annotations of the default layer",
-            description=_ANNOTATIONS_DOC)
+            description=_ANNOTATIONS_DOC, responses=bodies.ANNOTATION_LIST)
 async def default_layer_annotations(document_id: str, request: Request,
                                     ctx: AppContext = Depends(require_admin)):
     return await _list_annotations(request, ctx, document_id, "")
 
 
-@router.get(_LAYER + "/annotations", summary="List annotations of a layer", description=_ANNOTATIONS_DOC)
+@router.get(_LAYER + "/annotations", summary="List annotations of a layer", description=_ANNOTATIONS_DOC,
+            responses=bodies.ANNOTATION_LIST)
 async def layer_annotations(document_id: str, layer: str, request: Request,
                             ctx: AppContext = Depends(require_admin)):
     return await _list_annotations(request, ctx, document_id, layer_from_segment(layer))
 
 
 @router.post(_DOC + "/annotations", summary="Create an annotation in the default layer",
-             responses=error_responses(409), openapi_extra=openapi_bodies.ANNOTATION)
+             responses={**ok(bodies.AnnotationOut, "the new annotation"), **error_responses(409)},
+             openapi_extra=bodies.ANNOTATION)
 async def create_default_annotation(document_id: str, request: Request,
                                     ctx: AppContext = Depends(require_admin)) -> dict:
     """Body: an Instant JSON annotation, or ``{"id"?, "content": {...}, "user_id"?}``.
@@ -384,27 +395,30 @@ async def create_default_annotation(document_id: str, request: Request,
 
 
 @router.post(_LAYER + "/annotations", summary="Create an annotation in a layer",
-             responses=error_responses(409), openapi_extra=openapi_bodies.ANNOTATION)
+             responses={**ok(bodies.AnnotationOut, "the new annotation"), **error_responses(409)},
+             openapi_extra=bodies.ANNOTATION)
 async def create_layer_annotation(document_id: str, layer: str, request: Request,
                                   ctx: AppContext = Depends(require_admin)) -> dict:
     """As for the default layer."""
     return await _create_annotation(request, ctx, document_id, layer_from_segment(layer))
 
 
-@router.get(_DOC + "/annotations/{annotation_id}", summary="Get an annotation of the default layer")
+@router.get(_DOC + "/annotations/{annotation_id}", summary="Get an annotation of the default layer",
+            responses=ok(bodies.AnnotationOut, "the annotation"))
 async def get_default_annotation(document_id: str, annotation_id: str,
                                  ctx: AppContext = Depends(require_admin)) -> dict:
     return await _get_annotation(ctx, document_id, "", annotation_id)
 
 
-@router.get(_LAYER + "/annotations/{annotation_id}", summary="Get an annotation of a layer")
+@router.get(_LAYER + "/annotations/{annotation_id}", summary="Get an annotation of a layer",
+            responses=ok(bodies.AnnotationOut, "the annotation"))
 async def get_layer_annotation(document_id: str, layer: str, annotation_id: str,
                                ctx: AppContext = Depends(require_admin)) -> dict:
     return await _get_annotation(ctx, document_id, layer_from_segment(layer), annotation_id)
 
 
 @router.put(_DOC + "/annotations/{annotation_id}", summary="Replace an annotation of the default layer",
-            openapi_extra=openapi_bodies.ANNOTATION)
+            openapi_extra=bodies.ANNOTATION, responses=ok(bodies.AnnotationOut, "the annotation"))
 async def update_default_annotation(document_id: str, annotation_id: str, request: Request,
                                     ctx: AppContext = Depends(require_admin)) -> dict:
     """Body as for create; the path id wins. 404 when missing or deleted."""
@@ -412,20 +426,22 @@ async def update_default_annotation(document_id: str, annotation_id: str, reques
 
 
 @router.put(_LAYER + "/annotations/{annotation_id}", summary="Replace an annotation of a layer",
-            openapi_extra=openapi_bodies.ANNOTATION)
+            openapi_extra=bodies.ANNOTATION, responses=ok(bodies.AnnotationOut, "the annotation"))
 async def update_layer_annotation(document_id: str, layer: str, annotation_id: str, request: Request,
                                   ctx: AppContext = Depends(require_admin)) -> dict:
     return await _update_annotation(request, ctx, document_id, layer_from_segment(layer), annotation_id)
 
 
-@router.delete(_DOC + "/annotations/{annotation_id}", summary="Delete an annotation of the default layer")
+@router.delete(_DOC + "/annotations/{annotation_id}", summary="Delete an annotation of the default layer",
+               responses=ok(bodies.AnnotationDeletedOut, "deleted (with its replies)"))
 async def delete_default_annotation(document_id: str, annotation_id: str,
                                     ctx: AppContext = Depends(require_admin)) -> dict:
     """Tombstones it and its replies (``rootId``). 404 when missing or already deleted."""
     return await _delete_annotation(ctx, document_id, "", annotation_id)
 
 
-@router.delete(_LAYER + "/annotations/{annotation_id}", summary="Delete an annotation of a layer")
+@router.delete(_LAYER + "/annotations/{annotation_id}", summary="Delete an annotation of a layer",
+               responses=ok(bodies.AnnotationDeletedOut, "deleted (with its replies)"))
 async def delete_layer_annotation(document_id: str, layer: str, annotation_id: str,
                                   ctx: AppContext = Depends(require_admin)) -> dict:
     return await _delete_annotation(ctx, document_id, layer_from_segment(layer), annotation_id)
@@ -458,14 +474,16 @@ async def _instant_json(ctx: AppContext, document_id: str, layer: str) -> dict:
                                  "value": value} for name, value in values.items()]}
 
 
-@router.get(_DOC + "/document.json", summary="Instant JSON export of a layer (?layer=)")
+@router.get(_DOC + "/document.json", summary="Instant JSON export of a layer (?layer=)",
+            responses=ok(bodies.InstantJsonOut, "Instant JSON"))
 async def instant_json(document_id: str, layer: str = Query("", max_length=128),
                        ctx: AppContext = Depends(require_admin)) -> dict:
     """``pspdfkit/comment`` records go to ``comments``, the rest to ``annotations``."""
     return await _instant_json(ctx, document_id, _layer_query(layer))
 
 
-@router.get(_LAYER + "/document.json", summary="Instant JSON export of a layer")
+@router.get(_LAYER + "/document.json", summary="Instant JSON export of a layer",
+            responses=ok(bodies.InstantJsonOut, "Instant JSON"))
 async def layer_instant_json(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> dict:
     return await _instant_json(ctx, document_id, layer_from_segment(layer))
 
@@ -508,7 +526,8 @@ async def _apply_instant_json(request: Request, ctx: AppContext, document_id: st
 
 
 @router.post(_DOC + "/apply_instant_json", summary="Apply Instant JSON to the default layer",
-             openapi_extra=openapi_bodies.INSTANT_JSON)
+             openapi_extra=bodies.INSTANT_JSON,
+             responses=ok(bodies.ApplyResultOut, "counts of created, updated, unchanged entries"))
 async def apply_instant_json(document_id: str, request: Request,
                              ctx: AppContext = Depends(require_admin)) -> dict:
     """Body: Instant JSON (``annotations``, ``comments``). Each entry creates the record
@@ -517,7 +536,8 @@ async def apply_instant_json(document_id: str, request: Request,
 
 
 @router.post(_LAYER + "/apply_instant_json", summary="Apply Instant JSON to a layer",
-             openapi_extra=openapi_bodies.INSTANT_JSON)
+             openapi_extra=bodies.INSTANT_JSON,
+             responses=ok(bodies.ApplyResultOut, "counts of created, updated, unchanged entries"))
 async def apply_layer_instant_json(document_id: str, layer: str, request: Request,
                                    ctx: AppContext = Depends(require_admin)) -> dict:
     return await _apply_instant_json(request, ctx, document_id, layer_from_segment(layer))
@@ -545,7 +565,8 @@ async def _pdf(ctx: AppContext, document_id: str, layer: str) -> Response:
                             f"removed={result.removed}; skipped={len(result.skipped)}"})
 
 
-_PDF_RESPONSES = {200: {"content": {"application/pdf": {}}, "description": "the PDF"}}
+_PDF_RESPONSES = {200: media("application/pdf", "the PDF (header `LayerSync-Export` says what was "
+                                                  "kept, written, removed, skipped)")}
 
 
 @router.get(_DOC + "/pdf", summary="The PDF with a layer's annotations written in (?layer=)",
@@ -564,7 +585,7 @@ async def layer_pdf(document_id: str, layer: str, ctx: AppContext = Depends(requ
 # -- tokens -----------------------------------------------------------------------------------
 
 @router.post("/tokens/revoke", summary="Revoke client JWTs by jti",
-             openapi_extra=openapi_bodies.REVOKE)
+             openapi_extra=bodies.REVOKE, responses=ok(bodies.RevokedOut, "revoked"))
 async def revoke_token(request: Request, ctx: AppContext = Depends(require_admin)) -> dict:
     """Body ``{"jti": "..."}``. Every later request with a JWT carrying that ``jti`` gets
     403, on every server process sharing the database."""

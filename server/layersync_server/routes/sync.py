@@ -11,13 +11,15 @@ import hashlib
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from layersync_server import SERVER_NAME, __version__, openapi_bodies
+from layersync_server import SERVER_NAME, __version__
+from layersync_server import openapi_bodies as bodies
 from layersync_server.auth import Grant
 from layersync_server.changes import apply_changes
 from layersync_server.context import (AppContext, check_document_id, commit, get_context,
                                       layer_from_segment, no_document, read_body)
 from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, access_denied,
                                      error_responses, invalid_request, not_found)
+from layersync_server.openapi_bodies import media, ok
 from layersync_server.ids import is_sha256_hex, is_valid_record_id
 from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION,
                                         WireJSONResponse, WireRoute, parse_json)
@@ -67,7 +69,7 @@ async def _list(ctx: AppContext, document_id: str, layer: str, since: int, limit
         raise not_found(f"no document {document_id!r}") from None
 
 
-@router.get("/info")
+@router.get("/info", responses=ok(bodies.InfoOut, "server identity, limits, capabilities"))
 async def info(ctx: AppContext = Depends(get_context)) -> dict:
     """Server identity, protocol range, limits and capabilities. No auth."""
     s = ctx.settings
@@ -82,8 +84,8 @@ async def info(ctx: AppContext = Depends(get_context)) -> dict:
 
 
 @router.get("/documents/{document_id}/pdf", response_class=Response,
-            responses={200: {"content": {"application/pdf": {}}, "description": "the PDF"},
-                       206: {"content": {"application/pdf": {}}, "description": "a byte range"},
+            responses={200: media("application/pdf", "the PDF"),
+                       206: media("application/pdf", "a byte range (`Content-Range`)"),
                        304: {"description": "not modified"}, **error_responses(416)})
 async def document_pdf(document_id: str, request: Request,
                        ctx: AppContext = Depends(get_context)) -> Response:
@@ -135,7 +137,7 @@ def _parse_range(header: str, size: int) -> tuple[int, int]:
     return start, end
 
 
-@router.get(_LAYER_PATH + "/records")
+@router.get(_LAYER_PATH + "/records", responses=ok(bodies.RecordPageOut, "a page of records"))
 async def layer_records(document_id: str, layer: str, request: Request,
                         since: int = Query(0, ge=0, le=MAX_REVISION), limit: int | None = Query(None, ge=1),
                         ctx: AppContext = Depends(get_context)) -> WireJSONResponse:
@@ -146,7 +148,8 @@ async def layer_records(document_id: str, layer: str, request: Request,
     return _wire(page_json(page))
 
 
-@router.get(_LAYER_PATH + "/changes")
+@router.get(_LAYER_PATH + "/changes",
+            responses=ok(bodies.RecordPageOut, "a page of records (empty when the wait ended)"))
 async def layer_changes(document_id: str, layer: str, request: Request,
                         since: int = Query(0, ge=0, le=MAX_REVISION),
                         wait: float = Query(0, ge=0, allow_inf_nan=False),
@@ -193,7 +196,8 @@ def _is_revision(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REVISION
 
 
-@router.post(_LAYER_PATH + "/sync", openapi_extra=openapi_bodies.SYNC)
+@router.post(_LAYER_PATH + "/sync", openapi_extra=bodies.SYNC,
+             responses=ok(bodies.SyncOut, "outcomes of the pushed changes, and server changes"))
 async def layer_sync(document_id: str, layer: str, request: Request,
                      ctx: AppContext = Depends(get_context)) -> WireJSONResponse:
     """Push changes and pull server changes in one round trip (see module docs)."""
@@ -231,7 +235,9 @@ def _check_sha256(sha256: str) -> None:
         raise invalid_request("attachment id must be the SHA-256 of its bytes, 64 lower-case hex digits")
 
 
-@router.put(_ATTACHMENT_PATH, status_code=201, openapi_extra=openapi_bodies.ATTACHMENT)
+@router.put(_ATTACHMENT_PATH, status_code=201, openapi_extra=bodies.ATTACHMENT,
+            responses={**ok(bodies.AttachmentOut, "stored", 201),
+                       **ok(bodies.AttachmentOut, "already existed")})
 async def put_attachment(document_id: str, sha256: str, request: Request, response: Response,
                          ctx: AppContext = Depends(get_context)) -> dict:
     """Store an attachment (image of an image annotation, embedded file) under the
@@ -255,7 +261,7 @@ async def put_attachment(document_id: str, sha256: str, request: Request, respon
 
 
 @router.get(_ATTACHMENT_PATH, response_class=Response,
-            responses={200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}})
+            responses={200: media("*/*", "the bytes, with the Content-Type they were stored with")})
 async def get_attachment(document_id: str, sha256: str, request: Request,
                          ctx: AppContext = Depends(get_context)) -> Response:
     """The attachment's bytes with its content type and ``ETag`` (quoted SHA-256).
@@ -286,7 +292,8 @@ def _check_record_id(record_id: str) -> None:
                               "or lone surrogates")
 
 
-@router.get(_LAYER_PATH + "/records/{record_id}/history")
+@router.get(_LAYER_PATH + "/records/{record_id}/history",
+            responses=ok(bodies.HistoryOut, "kept versions, newest first"))
 async def record_history(document_id: str, layer: str, record_id: str, request: Request,
                          ctx: AppContext = Depends(get_context)) -> dict:
     """The kept versions of a record, newest first (the last ``history_versions``).
@@ -302,7 +309,7 @@ async def record_history(document_id: str, layer: str, record_id: str, request: 
             "versions": [v.to_wire() for v in versions]}
 
 
-@router.get(_LAYER_PATH + "/deleted")
+@router.get(_LAYER_PATH + "/deleted", responses=ok(bodies.DeletedPageOut, "a page of tombstones"))
 async def deleted_records(document_id: str, layer: str, request: Request,
                           since: int = Query(0, ge=0, le=MAX_REVISION), limit: int | None = Query(None, ge=1),
                           ctx: AppContext = Depends(get_context)) -> dict:
@@ -358,8 +365,10 @@ async def _write_version(ctx: AppContext, document_id: str, layer: str, record_i
     return {"epoch": state.epoch, "revision": state.revision, "record": record.to_wire()}
 
 
-@router.post(_LAYER_PATH + "/records/{record_id}/rollback", responses=error_responses(409),
-             openapi_extra=openapi_bodies.ROLLBACK)
+@router.post(_LAYER_PATH + "/records/{record_id}/rollback",
+             responses={**ok(bodies.RecordWriteOut, "the record at its new revision"),
+                        **error_responses(409)},
+             openapi_extra=bodies.ROLLBACK)
 async def rollback_record(document_id: str, layer: str, record_id: str, request: Request,
                           ctx: AppContext = Depends(get_context)) -> dict:
     """Write the content a record had at ``revision`` (a kept version) as a new
@@ -386,8 +395,10 @@ async def rollback_record(document_id: str, layer: str, record_id: str, request:
     return await _write_version(ctx, document_id, name, record_id, grant, body, pick)
 
 
-@router.post(_LAYER_PATH + "/records/{record_id}/restore", responses=error_responses(409),
-             openapi_extra=openapi_bodies.RESTORE)
+@router.post(_LAYER_PATH + "/records/{record_id}/restore",
+             responses={**ok(bodies.RecordWriteOut, "the record at its new revision"),
+                        **error_responses(409)},
+             openapi_extra=bodies.RESTORE)
 async def restore_record(document_id: str, layer: str, record_id: str, request: Request,
                          ctx: AppContext = Depends(get_context)) -> dict:
     """Bring a deleted record back with the content of its newest kept live version,
