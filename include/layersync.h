@@ -184,9 +184,9 @@ typedef enum {
     LAYERSYNC_DOCUMENT_STATE_NEEDS_CONTENT_MIGRATION = 1,
     /** A content migration is running. */
     LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT = 2,
-    /** The local store must be reset for a schema migration. */
+    /** The local store was written by a newer library (its schema `user_version` is newer than this one knows); nothing is read from or written to it. Record calls and syncs fail with `CONTENT_MIGRATION_NEEDED` until `layersync_document_attempt_content_migration` resets it. */
     LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION = 3,
-    /** The reset for a schema migration is running. */
+    /** The reset for a schema migration is running (salvage pending local changes, recreate the store, download the snapshot, re-queue them); record calls and syncs fail with `PERFORMING_CONTENT_MIGRATION`. */
     LAYERSYNC_DOCUMENT_STATE_RESETTING_FOR_DATABASE_MIGRATION = 4,
     /** Downloaded, no unsynced local changes, idle. */
     LAYERSYNC_DOCUMENT_STATE_CLEAN = 5,
@@ -794,7 +794,17 @@ int layersync_document_remove_local_storage(layersync_document *document, layers
  * calling thread; does nothing when no migration is needed. Meanwhile the state is
  * `LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT` and other calls on the document fail with
  * `PERFORMING_CONTENT_MIGRATION`; afterwards `CLEAN` or `DIRTY`, each transition reported once.
- * Records whose content changed are reported through `did_receive_changes`. Instant:
+ * Records whose content changed are reported through `did_receive_changes`.
+ *
+ * In state `LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION` it returns at once and
+ * resets the local store in the background: state `RESETTING_FOR_DATABASE_MIGRATION`; the
+ * pending local changes readable from the old store are salvaged (changes it cannot read are
+ * reported through `did_reset_layer` with `DATABASE_ACCESS_FAILED`, never dropped silently);
+ * the old file is kept as `layer.sqlite.schema-N.bak`; the store is recreated, the layer
+ * snapshot downloaded again and the salvaged changes re-queued in one transaction; then `CLEAN`
+ * or `DIRTY`, each transition reported once. On failure (e.g. offline) the state returns to
+ * `NEEDS_RESET_FOR_DATABASE_MIGRATION` with `did_fail_sync`; the salvaged changes stay on disk
+ * (`layer.salvage.json` next to the store) and the next call re-queues them. Instant:
  * `InstantDocumentDescriptor.attemptContentMigration()`.
  *
  * @param document The document.

@@ -12,6 +12,9 @@ extension DocumentDescriptor {
     ///   shutdown, or after storage removal.
     public func download() throws(LayerSyncError) {
         guard !context.isShutDown else { throw LayerSyncError(.invalidState, "the client is shut down") }
+        if store.needsDatabaseReset || isResettingDatabase {
+            throw LayerSyncError(.contentMigrationNeeded, "the local layer store needs a reset; call attemptContentMigration()", documentID: documentID)
+        }
         if isDownloaded { throw LayerSyncError(.alreadyDownloaded, "the document is already downloaded", documentID: documentID) }
         let cancellation = TransferCancellation()
         let started: LayerSyncError? = mutableState.withLock { state in

@@ -49,6 +49,8 @@ public final class DocumentDescriptor: Sendable {
         var operation: TransferCancellation?
         /// Set while ``attemptContentMigration()`` runs.
         var migratingContent = false
+        /// Set while the reset for a database migration runs (``attemptContentMigration()``).
+        var resettingDatabase = false
         var lastReportedState: DocumentState = .unknown
         var invalid = false
         /// Whether `document.pdf` was seen on disk (see ``isDownloaded``).
@@ -62,14 +64,17 @@ public final class DocumentDescriptor: Sendable {
         let directory = context.layout.layerDirectory(claims.documentID, layer: claims.layerName)
         store = try LayerStore.open(directory: directory)
         pdfFilePath = context.layout.pdfPath(claims.documentID)
-        let pinned = try store.meta("user_id")
+        // A store that needs a reset for a database migration has no connection: nothing is
+        // read or written until the reset recreated it (the pins are written then).
+        let needsReset = store.needsDatabaseReset
+        let pinned = needsReset ? nil : try store.meta("user_id")
         if let pinned, let user = claims.userID, user != pinned {
             throw LayerSyncError(.userIDMismatch, "the JWT's user_id '\(user)' differs from '\(pinned)' pinned to the local layer",
                                  documentID: claims.documentID)
         }
-        if pinned == nil, let user = claims.userID { try store.setMeta("user_id", user) }
+        if !needsReset, pinned == nil, let user = claims.userID { try store.setMeta("user_id", user) }
         // Names for listing local storage (directory names may be hashed keys).
-        if try store.meta("document_id") == nil {
+        if !needsReset, try store.meta("document_id") == nil {
             try store.setMeta("document_id", claims.documentID)
             try store.setMeta("layer_name", claims.layerName)
         }
@@ -79,9 +84,14 @@ public final class DocumentDescriptor: Sendable {
         workSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
         listenSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
         mutableState = Mutex(MutableState(claims: claims, syncDelay: context.configuration.syncDelay))
-        let initial = computeState(pending: (try? store.pendingCount()) ?? 0, downloaded: isDownloaded, activity: nil, invalid: false,
-                                   needsMigration: store.needsContentMigration)
-        mutableState.withLock { $0.lastReportedState = initial }
+        if needsReset {
+            // Reported once through didChangeSyncState.
+            publishState()
+        } else {
+            let initial = computeState(pending: (try? store.pendingCount()) ?? 0, downloaded: isDownloaded, activity: nil, invalid: false,
+                                       needsMigration: store.needsContentMigration)
+            mutableState.withLock { $0.lastReportedState = initial }
+        }
     }
 
     /// The user the layer is pinned to (the JWT's `user_id`), if any.
@@ -97,9 +107,10 @@ public final class DocumentDescriptor: Sendable {
         let pending = (try? store.pendingCount()) ?? 0
         let downloaded = isDownloaded
         let needsMigration = store.needsContentMigration
+        let needsReset = store.needsDatabaseReset
         return mutableState.withLock {
-            computeState(pending: pending, downloaded: downloaded, activity: $0.migratingContent ? .migratingContent : $0.syncActivity, invalid: $0.invalid,
-                         needsMigration: needsMigration)
+            computeState(pending: pending, downloaded: downloaded, activity: Self.activity($0), invalid: $0.invalid,
+                         needsMigration: needsMigration, needsReset: needsReset)
         }
     }
 
@@ -139,10 +150,16 @@ public final class DocumentDescriptor: Sendable {
 
     // MARK: State reporting
 
+    private static func activity(_ state: MutableState) -> DocumentState? {
+        if state.resettingDatabase { return .resettingForDatabaseMigration }
+        return state.migratingContent ? .migratingContent : state.syncActivity
+    }
+
     private func computeState(pending: Int, downloaded: Bool, activity: DocumentState?, invalid: Bool,
-                              needsMigration: Bool) -> DocumentState {
+                              needsMigration: Bool, needsReset: Bool = false) -> DocumentState {
         if invalid { return .invalid }
         if let activity { return activity }
+        if needsReset { return .needsResetForDatabaseMigration }
         if needsMigration { return .needsContentMigration }
         if !downloaded { return .unknown }
         return pending > 0 ? .dirty : .clean
@@ -153,9 +170,10 @@ public final class DocumentDescriptor: Sendable {
         let pending = (try? store.pendingCount()) ?? 0
         let downloaded = isDownloaded
         let needsMigration = store.needsContentMigration
+        let needsReset = store.needsDatabaseReset
         mutableState.withLock { state in
-            let current = computeState(pending: pending, downloaded: downloaded, activity: state.migratingContent ? .migratingContent : state.syncActivity, invalid: state.invalid,
-                                       needsMigration: needsMigration)
+            let current = computeState(pending: pending, downloaded: downloaded, activity: Self.activity(state), invalid: state.invalid,
+                                       needsMigration: needsMigration, needsReset: needsReset)
             guard current != state.lastReportedState else { return }
             state.lastReportedState = current
             context.events.emit(.didChangeSyncState(self, current))
@@ -175,8 +193,13 @@ public final class DocumentDescriptor: Sendable {
         if mutableState.withLock({ $0.invalid }) {
             throw LayerSyncError(.invalidState, "the document's local storage was removed", documentID: documentID)
         }
-        if mutableState.withLock({ $0.migratingContent }) {
+        if mutableState.withLock({ $0.migratingContent || $0.resettingDatabase }) {
             throw LayerSyncError(.performingContentMigration, "a content migration is running", documentID: documentID)
+        }
+        if store.needsDatabaseReset {
+            throw LayerSyncError(.contentMigrationNeeded,
+                                 "the local layer store has a newer schema than this library; call attemptContentMigration() to reset it",
+                                 documentID: documentID)
         }
         guard try store.isDownloaded() else {
             throw LayerSyncError(.notDownloaded, "download the document first", documentID: documentID)

@@ -6,9 +6,9 @@ public enum DocumentState: Int32, Sendable, CustomStringConvertible {
     case needsContentMigration
     /// A content migration is running (reserved).
     case migratingContent
-    /// The local store needs a reset after a schema migration (reserved).
+    /// The local store has a schema newer than this library; ``DocumentDescriptor/attemptContentMigration()`` resets it.
     case needsResetForDatabaseMigration
-    /// The local store is being reset (reserved).
+    /// The local store is being reset (salvage, recreate, re-download, re-queue).
     case resettingForDatabaseMigration
     /// Downloaded, idle, nothing pending.
     case clean

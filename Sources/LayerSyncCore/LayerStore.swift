@@ -33,7 +33,12 @@ final class LayerStore: Sendable {
     /// The layer directory.
     let directory: String
     /// The connection; `nil` once ``close()`` ran (local storage removed).
-    private let database: Mutex<SQLiteDatabase?>
+    /// `nil` also while the store needs (or runs) a reset for a schema migration
+    /// (see LayerStore+DatabaseReset.swift).
+    let database: Mutex<SQLiteDatabase?>
+    /// The schema version of a store newer than this library (or, after a failed reset, of the
+    /// moved-aside one) while it needs a reset; `nil` otherwise.
+    let resetState: Mutex<ResetState?>
     private let lockDescriptor: Atomic<Int32>
     /// Values the hot paths read on every call (state, `requireDownloaded`), cached so that a
     /// local edit costs no extra queries. Read and written only under the `database` lock
@@ -100,15 +105,25 @@ final class LayerStore: Sendable {
         // Create the file ourselves so that it (and SQLite's -wal/-shm, which copy its mode) is 0600.
         let file = Glibc.open(databasePath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if file >= 0 { Glibc.close(file) }
-        let db: SQLiteDatabase
+        var db: SQLiteDatabase?
+        var reset: ResetState?
         do {
-            db = try SQLiteDatabase(path: databasePath)
-            try Self.migrate(db)
+            let opened = try SQLiteDatabase(path: databasePath)
+            // Read the schema version before any pragma: a store newer than this library (or one
+            // whose reset left salvaged edits behind) is not written to; it needs a reset.
+            let version = try opened.query("PRAGMA user_version").first?.first?.integer ?? 0
+            if version > Self.schemaVersion || StorageLayout.fileExists(directory + "/" + Self.salvageFileName) {
+                reset = ResetState(schemaVersion: version)
+            } else {
+                try Self.migrate(opened)
+                db = opened
+            }
         } catch {
             Glibc.close(descriptor)
             throw error
         }
         database = Mutex(db)
+        resetState = Mutex(reset)
     }
 
     deinit {
@@ -133,7 +148,7 @@ final class LayerStore: Sendable {
         registry.withLock { $0[directory]?.store }
     }
 
-    private static func migrate(_ db: SQLiteDatabase) throws(LayerSyncError) {
+    static func migrate(_ db: SQLiteDatabase) throws(LayerSyncError) {
         try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
         let version = try db.query("PRAGMA user_version").first?.first?.integer ?? 0
         if version > schemaVersion {

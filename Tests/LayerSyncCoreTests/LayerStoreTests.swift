@@ -282,19 +282,25 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(try store.searchRecords(query: "pending", limit: 10).count == 1)
     }
 
-    /// A store from a newer library is refused, not damaged.
-    @Test func aStoreFromANewerSchemaIsRefused() throws {
+    /// A store from a newer library opens in the needs-reset mode: not used, not damaged.
+    @Test func aStoreFromANewerSchemaNeedsAResetAndIsNotWritten() throws {
         let directory = temporaryDirectory("v99")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         do {
             let db = try SQLiteDatabase(path: directory + "/layer.sqlite")
             try db.execute("PRAGMA user_version = 99;")
         }
+        let store = try LayerStore.open(directory: directory)
+        #expect(store.needsDatabaseReset)
         do {
-            _ = try LayerStore.open(directory: directory)
-            Issue.record("opened a newer schema")
+            _ = try store.meta("client_id")
+            Issue.record("read a newer schema")
         } catch {
-            #expect(error.code == .databaseAccessFailed)
+            #expect(error.code == .invalidState)
         }
+        store.close()
+        let db = try SQLiteDatabase(path: directory + "/layer.sqlite")
+        #expect(try db.query("PRAGMA user_version").first?.first?.integer == 99)
+        #expect(try db.query("SELECT count(*) FROM sqlite_master").first?.first?.integer == 0)
     }
 }

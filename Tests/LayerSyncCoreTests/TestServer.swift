@@ -30,7 +30,10 @@ final class TestServer: @unchecked Sendable {
         try start(port: 0)
     }
 
-    deinit { stop() }
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(atPath: directory)  // keys, database, client stores
+    }
 
     /// Starts (or restarts) `serve`, waiting for its port file.
     func start(port requested: Int) throws {
