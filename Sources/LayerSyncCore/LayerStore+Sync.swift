@@ -190,7 +190,7 @@ extension LayerStore {
     /// Starts staging a snapshot: empties `snapshot_staging` (left over from an interrupted download).
     /// - Throws: `.databaseAccessFailed`.
     func beginSnapshot() throws(LayerSyncError) {
-        try withDatabase { db throws(LayerSyncError) in
+        _ = try withDatabase { db throws(LayerSyncError) in
             try db.query("DELETE FROM snapshot_staging")
         }
     }
