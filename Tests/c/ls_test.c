@@ -855,6 +855,18 @@ void ls_download(layersync_document *document, ls_events *events)
     CHECK(layersync_document_is_downloaded(document));
 }
 
+void ls_sync(layersync_document *document, ls_events *events)
+{
+    int finished, failed, failed_now;
+    LS_GET(events, events->did_finish_sync, finished);
+    LS_GET(events, events->did_fail_sync, failed);
+    layersync_error error = LAYERSYNC_ERROR_INIT;
+    CHECK_OK(layersync_document_sync(document, &error), &error);
+    LS_WAIT(events, LS_TIMEOUT_MS, events->did_finish_sync > finished || events->did_fail_sync > failed);
+    LS_GET(events, events->did_fail_sync, failed_now);
+    CHECK_MSG(failed_now == failed, "sync failed");
+}
+
 layersync_document *ls_open_downloaded(const ls_server *server, const char *document_id, const char *layer,
                                        const char *user_id, ls_events *events, layersync_client **out_client,
                                        char **out_jwt)

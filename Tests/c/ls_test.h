@@ -249,6 +249,9 @@ layersync_document *ls_document(layersync_client *client, const char *jwt);
 /* Starts the download and waits (60 s) for did_finish_download; fails on did_fail_download. */
 void ls_download(layersync_document *document, ls_events *events);
 
+/* Starts a sync cycle and waits for its end; fails the test on did_fail_sync. */
+void ls_sync(layersync_document *document, ls_events *events);
+
 /* Creates a client on a new storage directory, waits for a successful server_did_validate,
  * gets the document for a token minted for (document_id, layer, user_id) and downloads it.
  * *out_jwt (optional) receives the token (caller frees). */

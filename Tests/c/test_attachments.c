@@ -52,18 +52,6 @@ static void on_result(void *context, layersync_document *document, const char *j
     pthread_mutex_unlock(&c->mutex);
 }
 
-static void sync_and_wait(layersync_document *document, ls_events *events)
-{
-    int finished, failed, now_failed;
-    LS_GET(events, events->did_finish_sync, finished);
-    LS_GET(events, events->did_fail_sync, failed);
-    layersync_error error = LAYERSYNC_ERROR_INIT;
-    CHECK_OK(layersync_document_sync(document, &error), &error);
-    LS_WAIT(events, LS_TIMEOUT_MS, events->did_finish_sync > finished || events->did_fail_sync > failed);
-    LS_GET(events, events->did_fail_sync, now_failed);
-    CHECK_MSG(now_failed == failed, "sync failed");
-}
-
 int main(void)
 {
     ls_server server;
@@ -97,7 +85,7 @@ int main(void)
     snprintf(record, sizeof record,
              "{\"id\":\"img-1\",\"type\":\"pspdfkit/image\",\"pageIndex\":0,\"bbox\":[0,0,10,10],\"imageAttachmentId\":\"%s\"}", id);
     CHECK_OK(layersync_document_create_annotation(doc_a, record, NULL, &error), &error);
-    sync_and_wait(doc_a, &events_a);
+    ls_sync(doc_a, &events_a);
 
     /* A second client: the record arrives with the snapshot, the bytes only on request. */
     layersync_document *doc_b = ls_open_downloaded(&server, "doc-att", NULL, "bob", &events_b, &client_b, NULL);

@@ -66,18 +66,6 @@ static const char *wait_result(completion *c, layersync_document *document)
     return c->json;
 }
 
-static void sync_and_wait(layersync_document *document, ls_events *events)
-{
-    int finished, failed;
-    LS_GET(events, events->did_finish_sync, finished);
-    LS_GET(events, events->did_fail_sync, failed);
-    layersync_error error = LAYERSYNC_ERROR_INIT;
-    CHECK_OK(layersync_document_sync(document, &error), &error);
-    LS_WAIT(events, LS_TIMEOUT_MS, events->did_finish_sync > finished || events->did_fail_sync > failed);
-    LS_GET(events, events->did_fail_sync, finished);
-    CHECK_MSG(finished == failed, "sync failed");
-}
-
 static json_t *parsed(char *text)
 {
     json_t *json = LS_JSON(text, "result");
@@ -127,12 +115,12 @@ int main(void)
     json_decref(found);
     CHECK_RC(LAYERSYNC_ERROR_INVALID_ARGUMENT, layersync_document_search_annotations(document, "  ", 0, &out, &error), &error);
     CHECK_RC(LAYERSYNC_ERROR_INVALID_ARGUMENT, layersync_document_search_annotations(document, "x", -1, &out, &error), &error);
-    sync_and_wait(document, &events);
+    ls_sync(document, &events);
 
     /* History and rollback. */
     CHECK_OK(layersync_document_update_annotation(document, "{\"id\":\"root-1\",\"type\":\"pspdfkit/note\",\"note\":\"second\"}",
                                                   NULL, &error), &error);
-    sync_and_wait(document, &events);
+    ls_sync(document, &events);
     CHECK_RC(LAYERSYNC_ERROR_INVALID_ARGUMENT, layersync_document_annotation_history(document, "root-1", NULL, NULL, &error), &error);
     completion history;
     completion_init(&history);
@@ -157,7 +145,7 @@ int main(void)
     /* Deleting the root deletes its comment; both are in the deleted list; restore. */
     CHECK_OK(layersync_document_delete_annotation(document, "root-1", &error), &error);
     CHECK_RC(LAYERSYNC_ERROR_NO_SUCH_ANNOTATION, layersync_document_list_comments(document, "root-1", &out, &error), &error);
-    sync_and_wait(document, &events);
+    ls_sync(document, &events);
     completion deleted;
     completion_init(&deleted);
     CHECK_OK(layersync_document_list_deleted_annotations(document, on_result, &deleted, &error), &error);

@@ -15,19 +15,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void sync_ok(layersync_document *document, ls_events *events)
-{
-    int finished, failed;
-    LS_GET(events, events->did_finish_sync, finished);
-    LS_GET(events, events->did_fail_sync, failed);
-    layersync_error error = LAYERSYNC_ERROR_INIT;
-    CHECK_OK(layersync_document_sync(document, &error), &error);
-    LS_WAIT(events, LS_TIMEOUT_MS, events->did_finish_sync > finished || events->did_fail_sync > failed);
-    int failed_now;
-    LS_GET(events, events->did_fail_sync, failed_now);
-    CHECK_MSG(failed_now == failed, "sync failed");
-}
-
 int main(void)
 {
     ls_server server;
@@ -46,7 +33,7 @@ int main(void)
               layersync_document_last_sync_time(document));
     double before = now_s();
     CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0}", NULL, &error), &error);
-    sync_ok(document, &events);
+    ls_sync(document, &events);
     double after = now_s();
     double synced = layersync_document_last_sync_time(document);
     CHECK_MSG(synced >= before - 1.0 && synced <= after + 1.0, "last_sync_time %f not within [%f, %f]", synced, before, after);
@@ -73,7 +60,7 @@ int main(void)
     CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":1}", &out, &error), &error);
     json_t *created = LS_JSON(out, "created");
     layersync_free(out);
-    sync_ok(document, &events);
+    ls_sync(document, &events);
     LS_WAIT(&events, LS_TIMEOUT_MS, events.did_reset_layer == 1);
     int code;
     LS_GET(&events, events.reset_layer_code, code);

@@ -44,19 +44,6 @@ static void completion_init(completion *c)
     pthread_mutex_unlock(&publish_mutex);
 }
 
-static void sync_ok(layersync_document *document, ls_events *events)
-{
-    int finished, failed;
-    LS_GET(events, events->did_finish_sync, finished);
-    LS_GET(events, events->did_fail_sync, failed);
-    layersync_error error = LAYERSYNC_ERROR_INIT;
-    CHECK_OK(layersync_document_sync(document, &error), &error);
-    LS_WAIT(events, LS_TIMEOUT_MS, events->did_finish_sync > finished || events->did_fail_sync > failed);
-    int failed_now;
-    LS_GET(events, events->did_fail_sync, failed_now);
-    CHECK_MSG(failed_now == failed, "sync failed");
-}
-
 int main(void)
 {
     ls_server server;
@@ -96,7 +83,7 @@ int main(void)
     CHECK_MSG(calls == 0, "a refused call still called its callback");
 
     /* Once synced the server manages it: history answers through the callback. */
-    sync_ok(document, &events);
+    ls_sync(document, &events);
     CHECK_OK(layersync_document_annotation_history(document, "local-only", on_result, &c, &error), &error);
     LS_WAIT(&c, LS_TIMEOUT_MS, c.calls >= 1);
     CHECK_MSG(c.calls == 1 && c.code == 0, "history after sync: %d calls, code %d", c.calls, c.code);
