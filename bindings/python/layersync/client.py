@@ -770,10 +770,36 @@ class Observer:
 # ---------------------------------------------------------------------------------------
 
 
+class _CallsIntoC:
+    """The call conventions of include/layersync.h, shared by :class:`Client` and
+    :class:`Document`: ``int fn(handle, ..., layersync_error *)`` and the variant with a
+    ``char **`` out-string (freed with ``layersync_free``) before the error."""
+
+    _lib: ctypes.CDLL
+
+    def _invoke(self, fn_name: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def _call(self, fn_name: str, *args: Any) -> None:
+        err = _Error()
+        rc = self._invoke(fn_name, *args, err.ref)
+        check(self._lib, rc, err.struct)
+
+    def _call_out(self, fn_name: str, *args: Any) -> bytes | None:
+        out = ctypes.c_char_p()
+        err = _Error()
+        rc = self._invoke(fn_name, *args, ctypes.byref(out), err.ref)
+        try:
+            check(self._lib, rc, err.struct)
+        finally:
+            value = _take_string(self._lib, out)
+        return value
+
+
 DelegateLike = Mapping[str, Callable[..., Any]] | object
 
 
-class Client:
+class Client(_CallsIntoC):
     """A LayerSync client: one per server URL and local storage directory.
 
     Mirrors Instant's ``InstantClient``. Creating it starts the connection sequence in the
@@ -1025,21 +1051,6 @@ class Client:
 
     # -- local storage ---------------------------------------------------------------------
 
-    def _call(self, fn_name: str, *args: Any) -> None:
-        err = _Error()
-        rc = self._invoke(fn_name, *args, err.ref)
-        check(self._lib, rc, err.struct)
-
-    def _call_out(self, fn_name: str, *args: Any) -> bytes | None:
-        out = ctypes.c_char_p()
-        err = _Error()
-        rc = self._invoke(fn_name, *args, ctypes.byref(out), err.ref)
-        try:
-            check(self._lib, rc, err.struct)
-        finally:
-            value = _take_string(self._lib, out)
-        return value
-
     def local_documents(self) -> dict[str, list[dict[str, Any]]]:
         """The layers stored under :attr:`storage_path` for this server, whether or not a
         :class:`Document` was obtained for them in this process (Instant's
@@ -1101,7 +1112,7 @@ class Client:
         self._call("layersync_client_remove_local_storage_for_document", encode_text(document_id, "document_id"))
 
 
-class Document:
+class Document(_CallsIntoC):
     """A document descriptor (document id + layer), owned by its :class:`Client`.
 
     Mirrors Instant's ``InstantDocumentDescriptor``. Obtain it with
@@ -1159,21 +1170,6 @@ class Document:
 
     def _invoke(self, fn_name: str, *args: Any) -> Any:
         return self._handle.call(fn_name, *args, document=self._address)
-
-    def _call(self, fn_name: str, *args: Any) -> None:
-        err = _Error()
-        rc = self._invoke(fn_name, *args, err.ref)
-        check(self._lib, rc, err.struct)
-
-    def _call_out(self, fn_name: str, *args: Any) -> bytes | None:
-        out = ctypes.c_char_p()
-        err = _Error()
-        rc = self._invoke(fn_name, *args, ctypes.byref(out), err.ref)
-        try:
-            check(self._lib, rc, err.struct)
-        finally:
-            value = _take_string(self._lib, out)
-        return value
 
     # -- identity and state ------------------------------------------------------------------
 
