@@ -867,6 +867,54 @@ void ls_sync(layersync_document *document, ls_events *events)
     CHECK_MSG(failed_now == failed, "sync failed");
 }
 
+/* Gives ThreadSanitizer a happens-before edge between ls_result_init and the callback
+ * thread (the hand-off inside the uninstrumented library is invisible to it). */
+static pthread_mutex_t result_publish_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static void result_publish(void)
+{
+    pthread_mutex_lock(&result_publish_mutex);
+    pthread_mutex_unlock(&result_publish_mutex);
+}
+
+void ls_result_init(ls_result *c)
+{
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mutex, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    c->caller = pthread_self();
+    result_publish();
+}
+
+void ls_on_result(void *context, layersync_document *document, const char *json, const layersync_error *error)
+{
+    ls_result *c = context;
+    result_publish();
+    pthread_mutex_lock(&c->mutex);
+    c->calls++;
+    c->document = document;
+    c->on_caller_thread = pthread_equal(pthread_self(), c->caller);
+    free(c->json);
+    c->json = json ? strdup(json) : NULL;
+    c->code = error ? error->code : 0;
+    if ((json == NULL) == (error == NULL)) c->code = -1; /* exactly one of them */
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->mutex);
+}
+
+const char *ls_result_wait(ls_result *c, layersync_document *document)
+{
+    LS_WAIT(c, LS_TIMEOUT_MS, c->calls >= 1);
+    CHECK_MSG(c->calls == 1, "completion called %d times", c->calls);
+    CHECK(!c->on_caller_thread && c->document == document);
+    CHECK_MSG(c->code != -1, "completion got both or neither of result and error");
+    return c->json;
+}
+
 layersync_document *ls_open_downloaded(const ls_server *server, const char *document_id, const char *layer,
                                        const char *user_id, ls_events *events, layersync_client **out_client,
                                        char **out_jwt)

@@ -252,6 +252,26 @@ void ls_download(layersync_document *document, ls_events *events);
 /* Starts a sync cycle and waits for its end; fails the test on did_fail_sync. */
 void ls_sync(layersync_document *document, ls_events *events);
 
+/* Completion of an asynchronous server call (history, rollback, restore, deleted list,
+ * download_attachment): pass ls_on_result as the layersync_document_result_cb and the
+ * ls_result as its context. Works with LS_WAIT/LS_GET like ls_events. */
+typedef struct {
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    int calls;
+    char *json;             /* the last result's JSON (owned), or NULL */
+    int code;               /* the last error's code, 0 on success, -1 if both or neither came */
+    bool on_caller_thread;  /* the last call ran on the thread that called ls_result_init */
+    layersync_document *document;
+    pthread_t caller;
+} ls_result;
+
+void ls_result_init(ls_result *result);
+void ls_on_result(void *context, layersync_document *document, const char *json, const layersync_error *error);
+/* Waits for exactly one call, off the caller's thread, for `document`; returns its JSON
+ * (owned by result) or NULL with result->code set. */
+const char *ls_result_wait(ls_result *result, layersync_document *document);
+
 /* Creates a client on a new storage directory, waits for a successful server_did_validate,
  * gets the document for a token minted for (document_id, layer, user_id) and downloads it.
  * *out_jwt (optional) receives the token (caller frees). */

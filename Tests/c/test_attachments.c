@@ -8,50 +8,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* The library hands `context` to its callback thread through Dispatch, which ThreadSanitizer
- * cannot see; this static mutex carries the happens-before edge from the init to the callback
- * (as ls_publish_mutex does in ls_test.c). */
-static pthread_mutex_t publish_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-static void publish(void)
-{
-    pthread_mutex_lock(&publish_mutex);
-    pthread_mutex_unlock(&publish_mutex);
-}
-
-typedef struct {
-    pthread_mutex_t mutex;
-    pthread_cond_t cond;
-    int calls;
-    char *json;
-    int code;
-} completion;
-
-static void completion_init(completion *c)
-{
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mutex, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cond, &attr);
-    pthread_condattr_destroy(&attr);
-    publish();
-}
-
-static void on_result(void *context, layersync_document *document, const char *json, const layersync_error *error)
-{
-    (void)document;
-    completion *c = context;
-    publish();
-    pthread_mutex_lock(&c->mutex);
-    c->calls++;
-    c->json = json ? strdup(json) : NULL;
-    c->code = error ? error->code : 0;
-    pthread_cond_broadcast(&c->cond);
-    pthread_mutex_unlock(&c->mutex);
-}
-
 int main(void)
 {
     ls_server server;
@@ -111,9 +67,9 @@ int main(void)
     CHECK(unlink(blocker) == 0);
     layersync_free(pdf);
 
-    completion download;
-    completion_init(&download);
-    CHECK_OK(layersync_document_download_attachment(doc_b, id, on_result, &download, &error), &error);
+    ls_result download;
+    ls_result_init(&download);
+    CHECK_OK(layersync_document_download_attachment(doc_b, id, ls_on_result, &download, &error), &error);
     LS_WAIT(&download, LS_TIMEOUT_MS, download.calls == 1);
     CHECK_MSG(download.code == 0, "download_attachment failed with %d", download.code);
     json_t *info = LS_JSON(download.json, "download_attachment");
@@ -128,9 +84,9 @@ int main(void)
     local = (layersync_attachment)LAYERSYNC_ATTACHMENT_INIT;
     CHECK_RC(LAYERSYNC_ERROR_NO_SUCH_ATTACHMENT, layersync_document_attachment_data(doc_b, unknown, &local, &error), &error);
     CHECK_RC(LAYERSYNC_ERROR_INVALID_ARGUMENT, layersync_document_attachment_data(doc_b, "xyz", &local, &error), &error);
-    completion missing;
-    completion_init(&missing);
-    CHECK_OK(layersync_document_download_attachment(doc_b, unknown, on_result, &missing, &error), &error);
+    ls_result missing;
+    ls_result_init(&missing);
+    CHECK_OK(layersync_document_download_attachment(doc_b, unknown, ls_on_result, &missing, &error), &error);
     LS_WAIT(&missing, LS_TIMEOUT_MS, missing.calls == 1);
     CHECK_MSG(missing.code == LAYERSYNC_ERROR_NO_SUCH_ATTACHMENT, "download of an unknown attachment: %d", missing.code);
 

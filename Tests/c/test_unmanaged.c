@@ -8,42 +8,6 @@
 
 #include <stdlib.h>
 
-static pthread_mutex_t publish_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-typedef struct {
-    pthread_mutex_t mutex;
-    pthread_cond_t cond;
-    int calls;
-    int code;
-} completion;
-
-static void on_result(void *context, layersync_document *document, const char *json, const layersync_error *error)
-{
-    completion *c = context;
-    (void)document;
-    (void)json;
-    pthread_mutex_lock(&publish_mutex);
-    pthread_mutex_unlock(&publish_mutex);
-    pthread_mutex_lock(&c->mutex);
-    c->calls++;
-    c->code = error ? error->code : 0;
-    pthread_cond_broadcast(&c->cond);
-    pthread_mutex_unlock(&c->mutex);
-}
-
-static void completion_init(completion *c)
-{
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mutex, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cond, &attr);
-    pthread_condattr_destroy(&attr);
-    pthread_mutex_lock(&publish_mutex);
-    pthread_mutex_unlock(&publish_mutex);
-}
-
 int main(void)
 {
     ls_server server;
@@ -65,17 +29,17 @@ int main(void)
     /* UNMANAGED_ANNOTATION: a record created offline, not synced yet. */
     CHECK_OK(layersync_document_create_annotation(document, "{\"id\":\"local-only\",\"type\":\"pspdfkit/note\",\"pageIndex\":0}",
                                                   NULL, &error), &error);
-    completion c;
-    completion_init(&c);
-    rc = layersync_document_annotation_history(document, "local-only", on_result, &c, &error);
+    ls_result c;
+    ls_result_init(&c);
+    rc = layersync_document_annotation_history(document, "local-only", ls_on_result, &c, &error);
     CHECK_MSG(rc == LAYERSYNC_ERROR_UNMANAGED_ANNOTATION && error.code == rc, "history of a local-only record: rc %d", rc);
     CHECK_STREQ(error.record_id, "local-only");
     layersync_error_clear(&error);
     CHECK_RC(LAYERSYNC_ERROR_UNMANAGED_ANNOTATION,
-             layersync_document_rollback_annotation(document, "local-only", 1, on_result, &c, &error), &error);
+             layersync_document_rollback_annotation(document, "local-only", 1, ls_on_result, &c, &error), &error);
     layersync_error_clear(&error);
     CHECK_RC(LAYERSYNC_ERROR_UNMANAGED_ANNOTATION,
-             layersync_document_restore_annotation(document, "local-only", on_result, &c, &error), &error);
+             layersync_document_restore_annotation(document, "local-only", ls_on_result, &c, &error), &error);
     layersync_error_clear(&error);
 
     int calls;
@@ -84,11 +48,11 @@ int main(void)
 
     /* Once synced the server manages it: history answers through the callback. */
     ls_sync(document, &events);
-    CHECK_OK(layersync_document_annotation_history(document, "local-only", on_result, &c, &error), &error);
+    CHECK_OK(layersync_document_annotation_history(document, "local-only", ls_on_result, &c, &error), &error);
     LS_WAIT(&c, LS_TIMEOUT_MS, c.calls >= 1);
     CHECK_MSG(c.calls == 1 && c.code == 0, "history after sync: %d calls, code %d", c.calls, c.code);
     /* An id unknown locally still goes to the server (NO_SUCH_ANNOTATION there). */
-    CHECK_OK(layersync_document_annotation_history(document, "nowhere", on_result, &c, &error), &error);
+    CHECK_OK(layersync_document_annotation_history(document, "nowhere", ls_on_result, &c, &error), &error);
     LS_WAIT(&c, LS_TIMEOUT_MS, c.calls >= 2);
     CHECK_MSG(c.code == LAYERSYNC_ERROR_NO_SUCH_ANNOTATION, "history of an unknown id: code %d", c.code);
 
