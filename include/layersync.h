@@ -66,6 +66,11 @@ extern "C" {
 #define LAYERSYNC_SYNC_DISABLED (-1.0)
 
 /**
+ * Seconds between two asks of the delegate's `is_network_available` hint while its last answer was false.
+ */
+#define LAYERSYNC_NETWORK_HINT_RECHECK_S 5.0
+
+/**
  * Current version of `layersync_error`.
  */
 #define LAYERSYNC_ERROR_VERSION 1
@@ -335,7 +340,13 @@ typedef void (*layersync_document_state_cb)(void *context, layersync_document *d
 typedef void (*layersync_download_progress_cb)(void *context, layersync_document *document, int64_t bytes_done, int64_t bytes_total);
 
 /**
- * Host reachability hint: return false while the host knows it is offline.
+ * Host reachability hint (the `is_network_available` field of `layersync_client_delegate`):
+ * return false while the host knows it is offline, true otherwise. Called on the client's
+ * callback thread, like every callback, never on a network thread and never while the engine
+ * holds a lock: after a request failed without an HTTP answer (connection refused or reset,
+ * timeout, DNS failure) and then every `LAYERSYNC_NETWORK_HINT_RECHECK_S` seconds while its
+ * last answer was false. Must return promptly (the client's other callbacks wait meanwhile);
+ * may call any function of the library except `layersync_client_destroy` of its own client.
  */
 typedef bool (*layersync_is_network_available_cb)(void *context);
 
@@ -389,7 +400,7 @@ typedef struct layersync_client_delegate {
     layersync_document_string_cb did_reject_changes;
     /** The engine needs a fresh JWT for the document; answer with `layersync_document_reauthenticate`, now or later. */
     layersync_document_cb request_token;
-    /** Reserved for a host reachability hint; not called by this version (use `layersync_client_set_network_available`). Declared now so the table's layout does not change. */
+    /** Host reachability hint, asked after a request failed without an HTTP answer and then every `LAYERSYNC_NETWORK_HINT_RECHECK_S` seconds while it answers false. false: the client behaves as after `layersync_client_set_network_available(client, false)` (no request is made, syncs fail fast with `REQUEST_FAILED` and keep their changes pending, long-polls wait) until a later answer is true, which resumes pending work at once. It never lifts an explicit `set_network_available(false)`; an explicit `set_network_available(true)` clears its last false. NULL: only `layersync_client_set_network_available` tells the client (requests are always attempted otherwise). LayerSync's own. */
     layersync_is_network_available_cb is_network_available;
     /** The server's layer epoch changed (layer restored or recreated); the local store was re-based onto the new snapshot and unsynced local changes were kept, to be re-sent. `error->code` is `LAYERSYNC_ERROR_SERVER_RESET`, its message says how many changes were re-based. Added at the end of the table (offsets of the fields above unchanged; `LAYERSYNC_CLIENT_DELEGATE_VERSION` stays 1 before 1.0). LayerSync's own. */
     layersync_document_error_cb did_reset_layer;
@@ -548,7 +559,11 @@ const char *layersync_client_storage_path(const layersync_client *client);
 int layersync_client_document_for_jwt(layersync_client *client, const char *jwt, layersync_document **out_document, layersync_error *error);
 
 /**
- * Tells the client whether the host has network access (for example from the OS reachability API).
+ * Tells the client whether the host has network access (for example from the OS reachability
+ * API). The explicit call always wins over the delegate's `is_network_available` hint: false
+ * holds until the next call with true, whatever the hint answers; true resumes pending work at
+ * once and also clears a false the hint answered before (the hint is asked again after the next
+ * request that fails without an HTTP answer). Initially the network counts as available.
  *
  * @param client The client.
  * @param available false: make no requests, fail syncs with `REQUEST_FAILED` and keep edits pending; true: resume.

@@ -22,9 +22,17 @@ final class ClientHandle: Sendable {
     /// Creates the core client; its events are translated to the C callback table.
     /// - Throws: whatever `SyncClient.init` throws (`.invalidURL`, `.couldNotWriteToDisk`, …).
     init(configuration: ClientConfiguration, delegate: layersync_client_delegate) throws(LayerSyncError) {
-        self.delegate = DelegateTable(table: delegate)
+        let table = DelegateTable(table: delegate)
+        self.delegate = table
         serverURLCString = OwnedCString(configuration.serverURL)
         storagePathCString = OwnedCString(configuration.storagePath)
+        var configuration = configuration
+        if delegate.is_network_available != nil {
+            // `is_network_available`: the core calls it on the client's callback thread only,
+            // so never after destroy drained that thread (nor after `release_context`).
+            // Captures the copied table, not `self` (the core client must not retain the handle).
+            configuration.reachabilityHint = { table.table.is_network_available?(table.table.context) ?? true }
+        }
         // The core client owns its event handler, so the handler must not retain `self`.
         // `self` is fully initialised here, so the weak box is set before any event can run.
         let box = WeakClientHandle(self)

@@ -17,6 +17,18 @@ public struct ClientConfiguration: Sendable {
     public var requestTimeout: Double = 30
     /// Seconds a long-poll asks the server to hold the request (`wait=`).
     public var longPollWait: Int = 30
+    /// The host's reachability hint (the C delegate's `is_network_available`), or `nil` (the
+    /// engine then only knows what ``SyncClient/setNetworkAvailable(_:)`` tells it).
+    ///
+    /// Called on the client's event queue, never on a network thread and never while the
+    /// engine holds a lock: after a request failed without an HTTP answer (connect refused,
+    /// reset, timeout, DNS), and then every ``SyncClient/networkHintRecheckSeconds`` while its
+    /// last answer was `false`. `false` makes the client behave as after
+    /// `setNetworkAvailable(false)` (no requests, syncs fail fast with `.requestFailed`, edits
+    /// stay pending, long-polls wait) until a later answer is `true`, which resumes pending work
+    /// at once. It never lifts an explicit `setNetworkAvailable(false)`. It must return
+    /// promptly (other events wait meanwhile) and may call the client's API.
+    public var reachabilityHint: (@Sendable () -> Bool)?
 
     /// Creates a configuration with defaults for everything else.
     /// - Parameters:

@@ -18,6 +18,17 @@ public final class SyncClient: Sendable {
     }
     private let descriptors = Mutex<[DescriptorKey: DocumentDescriptor]>([:])
 
+    /// Seconds between two asks of ``ClientConfiguration/reachabilityHint`` while its last
+    /// answer was `false` (the C header's `LAYERSYNC_NETWORK_HINT_RECHECK_S`).
+    public static let networkHintRecheckSeconds = 5.0
+
+    /// Asks of the reachability hint that are queued or scheduled (at most one of each).
+    private struct HintAsks {
+        var askQueued = false
+        var recheckScheduled = false
+    }
+    private let hintAsks = Mutex(HintAsks())
+
     /// Creates a client and starts its connection sequence.
     ///
     /// Validation is synchronous; then `GET /sync/v1/info` runs in the background and its
@@ -44,6 +55,10 @@ public final class SyncClient: Sendable {
         context = ClientContext(configuration: configuration,
                                 server: SyncServer(url: url, requestTimeout: configuration.requestTimeout),
                                 layout: layout, events: events)
+        if configuration.reachabilityHint != nil {
+            // Runs on the failing request's thread: only queues an ask, never waits for it.
+            context.server.onTransportFailure { [weak self] in self?.noteTransportFailure() }
+        }
         let context = self.context
         DispatchQueue.global().async {
             let session = HTTPSession(connectTimeoutSeconds: configuration.connectTimeout)
@@ -109,15 +124,72 @@ public final class SyncClient: Sendable {
     /// Every descriptor handed out so far.
     public var documents: [DocumentDescriptor] { descriptors.withLock { Array($0.values) } }
 
-    /// Tells the engine whether the network is usable (Instant's reachability hint).
+    /// Tells the engine whether the network is usable (the host's explicit word).
     /// While `false` no request is attempted: syncs fail fast with `.requestFailed` and their
     /// changes stay pending; long-polls wait. `true` resumes pending work at once.
+    ///
+    /// The explicit word always wins over ``ClientConfiguration/reachabilityHint``: `false`
+    /// holds until the next `setNetworkAvailable(true)` whatever the hint answers; `true` also
+    /// clears a `false` the hint answered before (the hint is asked again after the next
+    /// request that fails without an HTTP answer).
     /// - Parameter available: Whether requests may be attempted.
     public func setNetworkAvailable(_ available: Bool) {
-        let was = context.server.isNetworkAvailable
-        context.server.isNetworkAvailable = available
-        guard available, !was else { return }
+        let resumed = context.server.updateNetworkAvailability { flags in
+            flags.hostSaysAvailable = available
+            if available { flags.hintSaysOffline = false }
+        }
+        if resumed { resumeNetworkWork() }
+    }
+
+    /// Resumes what waited for the network: failed syncs, pending edits, long-polls.
+    private func resumeNetworkWork() {
         for descriptor in documents { descriptor.networkDidBecomeAvailable() }
+    }
+
+    // MARK: Reachability hint
+
+    /// A request got no HTTP answer: ask the hint, unless its last answer already was `false`
+    /// (then the periodic recheck runs). Any thread; only queues.
+    private func noteTransportFailure() {
+        guard !context.server.networkAvailability.hintSaysOffline else { return }
+        queueHintAsk()
+    }
+
+    /// Queues one ask of the hint on the event queue (none if one is queued already). An ask
+    /// queued by a failed request runs before the failure's own event (`didFailSync`, …) is
+    /// delivered, since both go through the same FIFO.
+    private func queueHintAsk() {
+        guard let hint = context.configuration.reachabilityHint, !context.isShutDown else { return }
+        let queue = hintAsks.withLock { asks in
+            defer { asks.askQueued = true }
+            return !asks.askQueued
+        }
+        guard queue else { return }
+        context.events.perform { [weak self] in self?.askHint(hint) }
+    }
+
+    /// Calls the hint (on the event queue, no engine lock held) and applies its answer.
+    private func askHint(_ hint: @Sendable () -> Bool) {
+        hintAsks.withLock { $0.askQueued = false }  // a failure during the call queues a new ask
+        guard !context.isShutDown else { return }
+        let reachable = hint()
+        let resumed = context.server.updateNetworkAvailability { $0.hintSaysOffline = !reachable }
+        if resumed { resumeNetworkWork() }
+        if !reachable { scheduleHintRecheck() }
+    }
+
+    /// Asks the hint again in ``networkHintRecheckSeconds`` if its answer is still `false` then.
+    private func scheduleHintRecheck() {
+        let schedule = hintAsks.withLock { asks in
+            defer { asks.recheckScheduled = true }
+            return !asks.recheckScheduled
+        }
+        guard schedule else { return }
+        DispatchQueue.global().asyncAfter(deadline: .now() + Self.networkHintRecheckSeconds) { [weak self] in
+            guard let self else { return }
+            hintAsks.withLock { $0.recheckScheduled = false }
+            if context.server.networkAvailability.hintSaysOffline { queueHintAsk() }
+        }
     }
 
     /// Whether the caller runs inside this client's event handler.

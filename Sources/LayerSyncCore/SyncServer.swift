@@ -21,6 +21,19 @@ struct SyncAnswer: Sendable {
     var nextSince: Int64
 }
 
+/// Whether a client may attempt requests: two flags kept apart so that neither silently undoes
+/// the other (docs/threading.md §8). Only the host's explicit call moves `hostSaysAvailable`;
+/// the reachability hint's answers move only `hintSaysOffline` (and an explicit "available"
+/// clears it, so the host's latest explicit word always wins).
+struct NetworkAvailability: Sendable, Equatable {
+    /// The host's last explicit setting (``SyncClient/setNetworkAvailable(_:)``); initially `true`.
+    var hostSaysAvailable = true
+    /// The reachability hint's last answer was `false`; initially `false`.
+    var hintSaysOffline = false
+    /// Whether requests may be attempted.
+    var isUsable: Bool { hostSaysAvailable && !hintSaysOffline }
+}
+
 /// The sync server as the client sees it: the endpoints of protocol.md version 1, with
 /// their error envelope mapped to ``ErrorCode``s. Every request carries
 /// `LayerSync-Protocol: 1`, and all but `info` a `Bearer` JWT.
@@ -31,7 +44,8 @@ final class SyncServer: Sendable {
     /// The base URL.
     let url: ServerURL
     private let requestTimeout: Double
-    private let networkAvailable = Atomic<Bool>(true)
+    private let availability = Mutex(NetworkAvailability())
+    private let transportFailureHandler = Mutex<(@Sendable () -> Void)?>(nil)
 
     /// Creates the endpoint set.
     /// - Parameters:
@@ -42,10 +56,30 @@ final class SyncServer: Sendable {
         self.requestTimeout = requestTimeout
     }
 
-    /// Whether requests may be attempted (the host's reachability hint).
-    var isNetworkAvailable: Bool {
-        get { networkAvailable.load(ordering: .acquiring) }
-        set { networkAvailable.store(newValue, ordering: .releasing) }
+    /// Whether requests may be attempted: neither the host (``SyncClient/setNetworkAvailable(_:)``)
+    /// nor the host's reachability hint (its last answer) says the network is gone.
+    var isNetworkAvailable: Bool { availability.withLock { $0.isUsable } }
+
+    /// The two flags behind ``isNetworkAvailable``.
+    var networkAvailability: NetworkAvailability { availability.withLock { $0 } }
+
+    /// Changes the availability flags atomically.
+    /// - Parameter change: Sets `hostSaysAvailable` and/or `hintSaysOffline`.
+    /// - Returns: Whether requests became possible by this change (they were not before).
+    func updateNetworkAvailability(_ change: (inout NetworkAvailability) -> Void) -> Bool {
+        availability.withLock { flags in
+            let before = flags.isUsable
+            change(&flags)
+            return !before && flags.isUsable
+        }
+    }
+
+    /// Installs the function called when a request got no HTTP answer (connect refused, reset,
+    /// timeout, DNS: `.requestFailed` from ``HTTPSession``). It runs on the failing request's
+    /// thread, before the error is thrown, so it must return at once and never wait for the
+    /// event thread.
+    func onTransportFailure(_ handler: @escaping @Sendable () -> Void) {
+        transportFailureHandler.withLock { $0 = handler }
     }
 
     // MARK: Endpoints
@@ -253,15 +287,26 @@ final class SyncServer: Sendable {
     /// Sends a request and maps a non-2xx answer through the error envelope.
     private func send(_ request: HTTPRequest, jwt: String?, session: HTTPSession,
                       cancellation: TransferCancellation, accept: String = "application/json") throws(LayerSyncError) -> HTTPResponse {
-        guard isNetworkAvailable else {
-            throw LayerSyncError(.requestFailed, "the network is marked unavailable (setNetworkAvailable(false))")
+        let flags = networkAvailability
+        guard flags.hostSaysAvailable else {
+            throw LayerSyncError(.requestFailed, "the network is marked unavailable (setNetworkAvailable(false)); no request was made")
+        }
+        guard !flags.hintSaysOffline else {
+            throw LayerSyncError(.requestFailed, "the host's reachability hint says the network is unavailable; no request was made")
         }
         var request = request
         request.headers.append("LayerSync-Protocol: \(Self.protocolVersion)")
         request.headers.append("Accept: \(accept)")
         if let jwt { request.headers.append("Authorization: Bearer \(jwt)") }
         if request.timeoutSeconds == 30 { request.timeoutSeconds = requestTimeout }
-        let response = try session.perform(request, cancellation: cancellation)
+        let response: HTTPResponse
+        do throws(LayerSyncError) {
+            response = try session.perform(request, cancellation: cancellation)
+        } catch {
+            // No HTTP answer at all (HTTPSession throws `.requestFailed` only then).
+            if error.code == .requestFailed, let handler = transportFailureHandler.withLock({ $0 }) { handler() }
+            throw error
+        }
         if (200..<300).contains(response.status) { return response }
         var message = "HTTP \(response.status)"
         var envelopeCode: String?

@@ -820,8 +820,14 @@ class Client(_CallsIntoC):
         long_poll_wait_s: Seconds a long-poll asks the server to wait (default 30).
         delegate: Event handlers, either a mapping ``{event name: callable}`` or an object
             with methods named like the events (see :meth:`on`). It may also provide
-            ``is_network_available() -> bool``, a reachability hint the library asks
-            (on its callback thread) before network work.
+            ``is_network_available() -> bool``, the host's reachability hint: the library
+            asks it on its callback thread after a request failed without an HTTP answer,
+            then every ``LAYERSYNC_NETWORK_HINT_RECHECK_S`` (5) seconds while it returns
+            False. False works like ``set_network_available(False)`` (no requests, syncs fail
+            with ``RequestFailedError``, edits stay pending) until it returns True, which
+            resumes pending work at once; it never lifts an explicit
+            ``set_network_available(False)``. It must return quickly and may call the API; an
+            exception in it counts as True and is re-raised by the next wait.
         library: Path of liblayersync to load instead of the default lookup.
 
     Raises:
@@ -1024,7 +1030,9 @@ class Client(_CallsIntoC):
 
     def set_network_available(self, available: bool) -> None:
         """Tells the engine whether the host has network access. ``False``: no requests are
-        made, syncs fail with ``REQUEST_FAILED`` and edits stay pending; ``True``: resume."""
+        made, syncs fail with ``REQUEST_FAILED`` and edits stay pending; ``True``: resume.
+        The explicit call wins over the delegate's ``is_network_available`` hint: False holds
+        whatever the hint answers, True also clears the hint's last False."""
         err = _Error()
         rc = self._invoke("layersync_client_set_network_available", bool(available), err.ref)
         check(self._lib, rc, err.struct)
