@@ -19,6 +19,7 @@ help:
 	@echo "make demo   - run the main job end to end (server, two clients, real PDFs)"
 	@echo "make test   - run every test suite (generated files, Swift, C/CTest, Python, server)"
 	@echo "make bench  - run the benchmarks (bench/README.md); make bench-smoke: tiny sizes"
+	@echo "make test-c-tsan / test-c-valgrind - the C suite under ThreadSanitizer / valgrind"
 	@echo "make generate - regenerate include/layersync.h, ctypes declarations, docs/c-api.md from api/"
 
 setup:
