@@ -45,6 +45,14 @@ def normalize_content(record_id: str, content: dict) -> dict:
     return normalized
 
 
+def _content_to_store(record_id: str, content: dict) -> dict:
+    """:func:`normalize_content`, without the copy when nothing changes (clients send
+    ``id`` and ``v``); the writer only reads it."""
+    if content.get("id") == record_id and "v" in content:
+        return content
+    return normalize_content(record_id, content)
+
+
 def _rejected(change: dict, reason: str, message: str, server: StoredRecord | None) -> dict:
     record_id = change.get("id")  # echoed only when valid: the outcome is stored as JSON
     return {"change_id": change["change_id"],
@@ -52,8 +60,9 @@ def _rejected(change: dict, reason: str, message: str, server: StoredRecord | No
             "message": message, "server_record": server.to_wire() if server else None}
 
 
-def _validation_problem(change: dict) -> str | None:
-    """Why a change is ``invalid``, or None. ``change_id`` was checked by the caller."""
+def _validation_problem(change: dict, content_ok: bool = False) -> str | None:
+    """Why a change is ``invalid``, or None. ``change_id`` was checked by the caller;
+    ``content_ok``: a dict ``content`` is known to pass :func:`json_problem`."""
     op = change.get("op")
     if op not in OPS:
         return f"op must be one of {', '.join(OPS)}"
@@ -64,8 +73,8 @@ def _validation_problem(change: dict) -> str | None:
         content = change.get("content")
         if not isinstance(content, dict):
             return "content must be a JSON object"
-        problem = json_problem(content, MAX_JSON_DEPTH)  # depth, bad numbers, lone surrogates
-        if problem:
+        problem = None if content_ok else json_problem(content, MAX_JSON_DEPTH)
+        if problem:  # depth, bad numbers, lone surrogates
             return problem
     if op in ("update", "delete"):
         base = change.get("base_revision")
@@ -85,9 +94,9 @@ def _tombstone_with_children(writer: LayerWriter, record_id: str, user_id: str |
 
 
 def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
-               result: ApplyResult) -> dict:
+               result: ApplyResult, content_ok: bool = False) -> dict:
     """Apply one validated-or-not change; return its outcome entry (not yet recorded)."""
-    problem = _validation_problem(change)
+    problem = _validation_problem(change, content_ok)
     if problem:
         return _rejected(change, "invalid", problem, None)
     op, record_id = change["op"], change["id"]
@@ -96,7 +105,7 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
     if op == "create":
         if current is not None:
             return _rejected(change, "exists", f"record {record_id} already exists", current)
-        revision = writer.put_record(record_id, normalize_content(record_id, change["content"]), user_id)
+        revision = writer.put_record(record_id, _content_to_store(record_id, change["content"]), user_id)
     elif current is None:
         return _rejected(change, "not_found", f"record {record_id} does not exist", None)
     elif current.deleted:
@@ -107,19 +116,25 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
     elif current.revision != change["base_revision"]:
         return _rejected(change, "conflict", f"record changed at revision {current.revision}", current)
     elif op == "update":
-        revision = writer.put_record(record_id, normalize_content(record_id, change["content"]), user_id)
+        revision = writer.put_record(record_id, _content_to_store(record_id, change["content"]), user_id)
     else:
         revision = _tombstone_with_children(writer, record_id, user_id)
     result.own_revisions.add(revision)
     return {"change_id": change["change_id"], "id": record_id, "revision": revision}
 
 
-def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None) -> ApplyResult:
+def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
+                  checked: bool = False) -> ApplyResult:
     """Apply ``changes`` in order inside ``writer``'s transaction.
 
     Each change must be a dict with a valid string ``change_id`` (the route checks the
     request shape). A change id already in the layer's log is not applied again; its
     stored outcome is returned as-is. A rejected change does not stop the others.
+
+    ``checked``: every content already passes :func:`json_problem`: the changes hold
+    no :class:`BadNumber` and no lone surrogate, and no content nests deeper than
+    ``MAX_JSON_DEPTH`` (:func:`~layersync_server.wire_json.parse_json_checked` of the
+    request body with ``MAX_JSON_DEPTH + 3`` levels said so).
     """
     result = ApplyResult()
     writer.prefetch([c["id"] for c in changes if is_valid_record_id(c.get("id"))],
@@ -127,7 +142,7 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None)
     for change in changes:
         outcome = writer.recorded_outcome(change["change_id"])
         if outcome is None:
-            outcome = _apply_one(writer, change, user_id, result)
+            outcome = _apply_one(writer, change, user_id, result, checked)
             writer.record_outcome(change["change_id"], outcome)
         (result.rejected if "reason" in outcome else result.accepted).append(outcome)
     return result

@@ -1,26 +1,61 @@
-"""Wake-ups for long-polls: one :class:`asyncio.Condition` per layer, in process.
+"""Wake-ups for long-polls: one signal per layer, in process.
 
 Every route that writes calls :meth:`LayerNotifier.published` after it commits;
-long-poll requests wait in :meth:`LayerNotifier.wait_past` without touching the
+long-poll requests wait in :meth:`LayerNotifier.wait_for_change` without touching the
 database or holding a thread, so one process holds thousands of idle long-polls.
 With PostgreSQL, the storage's change feed (LISTEN/NOTIFY, ARCHITECTURE.md §10)
 also calls ``published`` for commits made by other processes; the waiting side is
 the same.
 
-All methods must be called on the event loop thread.
+Hand-over: a commit made in this process may pass ``published`` the page a waiter
+would read next (``list_records(since=<revision before the commit>)`` taken right
+after the commit, see ``context.commit``). A woken waiter whose ``since`` that page
+covers answers from it (:func:`page_after`) instead of reading storage again: that
+saves a worker-thread round trip and a query on the propagation path. The page is a
+snapshot of the layer after the commit, exactly what a re-read at that moment
+returns. Whenever the handed page can not stand for a re-read (a commit from another
+process, an admin change without a page, a wake-up after a gap in the change feed,
+a page cut by its limit) the waiter re-reads as before.
+
+All methods must be called on the event loop thread, except :meth:`has_waiters`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+
+from layersync_server.storage.base import LayerState, RecordPage
+
+#: Handed pages kept per layer while it has waiters (only ones as new as the newest
+#: published revision are useful; this bounds memory if commits race).
+_MAX_PAGES = 4
 
 
-@dataclass
 class _LayerSignal:
-    condition: asyncio.Condition = field(default_factory=asyncio.Condition)
-    revision: int = 0
-    waiters: int = 0
+    __slots__ = ("revision", "waiters", "pages")
+
+    def __init__(self) -> None:
+        self.revision = 0  # newest revision known to be committed
+        self.waiters: dict[asyncio.Future, int] = {}  # future -> the waiter's since
+        self.pages: list[tuple[int, RecordPage]] = []  # (since the page was read from, page)
+
+
+def page_after(page: RecordPage, page_since: int, since: int, limit: int) -> RecordPage | None:
+    """What ``list_records(since, limit, include_tombstones=True)`` returns at the
+    snapshot of ``page``, which was read as ``list_records(page_since, L,
+    include_tombstones=True)``; ``None`` when ``page`` can not tell (``since`` is below
+    ``page_since``, or ``page`` was cut by its limit before enough records)."""
+    if since < page_since or limit < 1:
+        return None
+    records = page.records
+    if since > page_since:
+        records = [r for r in records if r.revision > since]
+    if len(records) > limit:
+        records = records[:limit]
+        return RecordPage(page.layer, records, True, records[-1].revision)
+    if page.has_more:  # the page stops before the layer does: more may follow these
+        return None
+    return RecordPage(page.layer, list(records), False, page.layer.revision)
 
 
 class LayerNotifier:
@@ -30,28 +65,56 @@ class LayerNotifier:
         self._signals: dict[tuple[str, str], _LayerSignal] = {}
         self._latest: dict[tuple[str, str], int] = {}
 
-    async def published(self, document_id: str, layer: str, revision: int) -> None:
-        """Record that ``revision`` is committed and wake the layer's waiters."""
+    def has_waiters(self, document_id: str, layer: str) -> bool:
+        """Whether a long-poll waits on the layer now (a hint; safe from any thread)."""
+        return (document_id, layer) in self._signals
+
+    async def published(self, document_id: str, layer: str, revision: int,
+                        page: RecordPage | None = None, page_since: int | None = None) -> None:
+        """Record that ``revision`` is committed and wake the layer's waiters.
+
+        ``page``, when given, is ``list_records(page_since, ..., include_tombstones=True)``
+        read after that commit, with ``page_since`` at most the revision the layer had
+        before it (see module docs); waiters may answer from it.
+        """
+        self.publish(document_id, layer, revision, page, page_since)
+
+    def publish(self, document_id: str, layer: str, revision: int,
+                page: RecordPage | None = None, page_since: int | None = None) -> None:
+        """:meth:`published` without the coroutine."""
         key = (document_id, layer)
-        self._latest[key] = max(self._latest.get(key, 0), revision)
+        if revision > self._latest.get(key, 0):
+            self._latest[key] = revision
         signal = self._signals.get(key)
         if signal is None:  # nobody waits
             return
-        async with signal.condition:
-            signal.revision = max(signal.revision, revision)
-            signal.condition.notify_all()
+        if revision > signal.revision:
+            signal.revision = revision
+        pages = signal.pages
+        if page is not None and page_since is not None:
+            pages.append((page_since, page))
+        if pages:  # a page older than the newest known commit can not stand for a re-read
+            newest = signal.revision
+            signal.pages = [p for p in pages if p[1].layer.revision >= newest][-_MAX_PAGES:]
+        newest = signal.revision
+        for future, since in signal.waiters.items():
+            if newest > since and not future.done():
+                future.set_result(True)
 
     @property
     def open_waits(self) -> int:
-        """Long-polls currently waiting (the ``open long-polls`` metric)."""
-        return sum(signal.waiters for signal in self._signals.values())
+        """Long-polls currently waiting (the ``open long-polls`` metric; read by the
+        metrics scrape in a worker thread, hence the atomic copy)."""
+        return sum(len(signal.waiters) for signal in list(self._signals.values()))
 
     async def wake_all(self) -> None:
         """Wake every waiter so it re-reads storage (after a gap in the change feed)."""
         for signal in list(self._signals.values()):
-            async with signal.condition:
-                signal.revision = max(signal.revision, 1 << 62)
-                signal.condition.notify_all()
+            signal.revision = max(signal.revision, 1 << 62)
+            signal.pages = []
+            for future in signal.waiters:
+                if not future.done():
+                    future.set_result(True)
 
     async def wait_past(self, document_id: str, layer: str, since: int, known_revision: int,
                         timeout_s: float) -> bool:
@@ -61,18 +124,57 @@ class LayerNotifier:
         commit that landed between that read and this call is not missed). Returns
         True when woken by a newer revision, False on timeout.
         """
+        woke, _ = await self.wait_for_change(document_id, layer, since, known_revision, timeout_s)
+        return woke
+
+    async def wait_for_change(self, document_id: str, layer: str, since: int,
+                              known: LayerState | int, timeout_s: float,
+                              limit: int | None = None) -> tuple[bool, RecordPage | None]:
+        """:meth:`wait_past`, also returning the page to answer with when a handed page
+        covers it: ``(woken, page or None)``. ``known`` is the layer state the caller
+        read from storage (or only its revision: then no page is handed over); ``limit``
+        the caller's page size. With ``(True, None)`` the caller re-reads storage.
+        """
         key = (document_id, layer)
-        signal = self._signals.setdefault(key, _LayerSignal())
+        signal = self._signals.get(key)
+        if signal is None:
+            signal = self._signals[key] = _LayerSignal()
+        known_revision = known if isinstance(known, int) else known.revision
         signal.revision = max(signal.revision, known_revision, self._latest.get(key, 0))
-        signal.waiters += 1
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        signal.waiters[future] = since
+        timer = None
         try:
-            async with signal.condition:
-                await asyncio.wait_for(signal.condition.wait_for(lambda: signal.revision > since),
-                                       timeout_s)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            if signal.revision <= since:
+                timer = loop.call_later(timeout_s, _expire, future)
+                if not await future:
+                    return False, None
+            if isinstance(known, int) or limit is None:
+                return True, None
+            return True, self._handed(signal, since, known, limit)
         finally:
-            signal.waiters -= 1
-            if signal.waiters == 0:
-                self._signals.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            del signal.waiters[future]
+            if not signal.waiters and self._signals.get(key) is signal:
+                del self._signals[key]
+
+    @staticmethod
+    def _handed(signal: _LayerSignal, since: int, known: LayerState, limit: int) -> RecordPage | None:
+        newest = signal.revision
+        for page_since, page in reversed(signal.pages):
+            state = page.layer
+            # same layer incarnation, not older than what the waiter read nor than the
+            # newest commit announced, and something new for it
+            if (state.epoch == known.epoch and state.revision >= newest
+                    and state.revision >= known.revision and state.revision > since):
+                found = page_after(page, page_since, since, limit)
+                if found is not None:
+                    return found
+        return None
+
+
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(False)

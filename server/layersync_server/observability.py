@@ -31,6 +31,8 @@ access_log = logging.getLogger("layersync_server.access")
 _SECRET = re.compile(r'eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*|(?i:token\s+token=)"?[^"\s]*"?'
                      r'|(?i:bearer)\s+\S+')
 _TIMED = {"/sync", "/records", "/changes"}
+#: Bound of the per-middleware cache of labelled counters (methods x routes x statuses).
+_MAX_CACHED_LABELS = 4096
 
 
 def redact(text: str) -> str:
@@ -100,21 +102,28 @@ class Metrics:
 
 
 class ObservabilityMiddleware:
-    """ASGI middleware: counts and times requests and writes the access log."""
+    """ASGI middleware: counts and times requests and writes the access log.
+
+    Cheap on every request: labelled metric children are looked up once per label set
+    and kept, and the access log entry is only built when INFO is enabled.
+    """
 
     def __init__(self, app, metrics: Metrics):
         self.app = app
         self.metrics = metrics
+        self._counters: dict[tuple[str, str, int], object] = {}
+        self._timers: dict[str, object] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.monotonic()
-        status = {"code": 500}
+        status = 500
 
         async def send_and_note(message):
+            nonlocal status
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                status = message["status"]
             await send(message)
 
         try:
@@ -122,11 +131,25 @@ class ObservabilityMiddleware:
         finally:
             elapsed = time.monotonic() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.requests.labels(scope["method"], route, str(status["code"])).inc()
-            suffix = route[route.rfind("/"):]
-            if route.startswith("/sync/v1/") and suffix in _TIMED:
-                self.metrics.sync_duration.labels(suffix[1:]).observe(elapsed)
-            access_log.info("%s %s %s", scope["method"], route, status["code"],
-                            extra={"method": scope["method"], "route": route, "path": scope["path"],
-                                   "status": status["code"],
-                                   "duration_ms": round(elapsed * 1000, 2)})
+            method = scope["method"]
+            self._count(method, route, status)
+            if route.startswith("/sync/v1/"):
+                suffix = route[route.rfind("/"):]
+                if suffix in _TIMED:
+                    timer = self._timers.get(suffix)
+                    if timer is None:
+                        timer = self._timers[suffix] = self.metrics.sync_duration.labels(suffix[1:])
+                    timer.observe(elapsed)
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info("%s %s %s", method, route, status,
+                                extra={"method": method, "route": route, "path": scope["path"],
+                                       "status": status, "duration_ms": round(elapsed * 1000, 2)})
+
+    def _count(self, method: str, route: str, status: int) -> None:
+        key = (method, route, status)
+        counter = self._counters.get(key)
+        if counter is None:
+            if len(self._counters) >= _MAX_CACHED_LABELS:  # (methods x routes x statuses)
+                self._counters.clear()
+            counter = self._counters[key] = self.metrics.requests.labels(method, route, str(status))
+        counter.inc()

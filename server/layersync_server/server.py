@@ -63,7 +63,10 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 0,
     actual_port = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     configure_logging(log_level)
+    # "auto" = uvloop and httptools (dependencies of the server) when importable, else
+    # asyncio and h11: a request round trip is ~0.1 ms shorter with them.
     config = uvicorn.Config(create_app(settings), log_level=log_level, lifespan="on",
+                            loop="auto", http="auto",
                             timeout_graceful_shutdown=2, access_log=False, log_config=None)
     server = _AnnouncingServer(config, f"http://{url_host}:{actual_port}", actual_port, port_file)
     # Thousands of held long-polls keep many objects alive; with the default thresholds

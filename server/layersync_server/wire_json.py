@@ -9,17 +9,37 @@ is refused (a sync change is rejected ``invalid``, an admin body gets 400). Only
 body that is not JSON at all, or nests deeper than the parser can go, is refused
 as a whole.
 
-Encoding uses the stdlib encoder (no depth limit of its own below the parser's),
-never ``NaN``: a non-finite float already stored is written as ``null``, so a
-record stored by an older server can not make a listing fail.
+Encoding never writes ``NaN``: a non-finite float already stored is written as
+``null``, so a record stored by an older server can not make a listing fail.
+
+Speed: orjson parses and encodes, and the stdlib code above stays the reference.
+orjson answers only where it provably gives the stdlib's answer; everywhere else
+the stdlib code runs (on the whole body or value), so results are identical:
+
+* parsing: orjson refuses ``NaN``/``Infinity``, overflowing numbers, lone
+  surrogates, bad UTF-8 and nesting past 1024 (the exact parser then decides). It
+  silently differs only on integers beyond 64 bits (it makes floats) and on
+  literals over :data:`MAX_NUMBER_CHARS` (it accepts them), which both hold a run
+  of 19+ digits that :func:`_risky_numbers` finds in the raw text first, and on
+  nesting between the exact parser's limit (about 1000) and its own, so a value
+  deeper than :data:`SAFE_PARSE_DEPTH` is parsed again;
+* encoding: orjson refuses integers beyond 64 bits, lone surrogates, nesting past
+  254 and, with the passthrough options, types the stdlib writes otherwise; it
+  writes ``NaN`` as ``null`` like :func:`dumps`, and otherwise differs from the
+  stdlib only for floats below 1e-4 (``0.00001`` / ``1.5e-7`` where Python writes
+  ``1e-05`` / ``1.5e-07``), which :data:`_UNLIKE_STDLIB` finds in its output.
+
+tests/test_json_fast_paths.py holds both paths to the same answers.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import typing
 
+import orjson
 from fastapi.datastructures import Default, DefaultPlaceholder
 from fastapi.routing import APIRoute
 from starlette.responses import JSONResponse
@@ -34,6 +54,21 @@ MAX_JSON_DEPTH = 64
 MAX_REVISION = 2**63 - 1
 #: Longest number literal, characters (sign, digits, ``.``, exponent).
 MAX_NUMBER_CHARS = 100
+
+
+#: orjson parses up to 1024 levels, the exact parser up to about 1000 minus the stack
+#: its caller already uses (then the body is refused): a value orjson parsed that nests
+#: deeper than this is parsed again by the exact parser, which decides.
+SAFE_PARSE_DEPTH = 200
+#: Digits to ``0``, every other byte to ``x`` (see :func:`_risky_numbers`).
+_DIGIT_MAP = bytes(48 if 48 <= byte <= 57 else 120 for byte in range(256))
+_LONG_RUN = b"0" * 19
+#: orjson output that may differ from the stdlib encoder's: floats below 1e-4, which
+#: orjson writes ``0.00001`` / ``1.5e-7`` and Python ``1e-05`` / ``1.5e-07``.
+_UNLIKE_STDLIB = re.compile(rb"(?<!\d)0\.0000|\de-\d(?!\d)")
+#: Types orjson would encode but the stdlib encoder refuses or writes otherwise go to it.
+_ORJSON_OPTIONS = (orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+                   | orjson.OPT_PASSTHROUGH_DATETIME)
 
 
 class BadNumber:
@@ -75,6 +110,77 @@ def parse_json(raw: bytes | str) -> object:
         ApiError: 400 ``invalid_request`` when the body is not JSON or nests too deeply
             to parse.
     """
+    return parse_json_checked(raw)[0]
+
+
+def parse_json_checked(raw: bytes | str, max_depth: int = SAFE_PARSE_DEPTH) -> tuple[object, bool]:
+    """:func:`parse_json`, and whether the value is known clean: True means no
+    :class:`BadNumber` and no lone surrogate anywhere in it, and nesting of at most
+    ``max_depth`` levels (the value itself is level 1; capped at
+    :data:`SAFE_PARSE_DEPTH`). False means unknown (the exact parser answered).
+
+    Raises:
+        ApiError: as :func:`parse_json`.
+    """
+    if not _risky_numbers(raw):
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # the exact parser decides, and words the error
+        else:
+            if _within_depth_exact([value], min(max_depth, SAFE_PARSE_DEPTH)):
+                return value, True
+    return _parse_exact(raw), False
+
+
+_CONTAINERS = {dict, list}
+
+
+def _within_depth_exact(values: list, max_depth: int) -> bool:
+    """:func:`within_depth` for values made by orjson, whose containers are exactly
+    ``dict`` and ``list`` (compares types, half the cost of ``isinstance``)."""
+    level = [value for value in values if type(value) in _CONTAINERS]
+    depth = 1
+    while level:
+        if depth > max_depth:
+            return False
+        level = [child for item in level
+                 for child in (item.values() if type(item) is dict else item)
+                 if type(child) in _CONTAINERS]
+        depth += 1
+    return True
+
+
+def _risky_numbers(raw: bytes | str) -> bool:
+    """True when ``raw`` may hold a number literal that orjson reads differently from
+    the exact parser: 19+ digits in a row that start a number (after ``:``, ``,``,
+    ``[`` or the start, whitespace and a minus between), its fraction (after ``.``) or
+    its exponent (after ``e``/``E`` and a sign). An integer of 18 digits fits 64 bits,
+    and a literal over :data:`MAX_NUMBER_CHARS` characters has at most 4 non-digits, so
+    one of its three digit runs is 33+ long. Runs inside strings may answer True
+    (only the slow path). Costs one ``translate`` and ``find`` over the text."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    digits = raw.translate(_DIGIT_MAP)
+    start = digits.find(_LONG_RUN)
+    while start >= 0:
+        before = start - 1
+        if before >= 0 and raw[before] in b"+-":
+            before -= 1
+        if before >= 0 and raw[before] in b".eE":
+            return True
+        while before >= 0 and raw[before] in b" \t\n\r":
+            before -= 1
+        if before < 0 or raw[before] in b":,[":
+            return True
+        end = digits.find(b"x", start)  # next run
+        if end < 0:
+            return False
+        start = digits.find(_LONG_RUN, end)
+    return False
+
+
+def _parse_exact(raw: bytes | str) -> object:
     try:
         return json.loads(raw, parse_int=_parse_int, parse_float=_parse_float,
                           parse_constant=_parse_constant)
@@ -82,6 +188,18 @@ def parse_json(raw: bytes | str) -> object:
         raise invalid_request("body nests too deeply to parse") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid_request(f"body is not JSON: {exc}") from None
+
+
+def loads(text: str | bytes) -> object:
+    """Parse JSON text this server wrote (stored records and outcomes): the stdlib's
+    ``json.loads`` result (``NaN`` of an older server included), by orjson when that
+    is provably the same."""
+    if not _risky_numbers(text):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def json_problem(value: object, max_depth: int | None = MAX_JSON_DEPTH) -> str | None:
@@ -92,12 +210,12 @@ def json_problem(value: object, max_depth: int | None = MAX_JSON_DEPTH) -> str |
     (not valid UTF-8).
     """
     try:  # fast path: one C-level encode proves there is no BadNumber and no lone surrogate
-        json.dumps(value, ensure_ascii=False, check_circular=False,
-                   separators=(",", ":")).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
+        orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)  # (it refuses big integers and
+        # nesting past 254, the walk decides then)
+    except TypeError:
         pass  # find out what is wrong below
     else:
-        return None if max_depth is None else _depth_problem(value, max_depth)
+        return None if max_depth is None else depth_problem(value, max_depth)
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -119,19 +237,25 @@ def json_problem(value: object, max_depth: int | None = MAX_JSON_DEPTH) -> str |
     return None
 
 
-def _depth_problem(value: object, max_depth: int) -> str | None:
+def depth_problem(value: object, max_depth: int) -> str | None:
     """The nesting message of :func:`json_problem`, or None (walks containers only)."""
-    if not isinstance(value, (dict, list)):
-        return None
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
+    return None if within_depth([value], max_depth) else f"content nests deeper than {max_depth} levels"
+
+
+def within_depth(values: list, max_depth: int) -> bool:
+    """True when none of ``values`` nests deeper than ``max_depth`` levels (a dict or
+    list is level 1, each container inside one more). Walks the containers a whole
+    level at a time (list comprehensions, no per-container Python call)."""
+    level = [value for value in values if isinstance(value, (dict, list))]
+    depth = 1
+    while level:
         if depth > max_depth:
-            return f"content nests deeper than {max_depth} levels"
-        for child in (item.values() if isinstance(item, dict) else item):
-            if isinstance(child, (dict, list)):
-                stack.append((child, depth + 1))
-    return None
+            return False
+        level = [child for item in level
+                 for child in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(child, (dict, list))]
+        depth += 1
+    return True
 
 
 def _utf8_ok(text: str) -> bool:
@@ -168,8 +292,26 @@ def _finite(value: object) -> object:
     return root
 
 
+def fast_dumps(value: object) -> bytes | None:
+    """orjson's UTF-8 encoding of ``value`` when it is byte-identical to the stdlib
+    encoder's (``ensure_ascii=False``, compact separators; ``NaN`` as ``null`` like
+    :func:`dumps`), else None (see module docs)."""
+    try:
+        data = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:
+        return None
+    if (b"0.0000" in data or b"e-" in data) and _UNLIKE_STDLIB.search(data):
+        return None
+    return data
+
+
 def dumps(value: object) -> str:
     """Compact JSON text for a response; non-finite floats are written as ``null``."""
+    data = fast_dumps(value)
+    return data.decode("utf-8") if data is not None else _stdlib_dumps(value)
+
+
+def _stdlib_dumps(value: object) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except ValueError:
@@ -181,7 +323,10 @@ class WireJSONResponse(JSONResponse):
     """JSON response encoded with :func:`dumps` (every JSON answer of the server)."""
 
     def render(self, content: typing.Any) -> bytes:
-        text = dumps(content)
+        data = fast_dumps(content)
+        if data is not None:
+            return data
+        text = _stdlib_dumps(content)
         try:
             return text.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate echoed from a request: escape it
@@ -191,8 +336,8 @@ class WireJSONResponse(JSONResponse):
 
 class WireRoute(APIRoute):
     """Route class of every router: a route without an explicit ``response_model``
-    gets none, so its return value is encoded by :class:`WireJSONResponse` (stdlib
-    encoder) rather than pydantic, whose serializer has a depth limit of its own."""
+    gets none, so its return value is encoded by :class:`WireJSONResponse` (orjson or
+    the stdlib encoder) rather than pydantic, whose serializer has a depth limit of its own."""
 
     def __init__(self, path: str, endpoint, *, response_model: typing.Any = Default(None),
                  **kwargs):

@@ -16,13 +16,15 @@ from layersync_server import openapi_bodies as bodies
 from layersync_server.auth import Grant
 from layersync_server.changes import apply_changes
 from layersync_server.context import (AppContext, check_document_id, commit, get_context,
-                                      layer_from_segment, no_document, read_body)
+                                      layer_from_segment, no_document, read_body,
+                                      run_in_worker)
 from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, access_denied,
                                      error_responses, invalid_request, not_found)
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.ids import is_sha256_hex, is_valid_record_id
 from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION,
-                                        WireJSONResponse, WireRoute, parse_json)
+                                        WireJSONResponse, WireRoute, parse_json,
+                                        parse_json_checked)
 from layersync_server.storage import DocumentNotFound, RecordPage
 
 router = APIRouter(prefix="/sync/v1", tags=["sync"], responses=COMMON_ERROR_RESPONSES,
@@ -48,23 +50,40 @@ def page_json(page: RecordPage) -> dict:
 
 
 async def _grant(request: Request, ctx: AppContext, document_id: str, layer: str | None,
-                 permission: str) -> Grant:
+                 permission: str, check_revoked: bool = True) -> Grant:
     """Verify the JWT and check it grants ``document_id``/``layer``/``permission`` and
-    is not revoked. 401 without a token, 403 otherwise, 400 on a malformed id."""
+    is not revoked. 401 without a token, 403 otherwise, 400 on a malformed id.
+
+    ``check_revoked=False`` leaves the revocation check (a storage read) to the caller,
+    which then makes it in its own worker-thread hop (:func:`_list`'s ``revoked_jti``).
+    """
     check_document_id(document_id)
     grant = ctx.verifier.verify(request.headers.get("authorization"))
     grant.require(document_id, layer, permission)
-    if grant.jti is not None and await run_in_threadpool(ctx.storage.is_token_revoked, grant.jti):
+    if check_revoked and grant.jti is not None and await run_in_worker(ctx.storage.is_token_revoked,
+                                                                       grant.jti):
         raise access_denied("token revoked")
     return grant
 
 
+def _page_size(ctx: AppContext, limit: int | None) -> int:
+    return min(limit or ctx.settings.max_page_records, ctx.settings.max_page_records)
+
+
 async def _list(ctx: AppContext, document_id: str, layer: str, since: int, limit: int | None,
-                include_tombstones: bool, exclude: frozenset[int] = frozenset()) -> RecordPage:
-    page_size = min(limit or ctx.settings.max_page_records, ctx.settings.max_page_records)
+                include_tombstones: bool, exclude: frozenset[int] = frozenset(),
+                revoked_jti: str | None = None) -> RecordPage:
+    """A page of records (in a worker thread). With ``revoked_jti``, first refuses a
+    revoked token (403, as :func:`_grant` would) in the same hop."""
+    storage, page_size = ctx.storage, _page_size(ctx, limit)
+
+    def read():
+        if revoked_jti is not None and storage.is_token_revoked(revoked_jti):
+            raise access_denied("token revoked")
+        return storage.list_records(document_id, layer, since, page_size, include_tombstones, exclude)
+
     try:
-        return await run_in_threadpool(ctx.storage.list_records, document_id, layer, since,
-                                       page_size, include_tombstones, exclude)
+        return await run_in_worker(read)
     except DocumentNotFound:
         raise not_found(f"no document {document_id!r}") from None
 
@@ -158,21 +177,28 @@ async def layer_changes(document_id: str, layer: str, request: Request,
     """Long-poll: answer at once if there are records past ``since``, else hold up to
     ``wait`` seconds (capped at ``max_wait_s``) until a commit to the layer."""
     name = layer_from_segment(layer)
-    await _grant(request, ctx, document_id, name, "read-document")
-    page = await _list(ctx, document_id, name, since, limit, include_tombstones=True)
+    grant = await _grant(request, ctx, document_id, name, "read-document", check_revoked=False)
+    page = await _list(ctx, document_id, name, since, limit, include_tombstones=True,
+                       revoked_jti=grant.jti)
     wait_s = min(wait, ctx.settings.max_wait_s)
     if page.records or wait_s <= 0:
         return _wire(page_json(page))
-    woke = await ctx.notifier.wait_past(document_id, name, since, page.layer.revision, wait_s)
-    if woke:
+    woke, handed = await ctx.notifier.wait_for_change(document_id, name, since, page.layer, wait_s,
+                                                      _page_size(ctx, limit))
+    if handed is not None:  # the page the commit that woke us read for us (notify.py)
+        page = handed
+    elif woke:
         page = await _list(ctx, document_id, name, since, limit, include_tombstones=True)
     return _wire(page_json(page))
 
 
 def _parse_sync_body(raw: bytes) -> dict:
     """Validate the request envelope; per-change problems (bad numbers, too deep
-    content, bad ids...) are left to the rules, which reject that change only."""
-    body = parse_json(raw)
+    content, bad ids...) are left to the rules, which reject that change only.
+    ``checked`` says the parse found no bad number or lone surrogate anywhere and no
+    nesting past ``MAX_JSON_DEPTH + 3`` (body, ``changes``, change, then the content,
+    whose levels count from 1): every content passes ``json_problem`` already."""
+    body, checked = parse_json_checked(raw, MAX_JSON_DEPTH + 3)
     if not isinstance(body, dict):
         raise invalid_request("body must be a JSON object")
     epoch, since = body.get("epoch"), body.get("since", 0)
@@ -188,7 +214,7 @@ def _parse_sync_body(raw: bytes) -> dict:
             raise invalid_request(f"changes[{index}] needs a string change_id of 1..128 characters "
                                   "without control characters or lone surrogates", index=index)
     client_id = body.get("client_id")
-    return {"epoch": epoch, "since": since, "changes": changes,
+    return {"epoch": epoch, "since": since, "changes": changes, "checked": checked,
             "client_id": client_id if isinstance(client_id, str) else None}
 
 
@@ -210,15 +236,17 @@ async def layer_sync(document_id: str, layer: str, request: Request,
     def push(writer):
         if body["epoch"] is not None and body["epoch"] != writer.layer.epoch:
             return None
-        return apply_changes(writer, body["changes"], grant.user_id)
+        result = apply_changes(writer, body["changes"], grant.user_id, body["checked"])
+        # the answer's page, read in the same transaction (no second worker hop/query)
+        return result, writer.changes_since(body["since"], _page_size(ctx, None),
+                                            frozenset(result.own_revisions))
 
-    layer_state, result = await commit(ctx, document_id, name, push)
-    if result is None:
+    layer_state, pushed = await commit(ctx, document_id, name, push)
+    if pushed is None:
         return _wire({"epoch": layer_state.epoch, "revision": layer_state.revision, "accepted": [],
                       "rejected": [], "changes": [], "has_more": False, "next_since": 0,
                       "epoch_changed": True})
-    page = await _list(ctx, document_id, name, body["since"], None, include_tombstones=True,
-                       exclude=frozenset(result.own_revisions))
+    result, page = pushed
     return _wire({"epoch": page.layer.epoch, "revision": page.layer.revision,
                   "accepted": result.accepted, "rejected": result.rejected,
                   "changes": [r.to_wire() for r in page.records],

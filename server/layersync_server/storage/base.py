@@ -147,6 +147,14 @@ class LayerWriter(abc.ABC):
         """
 
     @abc.abstractmethod
+    def changes_since(self, since: int, limit: int,
+                      exclude_revisions: frozenset[int] = frozenset()) -> "RecordPage":
+        """The page :meth:`Storage.list_records` (tombstones included) will give once
+        this transaction commits: records with ``revision > since`` but not in
+        ``exclude_revisions``, by revision, at most ``limit``. Lets a sync answer
+        without another transaction."""
+
+    @abc.abstractmethod
     def recorded_outcome(self, change_id: str) -> dict | None:
         """The outcome stored for ``change_id`` by :meth:`record_outcome`, if any."""
 

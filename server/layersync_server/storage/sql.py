@@ -17,10 +17,13 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
+import orjson
+
 from layersync_server.storage.base import (Attachment, DocumentExists, DocumentInfo,
                                            DocumentNotFound, LayerExists, LayerState,
                                            LayerWriter, NewDocument, RecordPage, Storage,
                                            StoredRecord)
+from layersync_server.wire_json import fast_dumps, loads
 
 #: Versioned schema migrations: ``(version, statements)``. ``{blob}`` / ``{bigint}`` are
 #: filled in by the dialect. Never edit a released entry; append a new one.
@@ -91,6 +94,13 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             jti TEXT PRIMARY KEY,
             revoked_at TEXT NOT NULL)""",
     ]),
+    # record_versions keeps only superseded versions: a record's current version is its
+    # row in records (history reads both), so a create writes no version row.
+    (3, [
+        """DELETE FROM record_versions WHERE EXISTS (SELECT 1 FROM records r
+            WHERE r.document_id = record_versions.document_id AND r.layer = record_versions.layer
+            AND r.id = record_versions.id AND r.revision = record_versions.revision)""",
+    ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -104,21 +114,52 @@ def now_iso() -> str:
 
 
 def dump_json(content: dict) -> str:
-    """Compact JSON; ``ensure_ascii=False`` keeps text as UTF-8 and round-trips exactly."""
-    return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON; ``ensure_ascii=False`` keeps text as UTF-8 and round-trips exactly.
+    Always the stdlib encoder's text: orjson's when it is the same (see wire_json;
+    orjson writes a non-finite float as ``null`` where the stdlib writes ``NaN``)."""
+    data = fast_dumps(content)
+    if data is None or b"null" in data:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+    return data.decode("utf-8")
 
 
 def _record(row) -> StoredRecord:
     return StoredRecord(id=row["id"], revision=row["revision"], deleted=bool(row["deleted"]),
-                        content=None if row["content"] is None else json.loads(row["content"]),
+                        content=None if row["content"] is None else loads(row["content"]),
                         created_by=row["created_by"], updated_by=row["updated_by"],
                         created_at=row["created_at"], updated_at=row["updated_at"])
 
 
 def _version(row) -> StoredRecord:
     return StoredRecord(id=row["id"], revision=row["revision"], deleted=bool(row["deleted"]),
-                        content=None if row["content"] is None else json.loads(row["content"]),
+                        content=None if row["content"] is None else loads(row["content"]),
                         updated_by=row["updated_by"], updated_at=row["updated_at"])
+
+
+def _page_query(document_id: str, layer: str, since: int, limit: int, include_tombstones: bool,
+                exclude_revisions: frozenset[int], only_tombstones: bool) -> tuple[str, list]:
+    """SQL and parameters of a page of records (one more than ``limit``: has_more)."""
+    sql = (f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
+           "AND revision > ?")
+    params: list = [document_id, layer, since]
+    if only_tombstones:
+        sql += " AND deleted=1"
+    elif not include_tombstones:
+        sql += " AND deleted=0"
+    if exclude_revisions:
+        sql += f" AND revision NOT IN ({','.join('?' * len(exclude_revisions))})"
+        params.extend(sorted(exclude_revisions))
+    sql += " ORDER BY revision LIMIT ?"
+    params.append(limit + 1)
+    return sql, params
+
+
+def _page(state: LayerState, rows: list, limit: int) -> RecordPage:
+    """A :class:`RecordPage` from up to ``limit + 1`` record rows ordered by revision."""
+    records = [_record(r) for r in rows[:limit]]
+    has_more = len(rows) > limit
+    next_since = records[-1].revision if has_more else state.revision
+    return RecordPage(state, records, has_more, next_since)
 
 
 def _document(row) -> DocumentInfo:
@@ -131,38 +172,50 @@ class SqlLayerWriter(LayerWriter):
     Writes are buffered and sent with ``executemany`` (:meth:`flush`, called by
     :meth:`SqlStorage.write_layer` before commit and before any SQL read that could see
     them), so a batch of N changes costs a few statements instead of several per change.
-    Rows read in this transaction are cached by id (``_rows``; ``None`` = no such record)
-    and kept up to date by writes, so the cache is authoritative for every id it holds;
-    the layer lock guarantees nobody else writes the layer meanwhile. A write to an id
-    not cached (no read before it) is not cached; reading it later flushes first. :meth:`prefetch` fills the
-    caches for a whole batch in one query per table. All rows written by one writer
-    carry the same timestamp (taken when the transaction started).
+    Every record this transaction reads or writes is cached by id (``_rows``; ``None`` =
+    no such record), so the cache is authoritative for every id it holds: the layer lock
+    guarantees nobody else writes the layer meanwhile, and an id is cached before its
+    first write (a write reads the row it replaces). :meth:`prefetch` fills the caches
+    for a whole batch in one query per table. All rows written by one writer carry the
+    same timestamp (taken when the transaction started).
+
+    History: a record's current version is its ``records`` row; ``record_versions``
+    holds the versions it superseded (the newest ``history_versions - 1``). A write
+    moves the row it replaces there, so a create writes one row, not two.
     """
 
     #: Ids per ``IN (...)`` query of :meth:`prefetch` (SQLite's old variable limit is 999).
     PREFETCH_CHUNK = 500
 
-    def __init__(self, storage: "SqlStorage", conn, layer: LayerState):
+    def __init__(self, storage: "SqlStorage", conn, layer: LayerState, fresh: bool = False):
+        """``fresh``: the layer was created by this transaction, so it holds no records
+        but the ones written here (no read is needed to know a record is new)."""
         self._s = storage
         self._conn = conn
-        self._layer = layer
+        self._layer = layer  # as of self._revision (built again only when asked for)
+        self._revision = layer.revision
+        self._key_tuple = (layer.document_id, layer.name)
         self.start_revision = layer.revision
         self._now = now_iso()
+        self._fresh = fresh
         self._rows: dict[str, dict | None] = {}  # id -> record row (columns of _RECORD_COLUMNS)
         self._outcomes: dict[str, str | None] = {}  # change id -> outcome JSON, None = not logged
         self._new: set[str] = set()  # ids known absent before this transaction (no versions kept)
-        self._puts: dict[str, int] = {}  # id -> versions written by this transaction
+        self._superseded: dict[str, int] = {}  # id -> version rows added since the last flush
         self._flushed_revision = layer.revision
+        # rows to insert, each starting with (document_id, layer)
         self._pending_records: list[tuple] = []
         self._pending_versions: list[tuple] = []
         self._pending_outcomes: list[tuple] = []
 
     @property
     def layer(self) -> LayerState:
+        if self._layer.revision != self._revision:
+            self._layer = LayerState(*self._key_tuple, self._layer.epoch, self._revision)
         return self._layer
 
     def _key(self) -> tuple[str, str]:
-        return self._layer.document_id, self._layer.name
+        return self._key_tuple
 
     def _q(self, sql: str, params=()):
         return self._s.execute(self._conn, sql, params)
@@ -171,6 +224,10 @@ class SqlLayerWriter(LayerWriter):
         """Load the records ``record_ids`` and the logged outcomes of ``change_ids`` (a
         batch about to be applied) in one query per table and chunk."""
         ids = [i for i in dict.fromkeys(record_ids) if i not in self._rows]
+        if self._fresh:
+            self._rows.update(dict.fromkeys(ids))
+            self._new.update(ids)
+            ids = []
         for start in range(0, len(ids), self.PREFETCH_CHUNK):
             chunk = ids[start:start + self.PREFETCH_CHUNK]
             rows = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
@@ -200,42 +257,48 @@ class SqlLayerWriter(LayerWriter):
                  "ON CONFLICT (document_id, layer, id) DO UPDATE SET revision=excluded.revision,"
                  " deleted=excluded.deleted, content=excluded.content, root_id=excluded.root_id,"
                  " updated_by=excluded.updated_by, updated_at=excluded.updated_at",
-                 [(*key, *p) for p in self._pending_records])
+                 self._pending_records)
             self._pending_records = []
         if self._pending_versions:
             many(self._conn, "INSERT INTO record_versions (document_id, layer, id, revision, deleted,"
-                 " content, updated_by, updated_at) VALUES (?,?,?,?,?,?,?,?)",
-                 [(*key, *p) for p in self._pending_versions])
+                 " content, updated_by, updated_at) VALUES (?,?,?,?,?,?,?,?)", self._pending_versions)
             self._pending_versions = []
-            keep = self._s.history_versions
-            trim = [i for i, n in self._puts.items() if i not in self._new or n > keep]
+            keep = self._s.history_versions - 1
+            trim = [i for i, n in self._superseded.items() if i not in self._new or n > keep]
             if trim:
                 many(self._conn, "DELETE FROM record_versions WHERE document_id=? AND layer=? AND id=? "
                      "AND revision NOT IN (SELECT revision FROM record_versions WHERE document_id=? "
                      "AND layer=? AND id=? ORDER BY revision DESC LIMIT ?)",
                      [(*key, i, *key, i, keep) for i in trim])
-            self._new.difference_update(self._puts)  # they have versions now
-            self._puts = {}
+            self._new.difference_update(self._superseded)  # they have versions now
+            self._superseded = {}
         if self._pending_outcomes:
             many(self._conn, "INSERT INTO change_log (document_id, layer, change_id, outcome) "
-                 "VALUES (?,?,?,?)", [(*key, *p) for p in self._pending_outcomes])
+                 "VALUES (?,?,?,?)", self._pending_outcomes)
             self._pending_outcomes = []
-        if self._layer.revision != self._flushed_revision:
+        if self._revision != self._flushed_revision:
             self._q("UPDATE layers SET revision=? WHERE document_id=? AND name=?",
-                    (self._layer.revision, *key))
-            self._flushed_revision = self._layer.revision
+                    (self._revision, *key))
+            self._flushed_revision = self._revision
 
-    def get_record(self, record_id: str) -> StoredRecord | None:
-        if record_id in self._rows:
-            row = self._rows[record_id]
-        else:  # not cached: a pending write of it (blind put_record) must reach the table first
-            if self._pending_records:
-                self.flush()
+    def _row(self, record_id: str) -> dict | None:
+        """The record's current row (cached), or None."""
+        try:
+            return self._rows[record_id]
+        except KeyError:
+            pass
+        row = None
+        if not self._fresh:  # an id not cached has no pending write: the table is current
             row = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? AND id=?",
                           (*self._key(), record_id)).fetchone()
-            row = self._rows[record_id] = dict(row) if row else None
-            if row is None:
-                self._new.add(record_id)
+            row = dict(row) if row else None
+        self._rows[record_id] = row
+        if row is None:
+            self._new.add(record_id)
+        return row
+
+    def get_record(self, record_id: str) -> StoredRecord | None:
+        row = self._row(record_id)
         return _record(row) if row else None
 
     def live_children(self, root_id: str) -> list[StoredRecord]:
@@ -243,36 +306,48 @@ class SqlLayerWriter(LayerWriter):
         rows = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
                        "AND root_id=? AND deleted=0 ORDER BY revision",
                        (*self._key(), root_id)).fetchall()
-        return [_record(r) for r in rows]
+        children = []
+        for row in rows:
+            row = self._rows[row["id"]] = dict(row)  # flushed: the table is current
+            children.append(_record(row))
+        return children
 
     def put_record(self, record_id: str, content: dict | None, user_id: str | None) -> int:
-        revision = self._layer.revision + 1
-        now = self._now
-        root_id = content.get("rootId") if content else None
         text = None if content is None else dump_json(content)
+        old = self._row(record_id)
+        revision = self._revision = self._revision + 1
+        now = self._now
         deleted = int(content is None)
-        if record_id in self._rows:  # known: keep the cache exact (created_* of an old row)
-            old = self._rows[record_id]
+        if old is None:
             self._rows[record_id] = {
                 "id": record_id, "revision": revision, "deleted": deleted, "content": text,
-                "created_by": old["created_by"] if old else user_id,
-                "created_at": old["created_at"] if old else now, "updated_by": user_id,
-                "updated_at": now}
-        self._pending_records.append((record_id, revision, deleted, text,
+                "created_by": user_id, "created_at": now, "updated_by": user_id, "updated_at": now}
+        else:
+            if self._s.history_versions > 1:
+                self._pending_versions.append((*self._key_tuple, record_id, old["revision"], old["deleted"],
+                                               old["content"], old["updated_by"], old["updated_at"]))
+                self._superseded[record_id] = self._superseded.get(record_id, 0) + 1
+            self._rows[record_id] = {
+                "id": record_id, "revision": revision, "deleted": deleted, "content": text,
+                "created_by": old["created_by"], "created_at": old["created_at"],
+                "updated_by": user_id, "updated_at": now}
+        root_id = content.get("rootId") if content else None
+        document_id, layer = self._key_tuple
+        self._pending_records.append((document_id, layer, record_id, revision, deleted, text,
                                       root_id if isinstance(root_id, str) else None,
                                       user_id, user_id, now, now))
-        if self._s.history_versions > 0:
-            self._pending_versions.append((record_id, revision, deleted, text, user_id, now))
-            self._puts[record_id] = self._puts.get(record_id, 0) + 1
-        self._layer = LayerState(self._layer.document_id, self._layer.name, self._layer.epoch, revision)
         return revision
 
     def history(self, record_id: str) -> list[StoredRecord]:
         self.flush()
-        rows = self._q("SELECT id, revision, deleted, content, updated_by, updated_at FROM record_versions"
-                       " WHERE document_id=? AND layer=? AND id=? ORDER BY revision DESC",
-                       (*self._key(), record_id)).fetchall()
-        return [_version(r) for r in rows]
+        return self._s._history(self._conn, *self._key(), record_id)
+
+    def changes_since(self, since: int, limit: int,
+                      exclude_revisions: frozenset[int] = frozenset()) -> RecordPage:
+        self.flush()
+        sql, params = _page_query(*self._key(), since, limit, True, exclude_revisions, False)
+        rows = self._q(sql, params).fetchall()
+        return _page(self.layer, rows, limit)
 
     def recorded_outcome(self, change_id: str) -> dict | None:
         if change_id in self._outcomes:
@@ -281,12 +356,15 @@ class SqlLayerWriter(LayerWriter):
             row = self._q("SELECT outcome FROM change_log WHERE document_id=? AND layer=? AND change_id=?",
                           (*self._key(), change_id)).fetchone()
             text = self._outcomes[change_id] = row["outcome"] if row else None
-        return json.loads(text) if text is not None else None
+        return loads(text) if text is not None else None
 
     def record_outcome(self, change_id: str, outcome: dict) -> None:
-        text = dump_json(outcome)
+        if "reason" not in outcome:  # accepted: two checked ids and an int, so orjson's
+            text = orjson.dumps(outcome).decode("utf-8")  # text is the stdlib's (no scans)
+        else:
+            text = dump_json(outcome)
         self._outcomes[change_id] = text
-        self._pending_outcomes.append((change_id, text))
+        self._pending_outcomes.append((*self._key_tuple, change_id, text))
 
 
 class SqlStorage(Storage):
@@ -381,7 +459,8 @@ class SqlStorage(Storage):
                              "ON CONFLICT (document_id, sha256) DO NOTHING",
                              (document.document_id, sha256, "application/octet-stream", len(data),
                               data, now))
-            writer = SqlLayerWriter(self, conn, self._lock_layer(conn, document.document_id, ""))
+            writer = SqlLayerWriter(self, conn, self._lock_layer(conn, document.document_id, ""),
+                                    fresh=True)  # the document, so its layer, is new
             for content in document.records:
                 writer.put_record(content["id"], content, None)
             writer.flush()
@@ -478,7 +557,8 @@ class SqlStorage(Storage):
         with self.transaction(write=True) as conn:
             if not self._insert_layer(conn, document_id, layer):
                 raise LayerExists(layer)
-            writer = SqlLayerWriter(self, conn, self._read_layer(conn, document_id, layer, lock=True))
+            writer = SqlLayerWriter(self, conn, self._read_layer(conn, document_id, layer, lock=True),
+                                    fresh=True)
             for content in records:
                 writer.put_record(content["id"], content, user_id)
             writer.flush()
@@ -501,18 +581,8 @@ class SqlStorage(Storage):
     def list_records(self, document_id: str, layer: str, since: int, limit: int,
                      include_tombstones: bool, exclude_revisions: frozenset[int] = frozenset(),
                      only_tombstones: bool = False) -> RecordPage:
-        sql = (f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
-               "AND revision > ?")
-        params: list = [document_id, layer, since]
-        if only_tombstones:
-            sql += " AND deleted=1"
-        elif not include_tombstones:
-            sql += " AND deleted=0"
-        if exclude_revisions:
-            sql += f" AND revision NOT IN ({','.join('?' * len(exclude_revisions))})"
-            params.extend(sorted(exclude_revisions))
-        sql += " ORDER BY revision LIMIT ?"
-        params.append(limit + 1)
+        sql, params = _page_query(document_id, layer, since, limit, include_tombstones,
+                                  exclude_revisions, only_tombstones)
         # One statement reads the layer and its page in one snapshot (a statement is
         # atomic on both backends): one round trip, no BEGIN/COMMIT. A layer without
         # matching records gives one row of NULL record columns; no layer, no row.
@@ -531,11 +601,7 @@ class SqlStorage(Storage):
         if not rows:  # deleted between ensure and read
             raise DocumentNotFound(document_id)
         state = LayerState(document_id, layer, rows[0]["layer_epoch"], rows[0]["layer_revision"])
-        rows = [r for r in rows if r["id"] is not None]
-        records = [_record(r) for r in rows[:limit]]
-        has_more = len(rows) > limit
-        next_since = records[-1].revision if has_more else state.revision
-        return RecordPage(state, records, has_more, next_since)
+        return _page(state, [r for r in rows if r["id"] is not None], limit)
 
     def get_record(self, document_id: str, layer: str, record_id: str) -> StoredRecord | None:
         with self.connection() as conn:
@@ -545,9 +611,19 @@ class SqlStorage(Storage):
 
     def record_history(self, document_id: str, layer: str, record_id: str) -> list[StoredRecord]:
         with self.connection() as conn:
-            rows = self.execute(conn, "SELECT id, revision, deleted, content, updated_by, updated_at "
-                                "FROM record_versions WHERE document_id=? AND layer=? AND id=? "
-                                "ORDER BY revision DESC", (document_id, layer, record_id)).fetchall()
+            return self._history(conn, document_id, layer, record_id)
+
+    def _history(self, conn, document_id: str, layer: str, record_id: str) -> list[StoredRecord]:
+        """The kept versions, newest first: the current row and the superseded ones."""
+        if self.history_versions <= 0:
+            return []
+        rows = self.execute(
+            conn, "SELECT id, revision, deleted, content, updated_by, updated_at FROM records "
+            "WHERE document_id=? AND layer=? AND id=? UNION ALL "
+            "SELECT id, revision, deleted, content, updated_by, updated_at FROM record_versions "
+            "WHERE document_id=? AND layer=? AND id=? ORDER BY revision DESC LIMIT ?",
+            (document_id, layer, record_id, document_id, layer, record_id,
+             self.history_versions)).fetchall()
         return [_version(r) for r in rows]
 
     def layer_record_counts(self, limit: int = 1000) -> list[tuple[str, str, int]]:
