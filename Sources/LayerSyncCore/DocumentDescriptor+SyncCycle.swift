@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -80,9 +81,9 @@ extension DocumentDescriptor {
                 throw LayerSyncError(.accessDenied, "the server rejected the current JWT; call reauthenticate(jwt:)")
             }
             setActivity(.sendingChanges)
-            try exchangeChanges(token: token, cancellation: cancellation)
+            let storedSyncTime = try exchangeChanges(token: token, cancellation: cancellation)
             mutableState.withLock { $0.lastSyncFailedOffline = false }
-            try? store.setMeta("last_sync_time", String(Self.wallClockSeconds()))
+            if !storedSyncTime { try? store.setMeta("last_sync_time", String(Self.wallClockSeconds())) }
             setActivity(nil)
             emit(.didFinishSync(self))
         } catch {
@@ -110,69 +111,184 @@ extension DocumentDescriptor {
     }
 
     /// Sends batches and applies answers until nothing is pending (or 1000 rounds).
-    private func exchangeChanges(token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
+    ///
+    /// Pipelined when more than one batch is pending: the next batch is frozen while a request
+    /// is in flight, and is sent as soon as that request's answer arrives — before that answer
+    /// is applied — so this side's store work overlaps the server's work on the next batch. A
+    /// request sent ahead claims `since` = the previous answer's `revision` (complete up to
+    /// there: only answers without `has_more` are applied behind the next request). Anything
+    /// unusual (413, an epoch change, `has_more`, an error) falls back to one request at a time.
+    /// Each round's store work is one transaction (answer applied + next batch frozen).
+    /// - Returns: Whether `last_sync_time` was already stored with the last answer.
+    private func exchangeChanges(token: String, cancellation: TransferCancellation) throws(LayerSyncError) -> Bool {
         // Attachments first: a record never reaches the server before what it references.
         try uploadPendingAttachments(token: token, cancellation: cancellation)
         let limit = max(1024, context.maxRequestBytes - Self.envelopeBytes)
         var budget = limit
+        func limits(inFlight: [PendingChange] = []) -> LayerStore.BatchLimits {
+            LayerStore.BatchLimits(maxBytes: budget, maxChangeBytes: limit, inFlight: Set(inFlight.map(\.sequence)))
+        }
+        var batch = try store.nextBatch(limits())
+        // An answer whose request is done but which is not applied yet (applied while the next
+        // request is in flight).
+        var unapplied: SyncAnswer?
         for _ in 0..<1000 {
-            let (batch, oversized) = try store.nextBatch(maxBytes: budget, maxChangeBytes: limit)
-            for change in oversized {
+            for change in batch.oversized {
                 report(try store.dropChange(change, reason: "payload_too_large"))
             }
-            var slice = batch
-            var answer: SyncAnswer?
-            while answer == nil {
-                do {
-                    answer = try postSync(slice, token: token, cancellation: cancellation)
-                } catch where error.code == .payloadLimitExceeded {
-                    // 413: halve the batch; a single change over the limit is rejected alone.
-                    if slice.count <= 1 {
-                        if let change = slice.first { report(try store.dropChange(change, reason: "payload_too_large")) }
-                        slice = []
-                    } else {
-                        slice = Array(slice.prefix(slice.count / 2))
-                        budget = max(1, slice.reduce(0) { $0 + $1.payload.utf8.count + 1 })
-                    }
-                }
-            }
-            guard let answer else { continue }
-            setActivity(.receivingChanges)
-            let knownEpoch = try store.epoch()
-            if answer.epochChanged || answer.epoch != knownEpoch {
-                try rebase(token: token, cancellation: cancellation)
-                setActivity(.sendingChanges)
+            let slice = batch.batch
+            if slice.isEmpty, let answer = unapplied {
+                // The last request ran ahead of its predecessor's answer: apply that one now.
+                let round = try applyAnswer(answer, next: limits(), token: token, cancellation: cancellation)
+                if round.pending == 0 { return round.storedSyncTime }
+                unapplied = nil
+                batch = round.next ?? ([], [])
                 continue
             }
-            var outcome = try store.applyAnswers(accepted: answer.accepted, rejected: answer.rejected)
-            outcome.merge(try store.applyServerRecords(answer.changes, since: answer.hasMore ? nil : answer.revision))
-            if answer.hasMore {
-                outcome.merge(try pullPages(from: answer.nextSince, token: token, cancellation: cancellation))
-            }
-            report(outcome)
+            // Send `slice` (an empty one too: every cycle asks the server for its changes at least
+            // once). Meanwhile apply the previous answer and freeze the batch after `slice`, unless
+            // there is nothing to overlap (a single batch: no extra thread hop).
+            let body = try syncBody(slice, since: unapplied?.revision)
             let pending = try store.pendingCount()
-            if (slice.isEmpty && batch.isEmpty && oversized.isEmpty) || pending == 0 { return }
-            setActivity(.sendingChanges)
+            let overlap = !slice.isEmpty && (unapplied != nil || pending > slice.count)
+            var sent: Result<SyncAnswer, LayerSyncError>
+            var prepared: LayerStore.Batch?
+            if overlap {
+                let previous = unapplied
+                let (result, work) = overlapped({ [self] () throws(LayerSyncError) -> SyncAnswer in
+                    try postSync(body, token: token, cancellation: cancellation)
+                }, { [self] () throws(LayerSyncError) -> LayerStore.Batch? in
+                    guard let previous else { return try store.nextBatch(limits(inFlight: slice)) }
+                    return try applyAnswer(previous, next: limits(inFlight: slice), token: token, cancellation: cancellation).next
+                })
+                sent = result
+                prepared = try work.get()  // a store failure ends the cycle; the answer in flight is retried later
+                unapplied = nil
+            } else {
+                sent = Result { () throws(LayerSyncError) in try postSync(body, token: token, cancellation: cancellation) }
+            }
+            var answer: SyncAnswer
+            switch sent {
+            case .success(let value):
+                answer = value
+            case .failure(let error) where error.code == .payloadLimitExceeded:
+                // 413: halve the batch; a single change over the limit is rejected alone. The
+                // batch frozen meanwhile stays queued (frozen) for later rounds.
+                guard let halved = try sendHalving(slice, token: token, cancellation: cancellation, budget: &budget) else {
+                    batch = try store.nextBatch(limits())
+                    continue
+                }
+                answer = halved
+                prepared = nil
+            case .failure(let error):
+                throw error
+            }
+            let knownEpoch = try store.epoch()
+            if answer.epochChanged || answer.epoch != knownEpoch {
+                setActivity(.receivingChanges)
+                try rebase(token: token, cancellation: cancellation)
+                setActivity(.sendingChanges)
+                batch = try store.nextBatch(limits())
+                continue
+            }
+            guard let prepared, !answer.hasMore else {
+                // Applied now: there is no next request to overlap with, or the answer's changes
+                // continue in pages (`has_more`).
+                let round = try applyAnswer(answer, next: limits(), token: token, cancellation: cancellation)
+                if round.pending == 0 || slice.isEmpty && batch.oversized.isEmpty { return round.storedSyncTime }
+                if answer.hasMore { batch = try store.nextBatch(limits()) } else { batch = round.next ?? ([], []) }
+                continue
+            }
+            // Pipelined: the prepared batch goes out next, and this answer is applied meanwhile.
+            unapplied = answer
+            batch = prepared
+        }
+        if let answer = unapplied { _ = try applyAnswer(answer, next: nil, token: token, cancellation: cancellation) }
+        return false
+    }
+
+    /// Applies a sync answer in one transaction (plus the delta pages of `has_more`), reports
+    /// what changed, and updates the activity state.
+    /// - Parameters:
+    ///   - answer: The answer.
+    ///   - next: Limits of the batch to freeze in the same transaction, if any.
+    /// - Returns: The store's round (pending count, next batch, whether `last_sync_time` was stored).
+    private func applyAnswer(_ answer: SyncAnswer, next: LayerStore.BatchLimits?, token: String,
+                             cancellation: TransferCancellation) throws(LayerSyncError) -> LayerStore.SyncRound {
+        setActivity(.receivingChanges)
+        var round = try store.applySyncAnswer(answer, since: answer.hasMore ? nil : answer.revision,
+                                              lastSyncTime: answer.hasMore ? nil : Self.wallClockSeconds(),
+                                              next: answer.hasMore ? nil : next)
+        if answer.hasMore {
+            round.outcome.merge(try pullPages(from: answer.nextSince, token: token, cancellation: cancellation))
+            round.pending = try store.pendingCount()
+        }
+        report(round.outcome)
+        if round.pending > 0 { setActivity(.sendingChanges) }
+        return round
+    }
+
+    /// Re-sends a batch that got 413, halving it until the server takes it; a single change
+    /// over the limit is rejected alone with `payload_too_large`.
+    /// - Parameter budget: The byte budget of later batches, lowered to what was accepted.
+    /// - Returns: The answer, or `nil` when nothing of the batch was left to send.
+    private func sendHalving(_ batch: [PendingChange], token: String, cancellation: TransferCancellation,
+                             budget: inout Int) throws(LayerSyncError) -> SyncAnswer? {
+        var slice = batch
+        while true {
+            if slice.count <= 1 {
+                if let change = slice.first { report(try store.dropChange(change, reason: "payload_too_large")) }
+                return nil
+            }
+            slice = Array(slice.prefix(slice.count / 2))
+            budget = max(1, slice.reduce(0) { $0 + $1.payload.utf8.count + 1 })
+            do {
+                return try postSync(try syncBody(slice, since: nil), token: token, cancellation: cancellation)
+            } catch where error.code == .payloadLimitExceeded {
+                continue
+            }
         }
     }
 
-    /// Builds the exact request body of a batch and posts it.
-    private func postSync(_ changes: [PendingChange], token: String,
-                          cancellation: TransferCancellation) throws(LayerSyncError) -> SyncAnswer {
+    /// Runs `request` on another thread while `work` runs on this one, and returns when both
+    /// ended (so nothing of either is left running when this returns or throws).
+    private func overlapped<A: Sendable, B>(_ request: @escaping @Sendable () throws(LayerSyncError) -> A,
+                                            _ work: () throws(LayerSyncError) -> B) -> (Result<A, LayerSyncError>, Result<B, LayerSyncError>) {
+        let done = DispatchSemaphore(value: 0)
+        let box = Mutex<Result<A, LayerSyncError>?>(nil)
+        DispatchQueue.global(qos: .userInitiated).async {
+            let result = Result { () throws(LayerSyncError) in try request() }
+            box.withLock { $0 = result }
+            done.signal()
+        }
+        let local = Result { () throws(LayerSyncError) in try work() }
+        done.wait()
+        return (box.withLock { $0! }, local)
+    }
+
+    /// The exact request body of a batch: `{"client_id","epoch","since","changes":[payloads]}`.
+    /// - Parameter since: The `since` to claim, `nil` for the store's.
+    private func syncBody(_ changes: [PendingChange], since: Int64?) throws(LayerSyncError) -> [UInt8] {
         var body = JSONObject()
         body["client_id"] = .string(try store.clientID())
         body["epoch"] = try store.epoch().map { .string($0) } ?? .null
-        body["since"] = .integer(try store.since())
+        if let since { body["since"] = .integer(since) } else { body["since"] = .integer(try store.since()) }
         var bytes = JSONValue.object(body).jsonBytes
         bytes.removeLast()  // "}"
+        bytes.reserveCapacity(bytes.count + 16 + changes.reduce(0) { $0 + $1.payload.utf8.count + 1 })
         bytes.append(contentsOf: ",\"changes\":[".utf8)
         for (offset, change) in changes.enumerated() {
             if offset > 0 { bytes.append(UInt8(ascii: ",")) }
             bytes.append(contentsOf: change.payload.utf8)  // frozen payloads go out byte-identical
         }
         bytes.append(contentsOf: "]}".utf8)
-        return try context.server.sync(documentID: documentID, layer: layerName, body: bytes, jwt: token,
-                                       session: workSession, cancellation: cancellation)
+        return bytes
+    }
+
+    /// Posts a request body built by ``syncBody(_:since:)``.
+    private func postSync(_ body: [UInt8], token: String, cancellation: TransferCancellation) throws(LayerSyncError) -> SyncAnswer {
+        try context.server.sync(documentID: documentID, layer: layerName, body: body, jwt: token,
+                                session: workSession, cancellation: cancellation)
     }
 
     /// Pulls delta pages (`GET records?since=`) until the server has no more.

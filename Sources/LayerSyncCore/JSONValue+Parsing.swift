@@ -25,12 +25,18 @@ extension JSONValue {
     }
 }
 
+/// Limits shared by the parser and the validator.
+private enum JSONParserLimits {
+    /// Deepest nesting of arrays and objects accepted.
+    static let maximumDepth = 512
+}
+
 /// A recursive-descent JSON parser over UTF-8 bytes.
 private struct JSONParser {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
     var depth = 0
-    static let maximumDepth = 512
+    static let maximumDepth = JSONParserLimits.maximumDepth
 
     init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
@@ -230,5 +236,202 @@ private struct JSONParser {
         }
         guard let string = String(validating: output, as: UTF8.self) else { throw failure("invalid UTF-8 in string") }
         return string
+    }
+}
+
+extension JSONValue {
+    /// Whether UTF-8 bytes are one JSON text that ``parse(bytes:)`` accepts (same grammar,
+    /// nesting limit and string rules), checked without building any value: for text the
+    /// engine only passes through, such as stored record content spliced into a request.
+    /// - Parameter bytes: The JSON text as UTF-8.
+    /// - Returns: `true` if ``parse(bytes:)`` would succeed.
+    static func isValid(bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var validator = JSONValidator(bytes: bytes)
+        return validator.validateDocument()
+    }
+}
+
+/// The grammar of ``JSONParser`` without building values (see ``JSONValue/isValid(bytes:)``).
+private struct JSONValidator {
+    let bytes: UnsafeBufferPointer<UInt8>
+    var index = 0
+    var depth = 0
+
+    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    mutating func validateDocument() -> Bool {
+        skipWhitespace()
+        guard value() else { return false }
+        skipWhitespace()
+        return index == bytes.count
+    }
+
+    mutating func skipWhitespace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
+    }
+
+    mutating func literal(_ text: StaticString) -> Bool {
+        let count = text.utf8CodeUnitCount
+        guard index + count <= bytes.count else { return false }
+        for offset in 0..<count where bytes[index + offset] != text.utf8Start[offset] { return false }
+        index += count
+        return true
+    }
+
+    mutating func value() -> Bool {
+        guard index < bytes.count else { return false }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return container(close: UInt8(ascii: "}"), keyed: true)
+        case UInt8(ascii: "["): return container(close: UInt8(ascii: "]"), keyed: false)
+        case UInt8(ascii: "\""): return string()
+        case UInt8(ascii: "t"): return literal("true")
+        case UInt8(ascii: "f"): return literal("false")
+        case UInt8(ascii: "n"): return literal("null")
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return number()
+        default: return false
+        }
+    }
+
+    mutating func container(close: UInt8, keyed: Bool) -> Bool {
+        depth += 1
+        defer { depth -= 1 }
+        guard depth <= JSONParserLimits.maximumDepth else { return false }
+        index += 1
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == close {
+            index += 1
+            return true
+        }
+        while true {
+            skipWhitespace()
+            if keyed {
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\""), string() else { return false }
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { return false }
+                index += 1
+                skipWhitespace()
+            }
+            guard value() else { return false }
+            skipWhitespace()
+            guard index < bytes.count else { return false }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == close { index += 1; return true }
+            return false
+        }
+    }
+
+    mutating func digits() -> Int {
+        let from = index
+        while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+        return index - from
+    }
+
+    mutating func number() -> Bool {
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { return false }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if digits() == 0 {
+            return false
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard digits() > 0 else { return false }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard digits() > 0 else { return false }
+        }
+        return true
+    }
+
+    mutating func hex4() -> UInt32? {
+        guard index + 4 <= bytes.count else { return nil }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = bytes[index]
+            let digit: UInt32
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
+            default: return nil
+            }
+            value = value << 4 | digit
+            index += 1
+        }
+        return value
+    }
+
+    /// A string: escapes as ``JSONParser/parseString()`` accepts them, raw bytes valid UTF-8.
+    mutating func string() -> Bool {
+        index += 1
+        while true {
+            guard index < bytes.count else { return false }
+            let byte = bytes[index]
+            switch byte {
+            case UInt8(ascii: "\""):
+                index += 1
+                return true
+            case 0..<0x20:
+                return false
+            case UInt8(ascii: "\\"):
+                index += 1
+                guard index < bytes.count else { return false }
+                let escape = bytes[index]
+                index += 1
+                switch escape {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                     UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    continue
+                case UInt8(ascii: "u"):
+                    guard let scalar = hex4() else { return false }
+                    if (0xD800..<0xDC00).contains(scalar) {
+                        guard index + 6 <= bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                              bytes[index + 1] == UInt8(ascii: "u") else { return false }
+                        index += 2
+                        guard let low = hex4(), (0xDC00..<0xE000).contains(low) else { return false }
+                    } else if (0xDC00..<0xE000).contains(scalar) {
+                        return false
+                    }
+                default:
+                    return false
+                }
+            case 0x20..<0x80:
+                index += 1
+            default:
+                guard utf8Sequence() else { return false }
+            }
+        }
+    }
+
+    /// One multi-byte UTF-8 sequence at `index` (RFC 3629: no overlong forms, no surrogates,
+    /// nothing above U+10FFFF).
+    mutating func utf8Sequence() -> Bool {
+        let lead = bytes[index]
+        let count: Int
+        var lower: UInt8 = 0x80, upper: UInt8 = 0xBF
+        switch lead {
+        case 0xC2...0xDF: count = 2
+        case 0xE0: count = 3; lower = 0xA0
+        case 0xE1...0xEC, 0xEE...0xEF: count = 3
+        case 0xED: count = 3; upper = 0x9F
+        case 0xF0: count = 4; lower = 0x90
+        case 0xF1...0xF3: count = 4
+        case 0xF4: count = 4; upper = 0x8F
+        default: return false
+        }
+        guard index + count <= bytes.count else { return false }
+        let second = bytes[index + 1]
+        guard second >= lower, second <= upper else { return false }
+        for offset in 2..<max(2, count) where bytes[index + offset] & 0xC0 != 0x80 { return false }
+        index += count
+        return true
     }
 }

@@ -1,10 +1,43 @@
 /// The store's side of the sync cycle: freezing outgoing changes, applying the server's
 /// answers, and re-basing on a new snapshot.
 extension LayerStore {
+    /// A batch of changes to send, and the changes that can never be sent (each alone over
+    /// the size limit; not frozen).
+    typealias Batch = (batch: [PendingChange], oversized: [PendingChange])
+
+    /// How ``nextBatch(_:)`` fills a batch.
+    struct BatchLimits: Sendable {
+        /// Budget for the summed payload sizes (a first change that fits `maxChangeBytes`
+        /// is always taken, so the queue always moves).
+        var maxBytes: Int
+        /// Size a single change may never exceed (the server's limit).
+        var maxChangeBytes: Int
+        /// Maximum number of changes.
+        var maxCount: Int = LayerStore.defaultBatchCount
+        /// Queue positions of changes in a request still in flight: skipped, together with
+        /// every later change of their records.
+        var inFlight: Set<Int64> = []
+
+        init(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = LayerStore.defaultBatchCount,
+             inFlight: Set<Int64> = []) {
+            self.maxBytes = maxBytes
+            self.maxChangeBytes = maxChangeBytes ?? maxBytes
+            self.maxCount = maxCount
+            self.inFlight = inFlight
+        }
+    }
+
+    /// Most changes one request carries by default. Both ends pay per change rather than per
+    /// request, so beyond this a batch only delays the first answer (and, with the sync
+    /// cycle's pipelining, the overlap of one side's work with the other's).
+    static let defaultBatchCount = 1000
+
     /// Takes the next changes to send, in queue order, at most one per record (a record's
     /// later change waits until its earlier one is resolved, so its `base_revision` is known).
-    /// Each not-yet-sent change is frozen here: its payload is computed with the record's
-    /// current server revision as `base_revision` and never changes again.
+    /// Each not-yet-sent change is frozen here (`attempted` = 1): its `base_revision` is the
+    /// record's current server revision and, like the rest of the row, never changes again,
+    /// so the change's payload (a function of those fields) goes out byte-identical on every
+    /// retry.
     /// - Parameters:
     ///   - maxBytes: Budget for the summed payload sizes (a first change that fits
     ///     `maxChangeBytes` is always taken, so the queue always moves).
@@ -13,49 +46,91 @@ extension LayerStore {
     ///   - maxCount: Maximum number of changes.
     /// - Returns: The batch, and changes that alone exceed `maxChangeBytes` (not frozen).
     /// - Throws: `.databaseAccessFailed`.
-    func nextBatch(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = 500) throws(LayerSyncError) -> (batch: [PendingChange], oversized: [PendingChange]) {
-        try transaction { db throws(LayerSyncError) in
-            let rows = try db.query("""
-                SELECT p.seq, p.change_id, p.record_id, p.op, p.content, p.attempted, p.payload, r.server_revision
-                FROM pending_changes p LEFT JOIN records r ON r.id = p.record_id ORDER BY p.seq
-                """)
-            var seen: Set<String> = []
-            var batch: [PendingChange] = []
-            var oversized: [PendingChange] = []
-            var bytes = 0
-            for row in rows {
-                guard let sequence = row[0].integer, let changeID = row[1].text, let recordID = row[2].text,
-                      let operation = row[3].text.flatMap(PendingChange.Operation.init(rawValue:)) else { continue }
-                guard seen.insert(recordID).inserted else { continue }
-                let frozen = row[5].integer == 1 ? row[6].text : nil
-                let base = row[7].integer
-                let payload = frozen ?? Self.changePayload(changeID: changeID, recordID: recordID, operation: operation,
-                                                          content: row[4].text, baseRevision: base)
-                let change = PendingChange(sequence: sequence, changeID: changeID, recordID: recordID,
-                                           operation: operation, payload: payload)
-                if payload.utf8.count > (maxChangeBytes ?? maxBytes) {
-                    oversized.append(change)
-                    continue
-                }
-                guard bytes + payload.utf8.count + 1 <= maxBytes || batch.isEmpty, batch.count < maxCount else { break }
-                if frozen == nil {
-                    try db.query("UPDATE pending_changes SET attempted = 1, payload = ?, base_revision = ? WHERE seq = ?",
-                                 [.text(payload), base.map { .integer($0) } ?? .null, .integer(sequence)])
-                }
-                bytes += payload.utf8.count + 1
-                batch.append(change)
-            }
-            return (batch, oversized)
-        }
+    func nextBatch(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = defaultBatchCount) throws(LayerSyncError) -> Batch {
+        try nextBatch(BatchLimits(maxBytes: maxBytes, maxChangeBytes: maxChangeBytes, maxCount: maxCount))
     }
 
-    /// The JSON of one change in a sync request (protocol.md `changes[]`).
+    /// ``nextBatch(maxBytes:maxChangeBytes:maxCount:)`` with all limits, in its own transaction.
+    func nextBatch(_ limits: BatchLimits) throws(LayerSyncError) -> Batch {
+        try localEdit { db throws(LayerSyncError) in (try Self.takeBatch(db, limits), pendingDelta: 0) }
+    }
+
+    /// The body of ``nextBatch(_:)`` (inside a transaction).
+    static func takeBatch(_ db: SQLiteDatabase, _ limits: BatchLimits) throws(LayerSyncError) -> Batch {
+        var seen: Set<String> = []
+        var batch: [PendingChange] = []
+        var oversized: [PendingChange] = []
+        var toFreeze: [(sequence: Int64, base: Int64?)] = []
+        var bytes = 0
+        // Rows are read one at a time (columns on demand) and the scan stops when the batch
+        // is full, so a batch costs what it holds, not the length of the queue.
+        try db.forEachRow("""
+            SELECT p.seq, p.record_id, p.change_id, p.op, p.attempted, p.payload, p.base_revision, r.server_revision, p.content
+            FROM pending_changes p LEFT JOIN records r ON r.id = p.record_id ORDER BY p.seq
+            """) { row throws(LayerSyncError) in
+            guard let sequence = row.integer(0), let recordID = row.text(1) else { return true }
+            guard seen.insert(recordID).inserted, !limits.inFlight.contains(sequence) else { return true }
+            guard let changeID = row.text(2), let operation = row.text(3).flatMap(PendingChange.Operation.init(rawValue:)) else {
+                return true
+            }
+            let attempted = row.integer(4) == 1
+            let base = attempted ? row.integer(6) : row.integer(7)
+            // Earlier versions stored the payload of a sent change (column `payload`); it is now
+            // recomputed from the row, whose fields never change once it was sent.
+            let stored = attempted ? row.text(5) : nil
+            let payload = stored ?? row.withText(8) { content in
+                changePayload(changeID: changeID, recordID: recordID, operation: operation,
+                              content: row.isNull(8) ? nil : content, baseRevision: base)
+            }
+            let size = payload.utf8.count
+            let change = PendingChange(sequence: sequence, changeID: changeID, recordID: recordID,
+                                       operation: operation, payload: payload)
+            if size > limits.maxChangeBytes {
+                oversized.append(change)
+                return true
+            }
+            guard bytes + size + 1 <= limits.maxBytes || batch.isEmpty, batch.count < limits.maxCount else { return false }
+            if !attempted { toFreeze.append((sequence, base)) }
+            bytes += size + 1
+            batch.append(change)
+            return true
+        }
+        for change in toFreeze {
+            try db.query("UPDATE pending_changes SET attempted = 1, base_revision = ? WHERE seq = ?",
+                         [change.base.map { .integer($0) } ?? .null, .integer(change.sequence)])
+        }
+        return (batch, oversized)
+    }
+
+    /// The JSON of one change in a sync request (protocol.md `changes[]`):
+    /// `{"change_id","op","id"[,"base_revision"][,"content"]}`. Stored content (UTF-8 bytes,
+    /// `nil` for none) that is valid JSON goes in as it is — the engine stores compact JSON, so
+    /// this is what parsing and re-writing it would give, without the cost; anything else is
+    /// sent as `null`, which the server rejects for this change alone.
     static func changePayload(changeID: String, recordID: String, operation: PendingChange.Operation,
-                              content: String?, baseRevision: Int64?) -> String {
-        var change = JSONObject([("change_id", .string(changeID)), ("op", .string(operation.rawValue)), ("id", .string(recordID))])
-        if operation != .create { change["base_revision"] = .integer(baseRevision ?? 0) }
-        if operation != .delete, let content { change["content"] = (try? JSONValue.parse(content)) ?? .null }
-        return JSONValue.object(change).jsonText
+                              content: UnsafeBufferPointer<UInt8>?, baseRevision: Int64?) -> String {
+        var output: [UInt8] = []
+        output.reserveCapacity(96 + changeID.utf8.count + recordID.utf8.count + (content?.count ?? 0))
+        output.append(contentsOf: #"{"change_id":"#.utf8)
+        JSONValue.string(changeID).write(to: &output)
+        output.append(contentsOf: #","op":""#.utf8)
+        output.append(contentsOf: operation.rawValue.utf8)
+        output.append(contentsOf: #"","id":"#.utf8)
+        JSONValue.string(recordID).write(to: &output)
+        if operation != .create {
+            output.append(contentsOf: #","base_revision":"#.utf8)
+            output.append(contentsOf: String(baseRevision ?? 0).utf8)
+        }
+        if operation != .delete, let content {
+            output.append(contentsOf: #","content":"#.utf8)
+            if JSONValue.isValid(bytes: content) {
+                output.append(contentsOf: content)
+            } else {
+                output.append(contentsOf: "null".utf8)
+            }
+        }
+        output.append(UInt8(ascii: "}"))
+        return String(decoding: output, as: UTF8.self)
     }
 
     /// Drops a change that can never be sent (over the server's size limit) and reverts
@@ -104,37 +179,53 @@ extension LayerStore {
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
     func applyAnswers(accepted: [AcceptedChange], rejected: [RejectedChangeAnswer]) throws(LayerSyncError) -> ServerChangeOutcome {
-        try transaction { db throws(LayerSyncError) in
+        try localEdit { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
-            for answer in accepted {
-                guard let row = try db.query("SELECT seq, op, content FROM pending_changes WHERE change_id = ?",
-                                             [.text(answer.changeID)]).first,
-                      let sequence = row[0].integer else { continue }
-                try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(sequence)])
-                let isDelete = row[1].text == "delete"
-                let known = try db.query("SELECT server_revision FROM records WHERE id = ?", [.text(answer.recordID)]).first?.first?.integer
-                if let known, known > answer.revision {
-                    // A newer server version (another writer, after ours) is already known: it stands.
-                    let laterPending = try !db.query("SELECT 1 FROM pending_changes WHERE record_id = ?", [.text(answer.recordID)]).isEmpty
-                    if !laterPending {
-                        try Self.adopt(db, id: answer.recordID, server: try Self.serverVersion(db, id: answer.recordID), into: &outcome)
-                    }
-                    continue
-                }
-                try db.query("UPDATE records SET server_revision = ?, server_content = ?, server_deleted = ? WHERE id = ?",
-                             [.integer(answer.revision), isDelete ? .null : (row[2].text.map { .text($0) } ?? .null),
-                              .integer(isDelete ? 1 : 0), .text(answer.recordID)])
-            }
-            for answer in rejected {
-                guard let row = try db.query("SELECT content FROM pending_changes WHERE change_id = ?",
-                                             [.text(answer.changeID)]).first else { continue }
-                outcome.rejections.append(RejectedChange(recordID: answer.recordID, reason: answer.reason,
-                                                         localJSON: row[0].text, serverJSON: answer.serverRecord?.contentText))
-                try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(answer.recordID)])
-                try Self.adopt(db, id: answer.recordID, server: answer.serverRecord, into: &outcome)
-            }
-            return outcome
+            let removed = try Self.applyAnswers(db, accepted: accepted, rejected: rejected, into: &outcome)
+            return (outcome, pendingDelta: -removed)
         }
+    }
+
+    /// The body of ``applyAnswers(accepted:rejected:)`` (inside a transaction).
+    /// - Returns: How many rows left `pending_changes`.
+    static func applyAnswers(_ db: SQLiteDatabase, accepted: [AcceptedChange], rejected: [RejectedChangeAnswer],
+                             into outcome: inout ServerChangeOutcome) throws(LayerSyncError) -> Int {
+        var removed = 0
+        for answer in accepted {
+            // The sent content becomes the record's server version at the new revision, copied
+            // inside SQLite. (A statement that writes one row by its key: SQLite needs no
+            // statement journal for it, unlike an UPDATE ... FROM.)
+            try db.query("""
+                UPDATE records SET server_revision = ?2, (server_content, server_deleted) = (
+                    SELECT CASE op WHEN 'delete' THEN NULL ELSE content END, op = 'delete'
+                    FROM pending_changes WHERE change_id = ?1)
+                WHERE id = ?3 AND (server_revision IS NULL OR server_revision <= ?2)
+                    AND EXISTS (SELECT 1 FROM pending_changes WHERE change_id = ?1)
+                """, [.text(answer.changeID), .integer(answer.revision), .text(answer.recordID)])
+            let updated = db.changes
+            try db.query("DELETE FROM pending_changes WHERE change_id = ?", [.text(answer.changeID)])
+            guard db.changes > 0 else { continue }  // not (or no longer) queued: nothing to do
+            removed += 1
+            guard updated == 0 else { continue }
+            // A newer server version (another writer, after ours) is already known: it stands.
+            let known = try db.query("SELECT server_revision FROM records WHERE id = ?", [.text(answer.recordID)]).first?.first?.integer
+            if let known, known > answer.revision {
+                let laterPending = try !db.query("SELECT 1 FROM pending_changes WHERE record_id = ?", [.text(answer.recordID)]).isEmpty
+                if !laterPending {
+                    try adopt(db, id: answer.recordID, server: try serverVersion(db, id: answer.recordID), into: &outcome)
+                }
+            }
+        }
+        for answer in rejected {
+            guard let row = try db.query("SELECT content FROM pending_changes WHERE change_id = ?",
+                                         [.text(answer.changeID)]).first else { continue }
+            outcome.rejections.append(RejectedChange(recordID: answer.recordID, reason: answer.reason,
+                                                     localJSON: row[0].text, serverJSON: answer.serverRecord?.contentText))
+            try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(answer.recordID)])
+            removed += db.changes
+            try adopt(db, id: answer.recordID, server: answer.serverRecord, into: &outcome)
+        }
+        return removed
     }
 
     /// Applies server records (sync `changes`, delta pages, long-poll answers) and raises
@@ -148,28 +239,76 @@ extension LayerStore {
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
     func applyServerRecords(_ records: [ServerRecord], since: Int64?) throws(LayerSyncError) -> ServerChangeOutcome {
-        try transaction { db throws(LayerSyncError) in
+        try localEdit { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
-            for record in records {
-                let row = try db.query("SELECT server_revision FROM records WHERE id = ?", [.text(record.id)]).first
-                if let known = row?[0].integer, record.revision <= known { continue }
-                let pending = try db.query("SELECT attempted, content FROM pending_changes WHERE record_id = ? ORDER BY seq",
-                                           [.text(record.id)])
-                if pending.contains(where: { $0[0].integer == 1 }) {
-                    try db.query("UPDATE records SET server_revision = ?, server_content = ?, server_deleted = ? WHERE id = ?",
-                                 [.integer(record.revision), record.contentText.map { .text($0) } ?? .null,
-                                  .integer(record.deleted ? 1 : 0), .text(record.id)])
-                    continue
-                }
-                if let last = pending.last {
-                    outcome.rejections.append(RejectedChange(recordID: record.id, reason: "superseded",
-                                                             localJSON: last[1].text, serverJSON: record.contentText))
-                    try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(record.id)])
-                }
-                try Self.adopt(db, id: record.id, server: record, into: &outcome)
+            let removed = try Self.applyServerRecords(db, records, since: since, into: &outcome)
+            return (outcome, pendingDelta: -removed)
+        }
+    }
+
+    /// The body of ``applyServerRecords(_:since:)`` (inside a transaction).
+    /// - Returns: How many rows left `pending_changes`.
+    static func applyServerRecords(_ db: SQLiteDatabase, _ records: [ServerRecord], since: Int64?,
+                                   into outcome: inout ServerChangeOutcome) throws(LayerSyncError) -> Int {
+        var removed = 0
+        for record in records {
+            let row = try db.query("SELECT server_revision FROM records WHERE id = ?", [.text(record.id)]).first
+            if let known = row?[0].integer, record.revision <= known { continue }
+            let pending = try db.query("SELECT attempted, content FROM pending_changes WHERE record_id = ? ORDER BY seq",
+                                       [.text(record.id)])
+            if pending.contains(where: { $0[0].integer == 1 }) {
+                try setServerVersion(db, id: record.id, server: record)
+                continue
             }
-            if let since { try Self.advanceSince(db, to: since) }
-            return outcome
+            if let last = pending.last {
+                outcome.rejections.append(RejectedChange(recordID: record.id, reason: "superseded",
+                                                         localJSON: last[1].text, serverJSON: record.contentText))
+                try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(record.id)])
+                removed += db.changes
+            }
+            try adopt(db, id: record.id, server: record, into: &outcome)
+        }
+        if let since { try advanceSince(db, to: since) }
+        return removed
+    }
+
+    /// What ``applySyncAnswer(_:since:lastSyncTime:next:)`` did.
+    struct SyncRound: Sendable {
+        /// What changed locally.
+        var outcome: ServerChangeOutcome
+        /// Queued changes and attachments left afterwards.
+        var pending: Int
+        /// The next batch, frozen in the same transaction (when asked for and anything is left).
+        var next: Batch?
+        /// Whether `lastSyncTime` was stored.
+        var storedSyncTime: Bool
+    }
+
+    /// One round of the sync cycle in one transaction (one commit): applies a sync answer's
+    /// `accepted`, `rejected` and `changes` (``applyAnswers(accepted:rejected:)``,
+    /// ``applyServerRecords(_:since:)``), stores `lastSyncTime` when nothing is left to send,
+    /// and otherwise freezes the next batch (``nextBatch(_:)``).
+    /// - Parameters:
+    ///   - answer: The sync answer.
+    ///   - since: The revision to raise `since` to, if any.
+    ///   - lastSyncTime: Stored as meta `last_sync_time` if nothing is pending afterwards.
+    ///   - next: The limits of the next batch, or `nil` for none.
+    /// - Throws: `.databaseAccessFailed` (nothing is applied then).
+    func applySyncAnswer(_ answer: SyncAnswer, since: Int64?, lastSyncTime: Double?,
+                         next: BatchLimits?) throws(LayerSyncError) -> SyncRound {
+        try localEdit { db throws(LayerSyncError) in
+            var outcome = ServerChangeOutcome()
+            var removed = try Self.applyAnswers(db, accepted: answer.accepted, rejected: answer.rejected, into: &outcome)
+            removed += try Self.applyServerRecords(db, answer.changes, since: since, into: &outcome)
+            let pending = try pendingCount(db, delta: -removed)
+            var round = SyncRound(outcome: outcome, pending: pending, next: nil, storedSyncTime: false)
+            if pending == 0, let lastSyncTime {
+                try Self.setMeta(db, "last_sync_time", String(lastSyncTime))
+                round.storedSyncTime = true
+            } else if pending > 0, let next {
+                round.next = try Self.takeBatch(db, next)
+            }
+            return (round, pendingDelta: -removed)
         }
     }
 

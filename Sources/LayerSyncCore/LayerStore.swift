@@ -264,8 +264,10 @@ final class LayerStore: Sendable {
         }
     }
 
-    /// Runs a local edit in one transaction that changes only `records` and `pending_changes`;
-    /// the cached pending-change count is adjusted by the `pendingDelta` it returns.
+    /// Runs a local edit in one transaction that changes only `records`, `pending_changes` and
+    /// uncached `meta` keys (`since`, `last_sync_time`; not `downloaded`, `content_version`),
+    /// never `attachments`; the cached pending-change count is adjusted by the `pendingDelta`
+    /// it returns. (The sync cycle's store work runs this way too, so that it keeps the cache.)
     /// - Parameter body: The work; returns its result and how many rows it added to (or, negative,
     ///   removed from) `pending_changes`.
     /// - Returns: What `body` returns.
@@ -358,6 +360,27 @@ final class LayerStore: Sendable {
         }
         let attachments = try cached(\.pendingAttachments) { db throws(LayerSyncError) in
             Int(try db.query("SELECT count(*) FROM attachments WHERE uploaded = 0").first?.first?.integer ?? 0)
+        }
+        return changes + attachments
+    }
+
+    /// ``pendingCount()`` from inside a ``localEdit(_:)`` body that has so far changed
+    /// `pending_changes` by `delta` rows (what it will return as its `pendingDelta`).
+    /// - Parameters:
+    ///   - db: The connection the body was given.
+    ///   - delta: The body's change to `pending_changes` so far.
+    /// - Returns: The count as it stands inside the transaction.
+    /// - Throws: `.databaseAccessFailed`.
+    func pendingCount(_ db: SQLiteDatabase, delta: Int) throws(LayerSyncError) -> Int {
+        let cached = cache.withLock { ($0.pendingChanges, $0.pendingAttachments) }
+        // A cached count predates the body; a counted one already includes its changes.
+        var changes = cached.0.map { $0 + delta } ?? 0
+        if cached.0 == nil {
+            changes = Int(try db.query("SELECT count(*) FROM pending_changes").first?.first?.integer ?? 0)
+        }
+        var attachments = cached.1 ?? 0
+        if cached.1 == nil {
+            attachments = Int(try db.query("SELECT count(*) FROM attachments WHERE uploaded = 0").first?.first?.integer ?? 0)
         }
         return changes + attachments
     }

@@ -3,7 +3,9 @@
 /// Once sent (attempted) a change is frozen: its `payload` — the exact JSON of the
 /// change in the request — never changes, so a retry after a lost response is
 /// byte-identical and carries the same change id (protocol.md: the server applies each
-/// change id at most once).
+/// change id at most once). The payload is not stored: it is computed from the queue row
+/// (change id, operation, record id, base revision, content), none of which changes once
+/// the row was sent (later edits of the record get a row of their own).
 struct PendingChange: Sendable, Equatable {
     /// The operation of a change.
     enum Operation: String, Sendable {

@@ -62,11 +62,85 @@ final class SQLiteDatabase {
     /// - Throws: `.databaseAccessFailed`.
     @discardableResult
     func query(_ sql: String, _ bindings: [Value] = []) throws(LayerSyncError) -> [[Value]] {
+        var rows: [[Value]] = []
+        try forEachRow(sql, bindings) { row throws(LayerSyncError) in
+            let columns = row.columnCount
+            var values: [Value] = []
+            values.reserveCapacity(Int(columns))
+            for column in 0..<columns { values.append(row.value(column)) }
+            rows.append(values)
+            return true
+        }
+        return rows
+    }
+
+    /// One result row of ``forEachRow(_:_:_:)``, valid only inside the callback: columns
+    /// are read on demand, so a row costs nothing for the columns it does not read.
+    struct Row: ~Copyable {
+        fileprivate let statement: OpaquePointer
+
+        /// Number of columns.
+        var columnCount: Int32 { sqlite3_column_count(statement) }
+
+        /// Whether a column is NULL.
+        func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }
+
+        /// An integer column; `nil` for NULL and text.
+        func integer(_ column: Int32) -> Int64? {
+            sqlite3_column_type(statement, column) == SQLITE_INTEGER ? sqlite3_column_int64(statement, column) : nil
+        }
+
+        /// A text column; `nil` for NULL and integers.
+        func text(_ column: Int32) -> String? {
+            switch sqlite3_column_type(statement, column) {
+            case SQLITE_NULL, SQLITE_INTEGER: return nil
+            default: return withText(column) { String(decoding: $0, as: UTF8.self) }
+            }
+        }
+
+        /// Calls `body` with a text column's UTF-8 bytes (no copy; valid only during the call);
+        /// NULL and integers are treated as text the way SQLite converts them.
+        func withText<T>(_ column: Int32, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
+            let bytes = sqlite3_column_text(statement, column)  // before _bytes (SQLite's rule)
+            let count = Int(sqlite3_column_bytes(statement, column))
+            return body(UnsafeBufferPointer(start: bytes, count: bytes == nil ? 0 : count))
+        }
+
+        /// The column as a ``Value`` (what ``query(_:_:)`` returns).
+        func value(_ column: Int32) -> Value {
+            switch sqlite3_column_type(statement, column) {
+            case SQLITE_NULL: return .null
+            case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, column))
+            default: return .text(text(column) ?? "")
+            }
+        }
+    }
+
+    /// Runs a statement and hands its rows to `body` one at a time, without collecting them.
+    /// - Parameters:
+    ///   - sql: One SQL statement with `?` placeholders (prepared once and cached).
+    ///   - bindings: Values for the placeholders, in order.
+    ///   - body: Called per row; returns `false` to stop early. It must not run this same
+    ///     statement again (it may run others).
+    /// - Throws: `.databaseAccessFailed`, or what `body` throws.
+    func forEachRow(_ sql: String, _ bindings: [Value] = [],
+                    _ body: (borrowing Row) throws(LayerSyncError) -> Bool) throws(LayerSyncError) {
         let statement = try prepared(sql)
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
         }
+        try bind(bindings, to: statement, sql: sql)
+        let row = Row(statement: statement)
+        while true {
+            let rc = sqlite3_step(statement)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw failure(rc, sql) }
+            guard try body(row) else { break }
+        }
+    }
+
+    private func bind(_ bindings: [Value], to statement: OpaquePointer, sql: String) throws(LayerSyncError) {
         for (offset, value) in bindings.enumerated() {
             let index = Int32(offset + 1)
             let rc: Int32
@@ -79,30 +153,6 @@ final class SQLiteDatabase {
             }
             guard rc == SQLITE_OK else { throw failure(rc, sql) }
         }
-        var rows: [[Value]] = []
-        while true {
-            let rc = sqlite3_step(statement)
-            if rc == SQLITE_DONE { break }
-            guard rc == SQLITE_ROW else { throw failure(rc, sql) }
-            let columns = sqlite3_column_count(statement)
-            var row: [Value] = []
-            row.reserveCapacity(Int(columns))
-            for column in 0..<columns {
-                switch sqlite3_column_type(statement, column) {
-                case SQLITE_NULL: row.append(.null)
-                case SQLITE_INTEGER: row.append(.integer(sqlite3_column_int64(statement, column)))
-                default:
-                    let count = Int(sqlite3_column_bytes(statement, column))
-                    if let bytes = sqlite3_column_text(statement, column) {
-                        row.append(.text(String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)))
-                    } else {
-                        row.append(.text(""))
-                    }
-                }
-            }
-            rows.append(row)
-        }
-        return rows
     }
 
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction; commits if it returns, rolls back if it throws.
