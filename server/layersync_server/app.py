@@ -213,7 +213,8 @@ def create_app(settings: Settings, storage: Storage | None = None) -> FastAPI:
                 listening.set()
                 await ctx.notifier.wake_all()  # notifications may have been missed
 
-            task = asyncio.create_task(feed.run(ctx.notifier.published, on_listening))
+            task = asyncio.create_task(feed.run(ctx.notifier.published, on_listening,
+                                                ctx.notifier.forgotten))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(listening.wait(), 10)
         try:

@@ -5,7 +5,9 @@ long-poll requests wait in :meth:`LayerNotifier.wait_for_change` without touchin
 database or holding a thread, so one process holds thousands of idle long-polls.
 With PostgreSQL, the storage's change feed (LISTEN/NOTIFY, ARCHITECTURE.md §10)
 also calls ``published`` for commits made by other processes; the waiting side is
-the same.
+the same. Deleting a layer or document calls :meth:`LayerNotifier.forget` instead
+(the feed carries a reset marker for it), because a re-created layer counts its
+revisions from 0 again.
 
 Hand-over: a commit made in this process may pass ``published`` the page a waiter
 would read next (``list_records(since=<revision before the commit>)`` taken right
@@ -100,6 +102,27 @@ class LayerNotifier:
         for future, since in signal.waiters.items():
             if newest > since and not future.done():
                 future.set_result(True)
+
+    def forget(self, document_id: str, layer: str) -> None:
+        """The layer was deleted (alone or with its document), by this process or
+        another: drop what is known of its revisions, since a layer re-created under
+        that name (a new epoch) counts again from 0, and wake its waiters so they
+        re-read storage (they then see the new epoch, or 404). Without this, a
+        long-poll on the new epoch with ``since`` below the old epoch's revision would
+        answer at once, empty, until the new revisions passed the old ones."""
+        key = (document_id, layer)
+        self._latest.pop(key, None)
+        signal = self._signals.pop(key, None)
+        if signal is None:
+            return
+        signal.pages = []  # pages of the old epoch: never hand them over
+        for future in signal.waiters:
+            if not future.done():
+                future.set_result(True)
+
+    async def forgotten(self, document_id: str, layer: str) -> None:
+        """:meth:`forget` as a coroutine (the change feed's ``on_reset``)."""
+        self.forget(document_id, layer)
 
     @property
     def open_waits(self) -> int:

@@ -104,6 +104,8 @@ async def upload_document(request: Request, document_id: str | None = Query(None
         if info is None or info.sha256 != imported.sha256:
             raise ApiError(409, "document_exists",
                            f"document {document_id!r} exists with different content") from None
+    else:  # a new default layer (new epoch): drop any revision left from a deleted one
+        ctx.notifier.forget(document_id, "")
     if info.document_id == document_id:
         await ctx.notifier.published(document_id, "", info.annotation_count)
     return {"data": _document_json(info)}
@@ -150,13 +152,14 @@ async def document_info(document_id: str, ctx: AppContext = Depends(require_admi
                responses=ok(bodies.DocumentDeletedOut, "deleted"))
 async def delete_document(document_id: str, ctx: AppContext = Depends(require_admin)) -> dict:
     """Deletes the PDF, layers, records, history and attachments. 404 when unknown.
-    Long-polls on its layers are woken (they then get 404)."""
+    Long-polls on its layers are woken (they then get 404), and their revisions
+    forgotten (a document re-uploaded under the id counts again from 0)."""
     check_document_id(document_id)
     layers = await run_in_threadpool(ctx.storage.list_layers, document_id)
     if not await run_in_threadpool(ctx.storage.delete_document, document_id):
         raise no_document(document_id)
     for layer in layers:
-        await ctx.notifier.published(document_id, layer.name, layer.revision + 1)
+        ctx.notifier.forget(document_id, layer.name)
     return {"data": {"document_id": document_id, "deleted": True}}
 
 
@@ -266,6 +269,7 @@ async def create_layer(document_id: str, request: Request,
                                         list(by_id.values()), body.get("user_id"))
     except LayerExists:
         raise ApiError(409, "layer_exists", f"layer {name!r} exists") from None
+    ctx.notifier.forget(document_id, name)  # a new epoch: no revision of a deleted one counts
     await ctx.notifier.published(document_id, name, state.revision)
     return {"data": _layer_json(state, len(by_id))}
 
@@ -280,7 +284,9 @@ async def delete_layer(document_id: str, layer: str, ctx: AppContext = Depends(r
     state = await run_in_threadpool(ctx.storage.get_layer, document_id, name)
     if state is None or not await run_in_threadpool(ctx.storage.delete_layer, document_id, name):
         raise not_found(f"no layer {name!r}")
-    await ctx.notifier.published(document_id, name, state.revision + 1)
+    # wake its long-polls (they re-read and see the new epoch) and forget its revision:
+    # the re-created layer counts from 0 again
+    ctx.notifier.forget(document_id, name)
     return {"data": {"name": name, "deleted": True}}
 
 

@@ -304,9 +304,11 @@ class Storage(abc.ABC):
             since = page.next_since
 
     def change_feed(self):
-        """An object with ``async run(callback)`` that calls ``await callback(document_id,
-        layer, revision)`` for every layer change committed by *any* process, or ``None``
-        when changes can only come from this process (SQLite)."""
+        """An object with ``async run(callback, on_gap=None, on_reset=None)`` that calls
+        ``await callback(document_id, layer, revision)`` for every layer change committed
+        by *any* process, and ``await on_reset(document_id, layer)`` instead when the
+        change deleted the layer or its document (a re-created layer counts revisions
+        from 0 again); or ``None`` when changes can only come from this process (SQLite)."""
         return None
 
     def close(self) -> None:

@@ -8,7 +8,10 @@ Several server processes may share one database (ARCHITECTURE.md §10):
 * a write transaction that moved a layer's revision sends
   ``NOTIFY layersync_changes, '{"d": doc, "l": layer, "r": revision}'`` before it
   commits (PostgreSQL delivers it on commit), and every process LISTENs on that
-  channel (:class:`PgChangeFeed`) to wake its long-polls.
+  channel (:class:`PgChangeFeed`) to wake its long-polls. Deleting a layer (or its
+  document) adds ``"reset": true``: every process then forgets the layer's revision,
+  since a layer re-created under that name counts again from 0 (``"r"`` stays, so
+  listeners of the previous release still wake their long-polls).
 
 Connections come from a small bounded pool (``pool_size``, default 10, per process).
 The schema version lives in table ``layersync_schema``.
@@ -81,12 +84,16 @@ class PostgresStorage(SqlStorage):
         super().__init__(history_versions)
         self.url = url
         self._pool = _Pool(url, pool_size)
-        with self.connection() as conn:  # one migrator at a time across processes
-            conn.execute("SELECT pg_advisory_lock(7335001)")
-            try:
-                self.migrate()
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(7335001)")
+        try:
+            with self.connection() as conn:  # one migrator at a time across processes
+                conn.execute("SELECT pg_advisory_lock(7335001)")
+                try:
+                    self.migrate()
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(7335001)")
+        except BaseException:  # e.g. SchemaTooNew: do not leak the pool's connections
+            self._pool.close()
+            raise
 
     def connection(self):
         return self._pool.connection()
@@ -114,8 +121,8 @@ class PostgresStorage(SqlStorage):
         conn.execute("CREATE TABLE IF NOT EXISTS layersync_schema (version INTEGER NOT NULL)")
         conn.execute("INSERT INTO layersync_schema (version) VALUES (%s)", (version,))
 
-    def layer_changed(self, conn, layer: LayerState) -> None:
-        payload = json.dumps({"d": layer.document_id, "l": layer.name, "r": layer.revision})
+    def layer_changed(self, conn, layer: LayerState, reset: bool = False) -> None:
+        payload = json.dumps(notification(layer, reset))
         conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
 
     def change_feed(self) -> "PgChangeFeed":
@@ -123,6 +130,14 @@ class PostgresStorage(SqlStorage):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def notification(layer: LayerState, reset: bool = False) -> dict:
+    """The JSON payload sent on :data:`CHANNEL` for a change of ``layer``."""
+    payload = {"d": layer.document_id, "l": layer.name, "r": layer.revision}
+    if reset:
+        payload["reset"] = True
+    return payload
 
 
 class PgChangeFeed:
@@ -135,7 +150,18 @@ class PgChangeFeed:
     def __init__(self, url: str):
         self.url = url
 
-    async def run(self, callback, on_gap=None) -> None:
+    async def dispatch(self, payload: str, callback, on_reset=None) -> None:
+        """Report one notification: ``await on_reset(document_id, layer)`` for a layer
+        reset (when ``on_reset`` is given), else ``await callback(document_id, layer,
+        revision)``. Raises ValueError, KeyError or TypeError when it is malformed."""
+        change = json.loads(payload)
+        document_id, layer, revision = change["d"], change["l"], int(change["r"])
+        if change.get("reset") and on_reset is not None:
+            await on_reset(document_id, layer)
+        else:
+            await callback(document_id, layer, revision)
+
+    async def run(self, callback, on_gap=None, on_reset=None) -> None:
         delay_s = 0.2
         while True:
             try:
@@ -146,8 +172,7 @@ class PgChangeFeed:
                     delay_s = 0.2
                     async for notify in conn.notifies():
                         try:
-                            change = json.loads(notify.payload)
-                            await callback(change["d"], change["l"], int(change["r"]))
+                            await self.dispatch(notify.payload, callback, on_reset)
                         except (ValueError, KeyError, TypeError):
                             log.warning("ignoring malformed notification %r", notify.payload)
             except asyncio.CancelledError:

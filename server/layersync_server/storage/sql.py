@@ -108,6 +108,18 @@ _RECORD_COLUMNS = "id, revision, deleted, content, created_by, updated_by, creat
 _DOCUMENT_COLUMNS = "document_id, title, sha256, size_bytes, page_count, annotation_count, created_at"
 
 
+class SchemaTooNew(ValueError):
+    """The database's schema version is newer than this server's :data:`SCHEMA_VERSION`
+    (a ValueError, so ``layersync-server serve`` reports it in one line and exits 1)."""
+
+    def __init__(self, found: int, supported: int):
+        super().__init__(f"database schema version {found} is newer than this server's schema "
+                         f"version {supported}: it was migrated by a newer LayerSync server; "
+                         "upgrade this server (it refuses to run on a schema it does not know)")
+        self.found = found
+        self.supported = supported
+
+
 def now_iso() -> str:
     """Current UTC time as ISO 8601 with milliseconds and ``Z``."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -260,8 +272,12 @@ class SqlLayerWriter(LayerWriter):
                  self._pending_records)
             self._pending_records = []
         if self._pending_versions:
+            # DO NOTHING: a server of the previous release (schema 2 semantics) sharing the
+            # database during a rolling upgrade also writes the row of the current version,
+            # which this write now moves here; both rows hold the same version.
             many(self._conn, "INSERT INTO record_versions (document_id, layer, id, revision, deleted,"
-                 " content, updated_by, updated_at) VALUES (?,?,?,?,?,?,?,?)", self._pending_versions)
+                 " content, updated_by, updated_at) VALUES (?,?,?,?,?,?,?,?) "
+                 "ON CONFLICT (document_id, layer, id, revision) DO NOTHING", self._pending_versions)
             self._pending_versions = []
             keep = self._s.history_versions - 1
             trim = [i for i, n in self._superseded.items() if i not in self._new or n > keep]
@@ -411,15 +427,24 @@ class SqlStorage(Storage):
     #: Suffix of the ``SELECT`` that locks one layer row in a write transaction.
     LOCK_SUFFIX = ""
 
-    def layer_changed(self, conn, layer: LayerState) -> None:
-        """Called inside a write transaction, before commit, when the layer's revision moved."""
+    def layer_changed(self, conn, layer: LayerState, reset: bool = False) -> None:
+        """Called inside a write transaction, before commit, when the layer's revision
+        moved; ``reset``: the layer (its epoch) is being deleted, so revisions of a layer
+        re-created under that name start again from 0."""
 
     # -- shared machinery ----------------------------------------------------------------
 
     def migrate(self) -> None:
-        """Apply the migrations the database has not seen, each in its own transaction."""
+        """Apply the migrations the database has not seen, each in its own transaction.
+
+        Raises:
+            SchemaTooNew: the database was migrated by a newer server (its schema
+                version is above :data:`SCHEMA_VERSION`); this server refuses to use it.
+        """
         with self.transaction(write=True) as conn:
             current = self.schema_version(conn)
+        if current > SCHEMA_VERSION:
+            raise SchemaTooNew(current, SCHEMA_VERSION)
         for version, statements in MIGRATIONS:
             if version <= current:
                 continue
@@ -493,9 +518,10 @@ class SqlStorage(Storage):
         with self.transaction(write=True) as conn:
             for layer in self.execute(conn, "SELECT name, epoch, revision FROM layers WHERE "
                                       "document_id=?", (document_id,)).fetchall():
-                # wake long-polls everywhere: they re-read and get 404
+                # every process forgets the layer's revision and wakes its long-polls:
+                # they re-read and get 404
                 self.layer_changed(conn, LayerState(document_id, layer["name"], layer["epoch"],
-                                                    layer["revision"] + 1))
+                                                    layer["revision"] + 1), reset=True)
             # children first: SQLite enforces the cascade only with foreign_keys=ON
             for table in ("change_log", "record_versions", "records", "layers", "attachments"):
                 self.execute(conn, f"DELETE FROM {table} WHERE document_id=?", (document_id,))
@@ -570,8 +596,10 @@ class SqlStorage(Storage):
             state = self._read_layer(conn, document_id, layer, lock=True)
             if state is None:
                 return False
-            # wake long-polls everywhere: they re-read and see the new epoch
-            self.layer_changed(conn, LayerState(document_id, layer, state.epoch, state.revision + 1))
+            # every process forgets the layer's revision (a re-created layer starts again
+            # from 0) and wakes its long-polls: they re-read and see the new epoch
+            self.layer_changed(conn, LayerState(document_id, layer, state.epoch, state.revision + 1),
+                               reset=True)
             for table in ("change_log", "record_versions", "records"):
                 self.execute(conn, f"DELETE FROM {table} WHERE document_id=? AND layer=?",
                              (document_id, layer))
@@ -614,14 +642,21 @@ class SqlStorage(Storage):
             return self._history(conn, document_id, layer, record_id)
 
     def _history(self, conn, document_id: str, layer: str, record_id: str) -> list[StoredRecord]:
-        """The kept versions, newest first: the current row and the superseded ones."""
+        """The kept versions, newest first: the current row and the superseded ones.
+
+        A version row of the current revision (written by a previous-release server
+        sharing the database, see :meth:`SqlLayerWriter.flush`) is left out: the
+        ``records`` row stands for it."""
         if self.history_versions <= 0:
             return []
         rows = self.execute(
             conn, "SELECT id, revision, deleted, content, updated_by, updated_at FROM records "
             "WHERE document_id=? AND layer=? AND id=? UNION ALL "
-            "SELECT id, revision, deleted, content, updated_by, updated_at FROM record_versions "
-            "WHERE document_id=? AND layer=? AND id=? ORDER BY revision DESC LIMIT ?",
+            "SELECT v.id, v.revision, v.deleted, v.content, v.updated_by, v.updated_at "
+            "FROM record_versions v WHERE v.document_id=? AND v.layer=? AND v.id=? "
+            "AND NOT EXISTS (SELECT 1 FROM records r WHERE r.document_id=v.document_id "
+            "AND r.layer=v.layer AND r.id=v.id AND r.revision=v.revision) "
+            "ORDER BY revision DESC LIMIT ?",
             (document_id, layer, record_id, document_id, layer, record_id,
              self.history_versions)).fetchall()
         return [_version(r) for r in rows]

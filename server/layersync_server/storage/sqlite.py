@@ -36,7 +36,11 @@ class SqliteStorage(SqlStorage):
         self._write_lock = threading.RLock()  # re-entrant: a nested BEGIN errors, not hangs
         with self.connection() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
-        self.migrate()
+        try:
+            self.migrate()
+        except BaseException:  # e.g. SchemaTooNew
+            self.close()
+            raise
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
