@@ -305,8 +305,10 @@ extension DocumentDescriptor {
     }
 
     /// Downloads a full snapshot (`since=0`, paged) into the store: each page is staged as it
-    /// arrives (memory bounded by one page), then the whole snapshot replaces the server side
-    /// of the store in one transaction (``LayerStore/finishSnapshot(epoch:revision:reportChanges:)``).
+    /// arrives, then the whole snapshot replaces the server side of the store in one
+    /// transaction (``LayerStore/finishSnapshot(epoch:revision:reportChanges:)``). The next
+    /// page is requested (and parsed) on another thread while this one stages the current
+    /// page, so the server's time and the store's overlap; memory stays bounded by two pages.
     /// A failure before the end leaves the store as it was.
     /// - Parameter reportChanges: Whether the outcome lists the visible changes.
     /// - Returns: What changed locally and the snapshot's epoch.
@@ -314,16 +316,37 @@ extension DocumentDescriptor {
                           reportChanges: Bool) throws(LayerSyncError) -> (outcome: ServerChangeOutcome, epoch: String) {
         try store.beginSnapshot()
         var since: Int64 = 0
+        var page = try context.server.records(documentID: documentID, layer: layerName, since: since, jwt: token,
+                                              session: workSession, cancellation: cancellation)
         while true {
-            let page = try context.server.records(documentID: documentID, layer: layerName, since: since, jwt: token,
-                                                  session: workSession, cancellation: cancellation)
-            try store.stageSnapshotPage(page.records)
-            guard page.hasMore, page.nextSince > since else {
+            let next: PageFetch? = page.hasMore && page.nextSince > since ? fetchPage(since: page.nextSince, token: token,
+                                                                                       cancellation: cancellation) : nil
+            do throws(LayerSyncError) {
+                try store.stageSnapshotPage(page.records)
+            } catch {
+                // Never return while the prefetch still uses the session.
+                _ = next?.wait()
+                throw error
+            }
+            guard let next else {
                 let outcome = try store.finishSnapshot(epoch: page.epoch, revision: page.revision, reportChanges: reportChanges)
                 return (outcome, page.epoch)
             }
             since = page.nextSince
+            page = try next.wait().get()
         }
+    }
+
+    /// Starts `GET records?since=` (and the page's parsing) on a global queue.
+    private func fetchPage(since: Int64, token: String, cancellation: TransferCancellation) -> PageFetch {
+        let fetch = PageFetch()
+        DispatchQueue.global().async { [self] in
+            fetch.finish(Result { () throws(LayerSyncError) in
+                try context.server.records(documentID: documentID, layer: layerName, since: since, jwt: token,
+                                           session: workSession, cancellation: cancellation)
+            })
+        }
+        return fetch
     }
 
     /// The layer's epoch changed: re-download the snapshot and re-base pending changes on it.
@@ -350,5 +373,23 @@ extension DocumentDescriptor {
         guard first else { return }
         emit(.didFailAuthentication(self, error.with(documentID: documentID)))
         emit(.requestToken(self))
+    }
+}
+
+/// One page request running on another thread (``DocumentDescriptor/downloadSnapshot(token:cancellation:reportChanges:)``).
+final class PageFetch: Sendable {
+    private let result = Mutex<Result<LayerPage, LayerSyncError>?>(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    /// Records the outcome and wakes ``wait()``.
+    func finish(_ outcome: Result<LayerPage, LayerSyncError>) {
+        result.withLock { $0 = outcome }
+        done.signal()
+    }
+
+    /// Blocks until the request has ended; returns its outcome.
+    func wait() -> Result<LayerPage, LayerSyncError> {
+        done.wait()
+        return result.withLock { $0! }
     }
 }

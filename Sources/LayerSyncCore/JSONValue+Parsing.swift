@@ -190,6 +190,21 @@ private struct JSONParser {
     /// Parses a string; raw bytes are copied unchanged (validated as UTF-8), escapes decoded.
     mutating func parseString() throws(LayerSyncError) -> String {
         index += 1
+        // Fast path: no escape (most strings) — validate the bytes in place, no copy.
+        var scan = index
+        while scan < bytes.count {
+            let byte = bytes[scan]
+            if byte == UInt8(ascii: "\"") {
+                guard let string = String(validating: UnsafeBufferPointer(rebasing: bytes[index..<scan]), as: UTF8.self) else {
+                    index = scan + 1
+                    throw failure("invalid UTF-8 in string")
+                }
+                index = scan + 1
+                return string
+            }
+            if byte < 0x20 || byte == UInt8(ascii: "\\") { break }
+            scan += 1
+        }
         var output: [UInt8] = []
         var runStart = index
         while true {

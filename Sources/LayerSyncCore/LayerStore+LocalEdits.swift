@@ -155,6 +155,18 @@ extension LayerStore {
         }
     }
 
+    /// Writes the FTS rows of the live records whose rowid is above `afterRowid` (same text as
+    /// ``indexStaleRecords(_:)``), for records just inserted with `fts_stale = 0`; an FTS row
+    /// already there (none is expected) is dropped first. Call inside a transaction.
+    static func indexRecords(_ db: SQLiteDatabase, afterRowid: Int64) throws(LayerSyncError) {
+        try db.query("DELETE FROM records_fts WHERE rowid > ?", [.integer(afterRowid)])
+        try db.query("""
+            INSERT INTO records_fts(rowid, body)
+            SELECT r.rowid, (SELECT group_concat(value, ' ') FROM json_tree(r.content) WHERE type = 'text')
+            FROM records r WHERE r.rowid > ? AND r.content IS NOT NULL
+            """, [.integer(afterRowid)])
+    }
+
     /// Brings `records_fts` up to date with every record written since the last call
     /// (`fts_stale` = 1), in one batch. Call inside a transaction.
     static func indexStaleRecords(_ db: SQLiteDatabase) throws(LayerSyncError) {

@@ -405,11 +405,19 @@ extension LayerStore {
                     server_deleted = coalesce((SELECT s.deleted FROM snapshot_staging s WHERE s.id = r.id), 0)
                 WHERE NOT \(notPending)
                 """)
+            // New records go in already indexed (fts_stale = 0, their FTS rows written straight
+            // from them): on a first download that is every record, and marking them stale only
+            // to index them and clear the mark again would rewrite each row a second time.
+            // They get rowids above every existing one (unless the largest rowid is taken:
+            // then the old way).
+            let lastRowid = try db.query("SELECT coalesce(max(rowid), 0) FROM records").first?.first?.integer ?? 0
+            let indexNow = lastRowid < Int64.max
             try db.query("""
-                INSERT INTO records(id, content, server_revision, server_content, server_deleted)
-                SELECT s.id, s.content, s.revision, s.content, s.deleted FROM snapshot_staging s
+                INSERT INTO records(id, content, server_revision, server_content, server_deleted, fts_stale)
+                SELECT s.id, s.content, s.revision, s.content, s.deleted, ? FROM snapshot_staging s
                 WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.id = s.id) ORDER BY s.rowid
-                """)
+                """, [.integer(indexNow ? 0 : 1)])
+            if indexNow { try Self.indexRecords(db, afterRowid: lastRowid) }
             let pendingIDs = try db.query("SELECT DISTINCT record_id FROM pending_changes ORDER BY record_id").compactMap { $0.first?.text }
             for id in pendingIDs {
                 let local = try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first?.text
