@@ -58,6 +58,10 @@ extension DocumentDescriptor {
 
     /// Bytes of a request body around its changes (`{"client_id":…,"epoch":…,"since":…,"changes":[]}`).
     private static let envelopeBytes = 256
+    /// Rounds in a row without progress (no pending change settled, `since` unchanged) after
+    /// which a sync cycle fails instead of looping; a pipelined round shows its progress one
+    /// round late, so this is generous.
+    static let maximumStalledRounds = 20
 
     private func setActivity(_ activity: DocumentState?) {
         mutableState.withLock { $0.syncActivity = activity }
@@ -132,7 +136,19 @@ extension DocumentDescriptor {
         // An answer whose request is done but which is not applied yet (applied while the next
         // request is in flight).
         var unapplied: SyncAnswer?
-        for _ in 0..<1000 {
+        // A cycle runs until nothing is pending, however many rounds that takes; it only gives
+        // up when rounds stop making progress (no change left the queue, `since` did not move).
+        var progress = (pending: Int.max, since: Int64.min)
+        var stalledRounds = 0
+        while true {
+            let now = (pending: try store.pendingCount(), since: try store.since())
+            if now.pending < progress.pending || now.since > progress.since {
+                progress = now
+                stalledRounds = 0
+            } else {
+                stalledRounds += 1
+                if stalledRounds > Self.maximumStalledRounds { break }
+            }
             for change in batch.oversized {
                 report(try store.dropChange(change, reason: "payload_too_large"))
             }
@@ -204,6 +220,11 @@ extension DocumentDescriptor {
             batch = prepared
         }
         if let answer = unapplied { _ = try applyAnswer(answer, next: nil, token: token, cancellation: cancellation) }
+        let left = try store.pendingCount()
+        guard left == 0 else {
+            throw LayerSyncError(.invalidServerData, "the server's answers made no progress for \(Self.maximumStalledRounds) "
+                                 + "rounds; \(left) changes stay pending")
+        }
         return false
     }
 
