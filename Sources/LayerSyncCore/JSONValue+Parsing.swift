@@ -32,7 +32,7 @@ private enum JSONParserLimits {
 }
 
 /// A recursive-descent JSON parser over UTF-8 bytes.
-private struct JSONParser {
+private struct JSONParser: JSONByteScanner {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
     var depth = 0
@@ -50,15 +50,6 @@ private struct JSONParser {
         skipWhitespace()
         guard index == bytes.count else { throw failure("trailing characters") }
         return value
-    }
-
-    mutating func skipWhitespace() {
-        while index < bytes.count {
-            switch bytes[index] {
-            case 0x20, 0x09, 0x0A, 0x0D: index += 1
-            default: return
-            }
-        }
     }
 
     mutating func expect(_ literal: StaticString, _ value: JSONValue) throws(LayerSyncError) -> JSONValue {
@@ -140,51 +131,8 @@ private struct JSONParser {
 
     mutating func parseNumber() throws(LayerSyncError) -> JSONValue {
         let start = index
-        func digits(_ parser: inout JSONParser) -> Int {
-            let from = parser.index
-            while parser.index < parser.bytes.count,
-                  (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(parser.bytes[parser.index]) {
-                parser.index += 1
-            }
-            return parser.index - from
-        }
-        if bytes[index] == UInt8(ascii: "-") { index += 1 }
-        guard index < bytes.count else { throw failure("bad number") }
-        if bytes[index] == UInt8(ascii: "0") {
-            index += 1
-        } else if digits(&self) == 0 {
-            throw failure("bad number")
-        }
-        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
-            index += 1
-            guard digits(&self) > 0 else { throw failure("bad fraction") }
-        }
-        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
-            index += 1
-            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
-                index += 1
-            }
-            guard digits(&self) > 0 else { throw failure("bad exponent") }
-        }
+        if let problem = scanNumber() { throw failure(problem) }
         return .number(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
-    }
-
-    mutating func parseHex4() throws(LayerSyncError) -> UInt32 {
-        guard index + 4 <= bytes.count else { throw failure("bad \\u escape") }
-        var value: UInt32 = 0
-        for _ in 0..<4 {
-            let byte = bytes[index]
-            let digit: UInt32
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
-            default: throw failure("bad \\u escape")
-            }
-            value = value << 4 | digit
-            index += 1
-        }
-        return value
     }
 
     /// Parses a string; raw bytes are copied unchanged (validated as UTF-8), escapes decoded.
@@ -232,19 +180,10 @@ private struct JSONParser {
             case UInt8(ascii: "r"): output.append(0x0D)
             case UInt8(ascii: "t"): output.append(0x09)
             case UInt8(ascii: "u"):
-                var scalar = try parseHex4()
-                if (0xD800..<0xDC00).contains(scalar) {
-                    guard index + 6 <= bytes.count, bytes[index] == UInt8(ascii: "\\"),
-                          bytes[index + 1] == UInt8(ascii: "u") else { throw failure("lone surrogate") }
-                    index += 2
-                    let low = try parseHex4()
-                    guard (0xDC00..<0xE000).contains(low) else { throw failure("bad surrogate pair") }
-                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                } else if (0xDC00..<0xE000).contains(scalar) {
-                    throw failure("lone surrogate")
+                switch unicodeEscape() {
+                case .scalar(let unicode): output.append(contentsOf: Array(String(Character(unicode)).utf8))
+                case .invalid(let problem): throw failure(problem)
                 }
-                guard let unicode = Unicode.Scalar(scalar) else { throw failure("bad code point") }
-                output.append(contentsOf: Array(String(Character(unicode)).utf8))
             default: throw failure("bad escape")
             }
             runStart = index
@@ -267,7 +206,7 @@ extension JSONValue {
 }
 
 /// The grammar of ``JSONParser`` without building values (see ``JSONValue/isValid(bytes:)``).
-private struct JSONValidator {
+private struct JSONValidator: JSONByteScanner {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
     var depth = 0
@@ -279,15 +218,6 @@ private struct JSONValidator {
         guard value() else { return false }
         skipWhitespace()
         return index == bytes.count
-    }
-
-    mutating func skipWhitespace() {
-        while index < bytes.count {
-            switch bytes[index] {
-            case 0x20, 0x09, 0x0A, 0x0D: index += 1
-            default: return
-            }
-        }
     }
 
     mutating func literal(_ text: StaticString) -> Bool {
@@ -307,7 +237,7 @@ private struct JSONValidator {
         case UInt8(ascii: "t"): return literal("true")
         case UInt8(ascii: "f"): return literal("false")
         case UInt8(ascii: "n"): return literal("null")
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return number()
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return scanNumber() == nil
         default: return false
         }
     }
@@ -340,50 +270,6 @@ private struct JSONValidator {
         }
     }
 
-    mutating func digits() -> Int {
-        let from = index
-        while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
-        return index - from
-    }
-
-    mutating func number() -> Bool {
-        if bytes[index] == UInt8(ascii: "-") { index += 1 }
-        guard index < bytes.count else { return false }
-        if bytes[index] == UInt8(ascii: "0") {
-            index += 1
-        } else if digits() == 0 {
-            return false
-        }
-        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
-            index += 1
-            guard digits() > 0 else { return false }
-        }
-        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
-            index += 1
-            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
-            guard digits() > 0 else { return false }
-        }
-        return true
-    }
-
-    mutating func hex4() -> UInt32? {
-        guard index + 4 <= bytes.count else { return nil }
-        var value: UInt32 = 0
-        for _ in 0..<4 {
-            let byte = bytes[index]
-            let digit: UInt32
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
-            default: return nil
-            }
-            value = value << 4 | digit
-            index += 1
-        }
-        return value
-    }
-
     /// A string: escapes as ``JSONParser/parseString()`` accepts them, raw bytes valid UTF-8.
     mutating func string() -> Bool {
         index += 1
@@ -406,15 +292,7 @@ private struct JSONValidator {
                      UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
                     continue
                 case UInt8(ascii: "u"):
-                    guard let scalar = hex4() else { return false }
-                    if (0xD800..<0xDC00).contains(scalar) {
-                        guard index + 6 <= bytes.count, bytes[index] == UInt8(ascii: "\\"),
-                              bytes[index + 1] == UInt8(ascii: "u") else { return false }
-                        index += 2
-                        guard let low = hex4(), (0xDC00..<0xE000).contains(low) else { return false }
-                    } else if (0xDC00..<0xE000).contains(scalar) {
-                        return false
-                    }
+                    guard case .scalar = unicodeEscape() else { return false }
                 default:
                     return false
                 }
@@ -448,5 +326,94 @@ private struct JSONValidator {
         for offset in 2..<max(2, count) where bytes[index + offset] & 0xC0 != 0x80 { return false }
         index += count
         return true
+    }
+}
+
+/// The byte-level pieces of JSON's grammar (RFC 8259) that ``JSONParser`` and
+/// ``JSONValidator`` share, so that the two accept exactly the same text.
+private protocol JSONByteScanner {
+    var bytes: UnsafeBufferPointer<UInt8> { get }
+    var index: Int { get set }
+}
+
+/// What a `\uXXXX` escape stands for.
+private enum UnicodeEscape {
+    case scalar(Unicode.Scalar)
+    /// Why the escape is not valid (the parser's error message).
+    case invalid(String)
+}
+
+extension JSONByteScanner {
+    mutating func skipWhitespace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
+    }
+
+    mutating func digits() -> Int {
+        let from = index
+        while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+        return index - from
+    }
+
+    /// Moves past the number at `index` (its first byte is `-` or a digit).
+    /// - Returns: `nil`, or why the text is not a number (`index` is where it went wrong).
+    mutating func scanNumber() -> String? {
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { return "bad number" }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if digits() == 0 {
+            return "bad number"
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard digits() > 0 else { return "bad fraction" }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard digits() > 0 else { return "bad exponent" }
+        }
+        return nil
+    }
+
+    mutating func hex4() -> UInt32? {
+        guard index + 4 <= bytes.count else { return nil }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = bytes[index]
+            let digit: UInt32
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
+            default: return nil
+            }
+            value = value << 4 | digit
+            index += 1
+        }
+        return value
+    }
+
+    /// Reads the `XXXX` of a `\uXXXX` escape whose `\u` was just consumed; a high surrogate
+    /// must be followed by an escaped low one, and the pair is one code point.
+    mutating func unicodeEscape() -> UnicodeEscape {
+        guard var scalar = hex4() else { return .invalid("bad \\u escape") }
+        if (0xD800..<0xDC00).contains(scalar) {
+            guard index + 6 <= bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                  bytes[index + 1] == UInt8(ascii: "u") else { return .invalid("lone surrogate") }
+            index += 2
+            guard let low = hex4() else { return .invalid("bad \\u escape") }
+            guard (0xDC00..<0xE000).contains(low) else { return .invalid("bad surrogate pair") }
+            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+        } else if (0xDC00..<0xE000).contains(scalar) {
+            return .invalid("lone surrogate")
+        }
+        guard let unicode = Unicode.Scalar(scalar) else { return .invalid("bad code point") }
+        return .scalar(unicode)
     }
 }
