@@ -119,15 +119,8 @@ class Bench:
             raise RuntimeError(f"ls_bench {args[0]} failed: {proc.stderr.strip()}")
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    def server_command(self) -> list[str] | None:
-        """``--server-nodelay`` runs the server through bench/server_nodelay.py (the one-line
-        TCP_NODELAY fix applied); default is the server as shipped."""
-        if self.args.server_nodelay:
-            return [sys.executable, str(HERE / "server_nodelay.py")]
-        return None
-
     def server(self, name: str, extra: list[str] | None = None, env: dict[str, str] | None = None) -> Server:
-        return Server(self.tmp / name, extra_args=extra, env=env, command=self.server_command()).start()
+        return Server(self.tmp / name, extra_args=extra, env=env).start()
 
     def storage(self, name: str) -> Path:
         p = self.tmp / "stores" / f"{name}-{time.monotonic_ns()}"
@@ -384,8 +377,7 @@ class Bench:
             url = cluster.create_database("bench")
             key_dir = self.tmp / "s6pg-a"
             for name in ("s6pg-a", "s6pg-b"):
-                s = Server(self.tmp / name, extra_args=["--db", url, "--max-wait-s", "60"],
-                           command=self.server_command())
+                s = Server(self.tmp / name, extra_args=["--db", url, "--max-wait-s", "60"])
                 if name == "s6pg-b":  # same keys as process A
                     s.workdir.mkdir(parents=True, exist_ok=True)
                     for f in ("private.pem", "public.pem"):
@@ -492,7 +484,7 @@ class Bench:
     def report(self, elapsed: float) -> None:
         out = {"timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "machine": common.machine(), "library": str(self.lib), "smoke": self.args.smoke,
-               "reps": self.reps, "sizes": self.sizes, "server_nodelay_patch": self.args.server_nodelay, "elapsed_s": round(elapsed, 1),
+               "reps": self.reps, "sizes": self.sizes, "elapsed_s": round(elapsed, 1),
                "git": _git_head(), "results": self.rows, "details": self.details}
         results_dir = Path(self.args.out)
         results_dir.mkdir(parents=True, exist_ok=True)
@@ -555,8 +547,6 @@ def main() -> int:
     p.add_argument("--scale", type=float, default=1.0, help="multiply the scalable sizes")
     p.add_argument("--size", action="append", help="override one size, e.g. --size push_records=5000")
     p.add_argument("--only", help="comma-separated scenarios: 1,2,3,4,5,6,7")
-    p.add_argument("--server-nodelay", action="store_true",
-                   help="run the server with TCP_NODELAY on accepted sockets (bench/server_nodelay.py)")
     p.add_argument("--out", default=str(HERE / "results"), help="directory of the JSON results")
     return Bench(p.parse_args()).run()
 
