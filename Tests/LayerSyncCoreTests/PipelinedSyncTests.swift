@@ -16,21 +16,10 @@ final class PipelinedSyncTests {
         server = try TestServer(extraArguments: ["--max-request-bytes", "6000"])
     }
 
-    struct Client {
-        let client: SyncClient
-        let events: EventRecorder
-    }
+    typealias Client = TestClient
 
     func makeClient(_ name: String, url: String? = nil) throws -> Client {
-        let events = EventRecorder()
-        var configuration = ClientConfiguration(serverURL: url ?? server.url, storagePath: server.storagePath(name))
-        configuration.syncDelay = -1
-        configuration.longPollWait = 5
-        configuration.connectTimeout = 2
-        configuration.requestTimeout = 10
-        let client = try SyncClient(configuration: configuration, eventHandler: events.handler)
-        _ = events.waitForValidation()
-        return Client(client: client, events: events)
+        try server.makeClient(name, url: url)
     }
 
     func downloaded(_ client: Client, userID: String) throws -> DocumentDescriptor {

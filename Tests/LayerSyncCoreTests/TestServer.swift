@@ -98,6 +98,20 @@ final class TestServer: @unchecked Sendable {
     /// A fresh client storage directory below the server's temp directory.
     func storagePath(_ name: String) -> String { directory + "/client-" + name }
 
+    /// A client of this server (or of `url`, e.g. a proxy in front of it) with its own
+    /// storage; returns once the connection sequence has run.
+    func makeClient(_ name: String, url: String? = nil, syncDelay: Double = -1, storage: String? = nil) throws -> TestClient {
+        let events = EventRecorder()
+        var configuration = ClientConfiguration(serverURL: url ?? self.url, storagePath: storage ?? storagePath(name))
+        configuration.syncDelay = syncDelay
+        configuration.longPollWait = 5
+        configuration.connectTimeout = 2
+        configuration.requestTimeout = 10
+        let client = try SyncClient(configuration: configuration, eventHandler: events.handler)
+        _ = events.waitForValidation()
+        return TestClient(client: client, events: events)
+    }
+
     static func run(_ arguments: [String]) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
@@ -124,6 +138,12 @@ final class TestServer: @unchecked Sendable {
         guard response.status == 200 else { throw TestFailure("GET \(url): HTTP \(response.status)") }
         return String(decoding: response.body, as: UTF8.self)
     }
+}
+
+/// A client and the recorder of its events.
+struct TestClient {
+    let client: SyncClient
+    let events: EventRecorder
 }
 
 struct TestFailure: Error, CustomStringConvertible {

@@ -13,21 +13,10 @@ final class TrustRuleTests {
         server = try TestServer()
     }
 
-    struct Client {
-        let client: SyncClient
-        let events: EventRecorder
-    }
+    typealias Client = TestClient
 
     func makeClient(_ name: String, url: String? = nil, syncDelay: Double = -1, storage: String? = nil) throws -> Client {
-        let events = EventRecorder()
-        var configuration = ClientConfiguration(serverURL: url ?? server.url, storagePath: storage ?? server.storagePath(name))
-        configuration.syncDelay = syncDelay
-        configuration.longPollWait = 5
-        configuration.connectTimeout = 2
-        configuration.requestTimeout = 10
-        let client = try SyncClient(configuration: configuration, eventHandler: events.handler)
-        _ = events.waitForValidation()
-        return Client(client: client, events: events)
+        try server.makeClient(name, url: url, syncDelay: syncDelay, storage: storage)
     }
 
     func downloaded(_ client: Client, documentID: String, userID: String = "alice") throws -> DocumentDescriptor {
