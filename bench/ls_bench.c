@@ -1,5 +1,5 @@
 /* Per-call and whole-process measurements of liblayersync through its C ABI, for
- * bench/run.py (scenarios 1, 4 and 5). Python would distort these numbers (ctypes and
+ * bench/run.py (scenarios 1, 3, 4, 5 and 7). Python would distort these numbers (ctypes and
  * interpreter overhead per call, interpreter RSS), so they are taken here.
  *
  *   ls_bench download URL STORAGE JWT        scenario 1 + 5: time download() until
@@ -9,6 +9,10 @@
  *                                            layersync_document_create_annotation calls
  *   ls_bench raw DB_PATH N                   scenario 4 baseline: N timed sqlite3
  *                                            prepared INSERT + COMMIT, WAL, synchronous=FULL
+ *   ls_bench latency URL STORAGE JWT_A JWT_B N  scenarios 3 + 7: clients A and B on one
+ *                                            layer, B listening; N times: A creates an
+ *                                            annotation and calls sync(), time until B's
+ *                                            did_receive_changes names it (5 warm-up writes)
  *
  * Each mode prints one JSON object on stdout. Exit status 0 on success.
  */
@@ -27,6 +31,10 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static int validated, download_done, download_failed, sync_done, sync_failed;
 static double download_end_s, sync_end_s;
+/* latency mode: the id B waits for, and when B's did_receive_changes named it */
+static char awaited_id[64];
+static int awaited_seen;
+static double awaited_s;
 
 static double now_s(void) {
     struct timespec ts;
@@ -72,6 +80,18 @@ static void on_sync_fail(void *ctx, layersync_document *d, const layersync_error
     signal_flag(&sync_failed, NULL);
 }
 
+static void on_receive(void *ctx, layersync_document *d, const char *value) {
+    (void)ctx; (void)d;
+    double t = now_s();
+    pthread_mutex_lock(&lock);
+    if (awaited_id[0] && value && strstr(value, awaited_id)) {
+        awaited_seen = 1;
+        awaited_s = t;
+        pthread_cond_broadcast(&cond);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 static int wait_any(int *a, int *b, double timeout_s) {
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
@@ -104,6 +124,7 @@ static layersync_client *open_client(const char *url, const char *storage) {
     del.did_fail_download = on_download_fail;
     del.did_finish_sync = on_sync;
     del.did_fail_sync = on_sync_fail;
+    del.did_receive_changes = on_receive;
     layersync_client *client = NULL;
     layersync_error err = {.version = LAYERSYNC_ERROR_VERSION};
     int rc = layersync_client_create(&opts, &del, &client, &err);
@@ -130,13 +151,14 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void print_latencies(const char *mode, double *us, int n, double total_s) {
+/* One JSON object on stdout; `extra` ("" or `"key": value, ...` with a trailing ", ") goes first. */
+static void print_latencies(const char *mode, double *us, int n, double total_s, const char *extra) {
     qsort(us, (size_t)n, sizeof *us, cmp_double);
     double sum = 0;
     for (int i = 0; i < n; i++) sum += us[i];
-    printf("{\"mode\": \"%s\", \"n\": %d, \"p50_us\": %.2f, \"p90_us\": %.2f, \"p99_us\": %.2f, "
+    printf("{%s\"mode\": \"%s\", \"n\": %d, \"p50_us\": %.2f, \"p90_us\": %.2f, \"p99_us\": %.2f, "
            "\"min_us\": %.2f, \"max_us\": %.2f, \"mean_us\": %.2f, \"total_s\": %.4f}\n",
-           mode, n, us[n / 2], us[(int)(n * 0.9)], us[(int)(n * 0.99)], us[0], us[n - 1], sum / n, total_s);
+           extra, mode, n, us[n / 2], us[(int)(n * 0.9)], us[(int)(n * 0.99)], us[0], us[n - 1], sum / n, total_s);
 }
 
 /* Same JSON shape for the engine and the raw baseline. */
@@ -201,9 +223,80 @@ static int mode_create(const char *url, const char *storage, const char *jwt, in
         if (rc != LAYERSYNC_OK) die("create_annotation", rc, &err);
         layersync_free(out);
     }
-    print_latencies("create", us, n, now_s() - start);
+    print_latencies("create", us, n, now_s() - start, "");
     free(us);
     layersync_client_destroy(client, NULL);
+    return 0;
+}
+
+/* The "id" member of create_annotation's answer, copied into out. */
+static void answer_id(const char *answer, char *out, size_t size) {
+    const char *p = strstr(answer, "\"id\"");
+    if (p) p = strchr(p + 4, '"');
+    const char *e = p ? strchr(p + 1, '"') : NULL;
+    if (!p || !e || (size_t)(e - p) >= size) { fprintf(stderr, "no id in %s\n", answer); exit(1); }
+    memcpy(out, p + 1, (size_t)(e - p - 1));
+    out[e - p - 1] = 0;
+}
+
+static int mode_latency(const char *url, const char *storage, const char *jwt_a, const char *jwt_b, int n) {
+    char path_a[4096], path_b[4096];
+    snprintf(path_a, sizeof path_a, "%s/a", storage);
+    snprintf(path_b, sizeof path_b, "%s/b", storage);
+    layersync_client *ca = open_client(url, path_a);
+    validated = 0;
+    layersync_client *cb = open_client(url, path_b);
+    double seconds = 0;
+    layersync_document *da = download(ca, jwt_a, &seconds);
+    download_done = 0;
+    layersync_document *db = download(cb, jwt_b, &seconds);
+    layersync_error err = {.version = LAYERSYNC_ERROR_VERSION};
+    int rc = layersync_document_start_listening(db, &err);
+    if (rc != LAYERSYNC_OK) die("start_listening", rc, &err);
+    struct timespec settle = {0, 500 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+    const int warmup = 5;
+    double *total = calloc((size_t)n, sizeof *total), *create = calloc((size_t)n, sizeof *create);
+    double *sync_call = calloc((size_t)n, sizeof *sync_call);
+    char json[1024];
+    double start = now_s();
+    for (int i = -warmup; i < n; i++) {
+        char *out = NULL;
+        annotation_json(json, sizeof json, i + warmup, NULL);
+        pthread_mutex_lock(&lock);
+        sync_done = sync_failed = 0;
+        pthread_mutex_unlock(&lock);
+        double t0 = now_s();
+        rc = layersync_document_create_annotation(da, json, &out, &err);
+        double t1 = now_s();
+        if (rc != LAYERSYNC_OK) die("create_annotation", rc, &err);
+        pthread_mutex_lock(&lock);
+        answer_id(out, awaited_id, sizeof awaited_id);
+        awaited_seen = 0;
+        pthread_mutex_unlock(&lock);
+        layersync_free(out);
+        rc = layersync_document_sync(da, &err);
+        double t2 = now_s();
+        if (rc != LAYERSYNC_OK) die("sync", rc, &err);
+        if (!wait_any(&awaited_seen, NULL, 10)) { fprintf(stderr, "B did not receive write %d in 10 s\n", i); exit(1); }
+        if (!wait_any(&sync_done, &sync_failed, 30) || sync_failed) { fprintf(stderr, "A's sync %d failed\n", i); exit(1); }
+        if (i >= 0) {
+            total[i] = (awaited_s - t0) * 1e6;
+            create[i] = (t1 - t0) * 1e6;
+            sync_call[i] = (t2 - t1) * 1e6;
+        }
+    }
+    double elapsed = now_s() - start;
+    layersync_document_stop_listening(db, NULL);
+    qsort(create, (size_t)n, sizeof *create, cmp_double);
+    qsort(sync_call, (size_t)n, sizeof *sync_call, cmp_double);
+    char extra[256];
+    snprintf(extra, sizeof extra, "\"create_p50_us\": %.2f, \"sync_call_p50_us\": %.2f, ",
+             create[n / 2], sync_call[n / 2]);
+    print_latencies("latency", total, n, elapsed, extra);
+    free(total); free(create); free(sync_call);
+    layersync_client_destroy(ca, NULL);
+    layersync_client_destroy(cb, NULL);
     return 0;
 }
 
@@ -243,7 +336,7 @@ static int mode_raw(const char *path, int n) {
         sqlite3_reset(commit);
         if (i >= 0) us[i] = (now_s() - t0) * 1e6;
     }
-    print_latencies("raw", us, n, now_s() - start);
+    print_latencies("raw", us, n, now_s() - start, "");
     sqlite3_finalize(begin); sqlite3_finalize(insert); sqlite3_finalize(commit);
     sqlite3_close(db);
     free(us);
@@ -254,6 +347,9 @@ int main(int argc, char **argv) {
     if (argc >= 5 && strcmp(argv[1], "download") == 0) return mode_download(argv[2], argv[3], argv[4]);
     if (argc >= 6 && strcmp(argv[1], "create") == 0) return mode_create(argv[2], argv[3], argv[4], atoi(argv[5]));
     if (argc >= 4 && strcmp(argv[1], "raw") == 0) return mode_raw(argv[2], atoi(argv[3]));
-    fprintf(stderr, "usage: ls_bench download URL STORAGE JWT | create URL STORAGE JWT N | raw DB N\n");
+    if (argc >= 7 && strcmp(argv[1], "latency") == 0)
+        return mode_latency(argv[2], argv[3], argv[4], argv[5], atoi(argv[6]));
+    fprintf(stderr, "usage: ls_bench download URL STORAGE JWT | create URL STORAGE JWT N | raw DB N | "
+                    "latency URL STORAGE JWT_A JWT_B N\n");
     return 2;
 }
