@@ -87,7 +87,7 @@ extension DocumentDescriptor {
             setActivity(.sendingChanges)
             let storedSyncTime = try exchangeChanges(token: token, cancellation: cancellation)
             mutableState.withLock { $0.lastSyncFailedOffline = false }
-            if !storedSyncTime { try? store.setMeta("last_sync_time", String(Self.wallClockSeconds())) }
+            if !storedSyncTime { try? store.setMeta("last_sync_time", String(Self.wallClockSeconds()), durability: .relaxed) }
             setActivity(nil)
             emit(.didFinishSync(self))
         } catch {

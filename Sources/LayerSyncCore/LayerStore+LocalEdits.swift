@@ -146,8 +146,10 @@ extension LayerStore {
             .filter { $0.unicodeScalars.contains { $0.properties.isAlphabetic || $0.properties.numericType != nil } }
             .map { word in "\"" + word.replacing("\"", with: "\"\"") + "\"*" }
         guard !words.isEmpty else { throw LayerSyncError(.invalidArgument, "the search query has no words") }
-        return try withDatabase { db throws(LayerSyncError) in
-            try db.transaction { () throws(LayerSyncError) in try Self.indexStaleRecords(db) }
+        // The index is derived data: a power loss can only undo the indexing, never the
+        // `fts_stale` marks of the writes, so it commits without an fsync (CommitDurability).
+        return try withDatabase(.relaxed) { db throws(LayerSyncError) in
+            try db.transaction(.relaxed) { () throws(LayerSyncError) in try Self.indexStaleRecords(db) }
             return try db.query("""
                 SELECT r.content FROM records_fts f JOIN records r ON r.rowid = f.rowid
                 WHERE records_fts MATCH ? AND r.content IS NOT NULL ORDER BY f.rank, r.id LIMIT ?

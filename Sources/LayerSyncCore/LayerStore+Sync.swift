@@ -37,7 +37,8 @@ extension LayerStore {
     /// Each not-yet-sent change is frozen here (`attempted` = 1): its `base_revision` is the
     /// record's current server revision and, like the rest of the row, never changes again,
     /// so the change's payload (a function of those fields) goes out byte-identical on every
-    /// retry.
+    /// retry. The freeze commits `.relaxed` (no fsync); ``sealPendingChanges(_:)`` makes that
+    /// safe after a power loss.
     /// - Parameters:
     ///   - maxBytes: Budget for the summed payload sizes (a first change that fits
     ///     `maxChangeBytes` is always taken, so the queue always moves).
@@ -52,7 +53,7 @@ extension LayerStore {
 
     /// ``nextBatch(maxBytes:maxChangeBytes:maxCount:)`` with all limits, in its own transaction.
     func nextBatch(_ limits: BatchLimits) throws(LayerSyncError) -> Batch {
-        try localEdit { db throws(LayerSyncError) in (try Self.takeBatch(db, limits), pendingDelta: 0) }
+        try localEdit(.relaxed) { db throws(LayerSyncError) in (try Self.takeBatch(db, limits), pendingDelta: 0) }
     }
 
     /// The body of ``nextBatch(_:)`` (inside a transaction).
@@ -102,6 +103,39 @@ extension LayerStore {
         return (batch, oversized)
     }
 
+    /// Seals every unfrozen change in one `.full` transaction, as if each had possibly been
+    /// sent: called when the store opens, before any sync. ``takeBatch(_:_:)`` freezes in a
+    /// `.relaxed` transaction, which a power loss can undo after the request reached the server;
+    /// without this a later local edit would coalesce into the row and go out under a change id
+    /// the server has already applied (it would answer with the recorded outcome and the edit
+    /// would be lost). A later edit of a sealed record gets a row of its own.
+    ///
+    /// The first queued change of a record is frozen exactly as ``takeBatch(_:_:)`` would have
+    /// frozen it (`attempted` = 1, `base_revision` = the record's server revision, which cannot
+    /// have changed since: a server version arriving for a record with an unsent change
+    /// supersedes the change). A change queued behind another one of its record can only have
+    /// been sent after that one was resolved — by then with a base revision not known here — so
+    /// it is sealed without a base (`attempted` = 2: never coalesced into, frozen with its base
+    /// when its turn comes, like an unsent change; see ``PendingChange``).
+    /// - Parameter db: The connection (outside a transaction).
+    /// - Throws: `.databaseAccessFailed`.
+    static func sealPendingChanges(_ db: SQLiteDatabase) throws(LayerSyncError) {
+        // A store in an older content format was last written by a library that froze with an
+        // fsync, and nothing is sent before ``migrateContent()`` rewrote its unsent changes:
+        // there is nothing to seal (and sealing would keep them from being migrated).
+        if let version = try meta(db, "content_version").flatMap({ Int($0) }), version < contentVersion { return }
+        guard try !db.query("SELECT 1 FROM pending_changes WHERE attempted = 0 LIMIT 1").isEmpty else { return }
+        try db.transaction(.full) { () throws(LayerSyncError) in
+            try db.query("""
+                UPDATE pending_changes AS p SET attempted = 1,
+                    base_revision = (SELECT r.server_revision FROM records r WHERE r.id = p.record_id)
+                WHERE p.attempted = 0
+                    AND NOT EXISTS (SELECT 1 FROM pending_changes q WHERE q.record_id = p.record_id AND q.seq < p.seq)
+                """)
+            try db.query("UPDATE pending_changes SET attempted = 2 WHERE attempted = 0")
+        }
+    }
+
     /// The JSON of one change in a sync request (protocol.md `changes[]`):
     /// `{"change_id","op","id"[,"base_revision"][,"content"]}`. Stored content (UTF-8 bytes,
     /// `nil` for none) that is valid JSON goes in as it is — the engine stores compact JSON, so
@@ -141,7 +175,7 @@ extension LayerStore {
     /// - Returns: What changed locally, including the rejection report.
     /// - Throws: `.databaseAccessFailed`.
     func dropChange(_ change: PendingChange, reason: String) throws(LayerSyncError) -> ServerChangeOutcome {
-        try transaction { db throws(LayerSyncError) in
+        try transaction(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
             let local = try db.query("SELECT content FROM pending_changes WHERE seq = ?", [.integer(change.sequence)]).first?.first?.text
             let server = try Self.serverVersion(db, id: change.recordID)
@@ -179,7 +213,7 @@ extension LayerStore {
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
     func applyAnswers(accepted: [AcceptedChange], rejected: [RejectedChangeAnswer]) throws(LayerSyncError) -> ServerChangeOutcome {
-        try localEdit { db throws(LayerSyncError) in
+        try localEdit(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
             let removed = try Self.applyAnswers(db, accepted: accepted, rejected: rejected, into: &outcome)
             return (outcome, pendingDelta: -removed)
@@ -236,10 +270,14 @@ extension LayerStore {
     /// - Parameters:
     ///   - records: The records, in revision order.
     ///   - since: The revision to raise `since` to afterwards, if any.
+    ///   - durability: `.relaxed` (default) for records the engine fetched on its own (a lost
+    ///     commit is fetched again: `since` commits with the records); `.full` for the result
+    ///     of an API call.
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
-    func applyServerRecords(_ records: [ServerRecord], since: Int64?) throws(LayerSyncError) -> ServerChangeOutcome {
-        try localEdit { db throws(LayerSyncError) in
+    func applyServerRecords(_ records: [ServerRecord], since: Int64?,
+                            durability: CommitDurability = .relaxed) throws(LayerSyncError) -> ServerChangeOutcome {
+        try localEdit(durability) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
             let removed = try Self.applyServerRecords(db, records, since: since, into: &outcome)
             return (outcome, pendingDelta: -removed)
@@ -296,7 +334,7 @@ extension LayerStore {
     /// - Throws: `.databaseAccessFailed` (nothing is applied then).
     func applySyncAnswer(_ answer: SyncAnswer, since: Int64?, lastSyncTime: Double?,
                          next: BatchLimits?) throws(LayerSyncError) -> SyncRound {
-        try localEdit { db throws(LayerSyncError) in
+        try localEdit(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
             var removed = try Self.applyAnswers(db, accepted: answer.accepted, rejected: answer.rejected, into: &outcome)
             removed += try Self.applyServerRecords(db, answer.changes, since: since, into: &outcome)
@@ -329,7 +367,7 @@ extension LayerStore {
     /// Starts staging a snapshot: empties `snapshot_staging` (left over from an interrupted download).
     /// - Throws: `.databaseAccessFailed`.
     func beginSnapshot() throws(LayerSyncError) {
-        _ = try withDatabase { db throws(LayerSyncError) in
+        _ = try withDatabase(.relaxed) { db throws(LayerSyncError) in
             try db.query("DELETE FROM snapshot_staging")
         }
     }
@@ -339,8 +377,8 @@ extension LayerStore {
     /// - Parameter records: The page's records.
     /// - Throws: `.databaseAccessFailed`.
     func stageSnapshotPage(_ records: [ServerRecord]) throws(LayerSyncError) {
-        try withDatabase { db throws(LayerSyncError) in
-            try db.transaction { () throws(LayerSyncError) in
+        try withDatabase(.relaxed) { db throws(LayerSyncError) in
+            try db.transaction(.relaxed) { () throws(LayerSyncError) in
                 for record in records {
                     let content = record.contentText
                     try db.query("""
@@ -369,7 +407,7 @@ extension LayerStore {
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
     func finishSnapshot(epoch: String, revision: Int64, reportChanges: Bool) throws(LayerSyncError) -> ServerChangeOutcome {
-        try transaction { db throws(LayerSyncError) in
+        try transaction(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
             let notPending = "NOT EXISTS (SELECT 1 FROM pending_changes p WHERE p.record_id = r.id)"
             if reportChanges {

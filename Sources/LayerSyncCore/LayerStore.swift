@@ -6,8 +6,11 @@ import Glibc
 /// The local store of one document layer: `layer.sqlite` plus an exclusive `flock` on
 /// the `lock` file next to it (ARCHITECTURE.md §4 rule 8, §8).
 ///
-/// Durability: WAL journal with `synchronous=FULL`, so a write is on disk when its
-/// transaction commits (rule 1), not only after the next checkpoint.
+/// Durability: WAL journal. Writes made for an API call commit with `synchronous=FULL`, so
+/// they are on disk when the call returns (rule 1), not only after the next checkpoint; the
+/// engine's own writes (server data, answers, freezing a batch) commit without an fsync
+/// (``CommitDurability/relaxed``), which is safe after a power loss because every unfrozen
+/// change is sealed when the store opens (``sealPendingChanges(_:)``; docs/durability.md).
 /// Within a process every opener of the same directory shares one instance
 /// (``open(directory:)``); a second process gets `.storageLocked`.
 ///
@@ -116,6 +119,7 @@ final class LayerStore: Sendable {
                 reset = ResetState(schemaVersion: version)
             } else {
                 try Self.migrate(opened)
+                try Self.sealPendingChanges(opened)
                 db = opened
             }
         } catch {
@@ -149,7 +153,8 @@ final class LayerStore: Sendable {
     }
 
     static func migrate(_ db: SQLiteDatabase) throws(LayerSyncError) {
-        try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+        try db.execute("PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;")
+        try db.setDurability(.full)
         let version = try db.query("PRAGMA user_version").first?.first?.integer ?? 0
         if version > schemaVersion {
             throw LayerSyncError(.databaseAccessFailed, "layer store has schema \(version), newer than this library's \(schemaVersion)")
@@ -240,27 +245,40 @@ final class LayerStore: Sendable {
     }
 
     /// Runs `body` with the connection, under the store's lock.
-    /// - Parameter body: The work; must not call back into the store.
+    /// - Parameters:
+    ///   - durability: How statements `body` runs outside a transaction commit (autocommit);
+    ///     `.full` unless every such write is the engine's own (see ``CommitDurability``).
+    ///   - body: The work; must not call back into the store.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws.
-    func withDatabase<T: Sendable>(_ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
+    func withDatabase<T: Sendable>(_ durability: CommitDurability = .full,
+                                   _ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
         let result: Result<T, LayerSyncError> = database.withLock { db in
             guard let db else { return .failure(LayerSyncError(.invalidState, "the layer's local storage was removed")) }
-            do throws(LayerSyncError) { return .success(try body(db)) } catch { return .failure(error) }
+            do throws(LayerSyncError) {
+                try db.setDurability(durability)
+                return .success(try body(db))
+            } catch {
+                return .failure(error)
+            }
         }
         return try result.get()
     }
 
     /// Runs `body` in one SQLite transaction under the store's lock.
-    /// - Parameter body: The work.
+    /// - Parameters:
+    ///   - durability: How it commits: `.full` (default) for a write made by an API call,
+    ///     `.relaxed` only for the engine's own writes (see ``CommitDurability``).
+    ///   - body: The work.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws (the transaction is rolled back), or `.databaseAccessFailed`.
-    /// Every cached value is forgotten afterwards (committed or not); see ``localEdit(_:)``
+    /// Every cached value is forgotten afterwards (committed or not); see ``localEdit(_:_:)``
     /// for the write path that keeps them.
-    func transaction<T: Sendable>(_ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
-        try withDatabase { db throws(LayerSyncError) in
+    func transaction<T: Sendable>(_ durability: CommitDurability = .full,
+                                  _ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
+        try withDatabase(durability) { db throws(LayerSyncError) in
             defer { invalidateCache() }
-            return try db.transaction { () throws(LayerSyncError) in try body(db) }
+            return try db.transaction(durability) { () throws(LayerSyncError) in try body(db) }
         }
     }
 
@@ -268,20 +286,24 @@ final class LayerStore: Sendable {
     /// uncached `meta` keys (`since`, `last_sync_time`; not `downloaded`, `content_version`),
     /// never `attachments`; the cached pending-change count is adjusted by the `pendingDelta`
     /// it returns. (The sync cycle's store work runs this way too, so that it keeps the cache.)
-    /// - Parameter body: The work; returns its result and how many rows it added to (or, negative,
-    ///   removed from) `pending_changes`.
+    /// - Parameters:
+    ///   - durability: How it commits: `.full` (default) for a write made by an API call,
+    ///     `.relaxed` only for the engine's own writes (see ``CommitDurability``).
+    ///   - body: The work; returns its result and how many rows it added to (or, negative,
+    ///     removed from) `pending_changes`.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws (the transaction is rolled back, the cache stays valid).
-    func localEdit<T: Sendable>(_ body: (SQLiteDatabase) throws(LayerSyncError) -> (T, pendingDelta: Int)) throws(LayerSyncError) -> T {
-        try withDatabase { db throws(LayerSyncError) in
-            let (result, delta) = try db.transaction { () throws(LayerSyncError) in try body(db) }
+    func localEdit<T: Sendable>(_ durability: CommitDurability = .full,
+                                _ body: (SQLiteDatabase) throws(LayerSyncError) -> (T, pendingDelta: Int)) throws(LayerSyncError) -> T {
+        try withDatabase(durability) { db throws(LayerSyncError) in
+            let (result, delta) = try db.transaction(durability) { () throws(LayerSyncError) in try body(db) }
             cache.withLock { cache in cache.pendingChanges = cache.pendingChanges.map { $0 + delta } }
             return result
         }
     }
 
     /// Forgets every cached value (call under the `database` lock after writing outside
-    /// ``transaction(_:)``/``localEdit(_:)``).
+    /// ``transaction(_:_:)``/``localEdit(_:_:)``).
     func invalidateCache() {
         cache.withLock { $0 = Cache() }
     }
@@ -322,13 +344,14 @@ final class LayerStore: Sendable {
         try withDatabase { db throws(LayerSyncError) in try Self.meta(db, key) }
     }
 
-    /// Writes a `meta` value durably.
+    /// Writes a `meta` value (durably unless `durability` is `.relaxed`).
     /// - Parameters:
     ///   - key: The key.
     ///   - value: The value, or `nil` to remove it.
+    ///   - durability: `.full` (default), or `.relaxed` for a value the engine keeps for itself.
     /// - Throws: `.databaseAccessFailed`.
-    func setMeta(_ key: String, _ value: String?) throws(LayerSyncError) {
-        try withDatabase { db throws(LayerSyncError) in
+    func setMeta(_ key: String, _ value: String?, durability: CommitDurability = .full) throws(LayerSyncError) {
+        try withDatabase(durability) { db throws(LayerSyncError) in
             defer { invalidateCache() }
             try Self.setMeta(db, key, value)
         }
@@ -364,7 +387,7 @@ final class LayerStore: Sendable {
         return changes + attachments
     }
 
-    /// ``pendingCount()`` from inside a ``localEdit(_:)`` body that has so far changed
+    /// ``pendingCount()`` from inside a ``localEdit(_:_:)`` body that has so far changed
     /// `pending_changes` by `delta` rows (what it will return as its `pendingDelta`).
     /// - Parameters:
     ///   - db: The connection the body was given.

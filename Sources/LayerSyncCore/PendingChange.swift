@@ -6,6 +6,12 @@
 /// change id at most once). The payload is not stored: it is computed from the queue row
 /// (change id, operation, record id, base revision, content), none of which changes once
 /// the row was sent (later edits of the record get a row of their own).
+///
+/// Column `attempted`: 0 = not sent, later edits of the record coalesce into the row; 1 =
+/// frozen (sent, or about to be), `base_revision` fixed; 2 = sealed when the store opened
+/// because it may have been sent before a power loss undid its freeze (see
+/// ``LayerStore/sealPendingChanges(_:)``): later edits get a row of their own, and its base
+/// revision is fixed when it is frozen for sending, as for an unsent change.
 struct PendingChange: Sendable, Equatable {
     /// The operation of a change.
     enum Operation: String, Sendable {

@@ -14,6 +14,19 @@ final class SQLiteDatabase {
     private var statements: [String: OpaquePointer] = [:]
     /// The file path.
     let path: String
+    /// The connection's `PRAGMA synchronous` as last set by ``setDurability(_:)``; `nil` until then.
+    private(set) var durability: CommitDurability?
+    /// Write transactions committed so far, by the durability they committed with (counted by
+    /// a commit hook, so autocommit statements count too). For tests.
+    private(set) var commitCounts = CommitCounts()
+
+    /// See ``commitCounts``.
+    struct CommitCounts: Sendable, Equatable {
+        var full = 0
+        var relaxed = 0
+        /// The durability of the last commit.
+        var last: CommitDurability?
+    }
 
     /// Opens (creating if needed) a database file.
     /// - Parameter path: The file path.
@@ -33,9 +46,22 @@ final class SQLiteDatabase {
         }
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, 5000)
+        sqlite3_commit_hook(db, { context in
+            guard let context else { return 0 }
+            Unmanaged<SQLiteDatabase>.fromOpaque(context).takeUnretainedValue().noteCommit()
+            return 0  // 0 = let the commit go ahead
+        }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    private func noteCommit() {
+        // `durability` nil: not set yet, SQLite's default (FULL), or unknown after a failed pragma.
+        let mode = durability ?? .full
+        if mode == .full { commitCounts.full += 1 } else { commitCounts.relaxed += 1 }
+        commitCounts.last = mode
     }
 
     deinit {
+        sqlite3_commit_hook(handle, nil, nil)
         for statement in statements.values { sqlite3_finalize(statement) }
         sqlite3_close_v2(handle)
     }
@@ -155,11 +181,27 @@ final class SQLiteDatabase {
         }
     }
 
+    /// Sets `PRAGMA synchronous` for the following commits (FULL or NORMAL), unless it already
+    /// has that value (no statement then). Only outside a transaction (SQLite refuses a change
+    /// of safety level inside one).
+    /// - Parameter durability: The durability of the next commits.
+    /// - Throws: `.databaseAccessFailed`.
+    func setDurability(_ durability: CommitDurability) throws(LayerSyncError) {
+        guard durability != self.durability else { return }
+        self.durability = nil  // unknown if the pragma fails
+        try query(durability == .full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL")
+        self.durability = durability
+    }
+
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction; commits if it returns, rolls back if it throws.
-    /// - Parameter body: The work.
+    /// - Parameters:
+    ///   - durability: How the transaction commits (see ``CommitDurability``); the connection
+    ///     keeps that mode afterwards.
+    ///   - body: The work.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws, or `.databaseAccessFailed`.
-    func transaction<T>(_ body: () throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
+    func transaction<T>(_ durability: CommitDurability = .full, _ body: () throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
+        try setDurability(durability)
         try execute("BEGIN IMMEDIATE")
         do {
             let result = try body()

@@ -1,0 +1,269 @@
+import Foundation
+import Testing
+@testable import LayerSyncCore
+
+/// Commit durability (``CommitDurability``, docs/durability.md): API writes commit with an
+/// fsync, the engine's own writes without one, and a store seals its unfrozen changes when it
+/// opens, so that a freeze undone by a power loss cannot lose a later edit.
+@Suite struct DurabilityTests {
+    private func pendingRows(_ store: LayerStore) throws -> [[String?]] {
+        try store.withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT record_id, op, attempted, base_revision, content FROM pending_changes ORDER BY seq").map { row in
+                [row[0].text, row[1].text, row[2].integer.map(String.init), row[3].integer.map(String.init), row[4].text]
+            }
+        }
+    }
+
+    /// The connection's commit counts and its `PRAGMA synchronous` as SQLite reports it (read
+    /// directly, not through `withDatabase`, which would set the mode first).
+    private func commits(_ store: LayerStore) throws -> (counts: SQLiteDatabase.CommitCounts, synchronous: Int64?) {
+        let result: (SQLiteDatabase.CommitCounts, Int64?)? = store.database.withLock { db in
+            guard let db else { return nil }
+            return (db.commitCounts, try? db.query("PRAGMA synchronous").first?.first?.integer)
+        }
+        return try #require(result)
+    }
+
+    private static let full: Int64 = 2, normal: Int64 = 1  // PRAGMA synchronous values
+
+    @Test func apiWritesCommitWithFsyncAndEngineWritesWithout() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        var before = try commits(store).counts
+
+        /// Runs `work` and checks it committed exactly `count` transactions, all with `durability`,
+        /// and that SQLite's `synchronous` afterwards is the one that durability sets.
+        func expectCommits(_ durability: CommitDurability, count: Int = 1, _ what: String,
+                           _ work: () throws -> Void) throws {
+            try work()
+            let (after, synchronous) = try commits(store)
+            let full = after.full - before.full, relaxed = after.relaxed - before.relaxed
+            if durability == .full {
+                #expect(full == count && relaxed == 0, "\(what): \(full) FULL, \(relaxed) NORMAL commits")
+                #expect(synchronous == Self.full, "\(what): synchronous = \(synchronous ?? -1)")
+            } else {
+                #expect(full == 0 && relaxed == count, "\(what): \(full) FULL, \(relaxed) NORMAL commits")
+                #expect(synchronous == Self.normal, "\(what): synchronous = \(synchronous ?? -1)")
+            }
+            #expect(after.last == durability, "\(what)")
+            before = after
+        }
+
+        try expectCommits(.full, "createRecord") { try store.createRecord(id: "a", content: #"{"n":1}"#) }
+        let sent = try store.nextBatch(maxBytes: 10_000).batch
+        try expectCommits(.relaxed, "nextBatch (freeze)") {}
+        try expectCommits(.full, "updateRecord") { try store.updateRecord(id: "a", content: #"{"n":2}"#) }
+        try expectCommits(.relaxed, "applyAnswers") {
+            _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 3)], rejected: [])
+        }
+        try expectCommits(.relaxed, "applyServerRecords") {
+            _ = try store.applyServerRecords([ServerRecord(id: "b", revision: 4, deleted: false, content: try JSONValue.parse("{}"))], since: 4)
+        }
+        try expectCommits(.full, "applyServerRecords for an API call") {
+            _ = try store.applyServerRecords([ServerRecord(id: "c", revision: 5, deleted: false, content: try JSONValue.parse("{}"))],
+                                             since: nil, durability: .full)
+        }
+        try expectCommits(.full, count: 1, "deleteRecord") { try store.deleteRecord(id: "b") }
+        try expectCommits(.relaxed, "searchRecords (lazy full-text indexing)") { _ = try store.searchRecords(query: "n", limit: 1) }
+        try expectCommits(.full, "addAttachment") { try store.addAttachment(id: String(repeating: "0", count: 64), contentType: "image/png") }
+        try expectCommits(.relaxed, count: 3, "download (begin, stage, finish)") {
+            try store.beginSnapshot()
+            try store.stageSnapshotPage([ServerRecord(id: "d", revision: 6, deleted: false, content: try JSONValue.parse("{}"))])
+            _ = try store.finishSnapshot(epoch: "e", revision: 6, reportChanges: true)
+        }
+        try expectCommits(.relaxed, "last_sync_time") { try store.setMeta("last_sync_time", "1", durability: .relaxed) }
+        try expectCommits(.full, "setMeta") { try store.setMeta("user_id", "alice") }
+        // Reads commit nothing, whatever the mode.
+        _ = try store.record(id: "a")
+        _ = try store.pendingCount()
+        #expect(try commits(store).counts == before)
+    }
+
+    @Test func openingAStoreSealsEveryUnfrozenChangeAndLaterEditsGetTheirOwnRow() throws {
+        let directory = temporaryDirectory()
+        do {
+            let store = try LayerStore.open(directory: directory)
+            // "queued": a frozen (sent) create, with an update queued behind it.
+            try store.createRecord(id: "queued", content: #"{"q":1}"#)
+            #expect(try store.nextBatch(maxBytes: 10_000).batch.map(\.recordID) == ["queued"])
+            try store.updateRecord(id: "queued", content: #"{"q":2}"#)
+            // "known": a server record (revision 5) edited locally, not sent yet.
+            _ = try store.applyServerRecords([ServerRecord(id: "known", revision: 5, deleted: false, content: try JSONValue.parse(#"{"k":0}"#))],
+                                             since: 5)
+            try store.updateRecord(id: "known", content: #"{"k":1}"#)
+            // "new": created locally, not sent yet.
+            try store.createRecord(id: "new", content: #"{"n":1}"#)
+            #expect(try pendingRows(store).map { $0[2] } == ["1", "0", "0", "0"])
+            store.close()
+        }
+        let store = try LayerStore.open(directory: directory)
+        // One FULL transaction sealed them: the first change of a record frozen as a batch would
+        // freeze it (base = the record's server revision), the one behind "queued" sealed (2).
+        #expect(try commits(store).counts == SQLiteDatabase.CommitCounts(full: 1, relaxed: 0, last: .full))
+        #expect(try pendingRows(store) == [["queued", "create", "1", nil, #"{"q":1}"#],
+                                           ["queued", "update", "2", nil, #"{"q":2}"#],
+                                           ["known", "update", "1", "5", #"{"k":1}"#],
+                                           ["new", "create", "1", nil, #"{"n":1}"#]])
+        // Later edits never change a sealed row.
+        try store.updateRecord(id: "queued", content: #"{"q":3}"#)
+        try store.updateRecord(id: "known", content: #"{"k":2}"#)
+        try store.updateRecord(id: "new", content: #"{"n":2}"#)
+        #expect(try pendingRows(store).map { [$0[0], $0[2], $0[4]] } == [
+            ["queued", "1", #"{"q":1}"#], ["queued", "2", #"{"q":2}"#], ["known", "1", #"{"k":1}"#], ["new", "1", #"{"n":1}"#],
+            ["queued", "0", #"{"q":3}"#], ["known", "0", #"{"k":2}"#], ["new", "0", #"{"n":2}"#]])
+        #expect(try store.pendingCount() == 7)
+        // The sealed changes go out as they were; the one behind "queued" waits for its answer
+        // and then gets the accepted revision as its base.
+        let batch = try store.nextBatch(maxBytes: 100_000).batch
+        #expect(batch.map(\.recordID) == ["queued", "known", "new"])
+        #expect(try JSONValue.parse(batch[1].payload)["base_revision"] == .number("5"))
+        _ = try store.applyAnswers(accepted: [.init(changeID: batch[0].changeID, recordID: "queued", revision: 7)], rejected: [])
+        let next = try store.nextBatch(maxBytes: 100_000, maxCount: 1).batch
+        let payload = try JSONValue.parse(try #require(next.first).payload)
+        #expect(payload["op"] == .string("update") && payload["base_revision"] == .number("7") && payload["content"]?["q"] == .number("2"))
+        store.close()
+        // Nothing left to seal... except the three later edits; a store whose changes are all
+        // frozen opens without writing.
+        let again = try LayerStore.open(directory: directory)
+        #expect(try commits(again).counts.full == 1)
+        again.close()
+        let third = try LayerStore.open(directory: directory)
+        #expect(try commits(third).counts == SQLiteDatabase.CommitCounts())
+    }
+
+    @Test func aStoreThatNeedsContentMigrationIsNotSealedSoItsUnsentChangesAreMigrated() throws {
+        let directory = temporaryDirectory()
+        let v1 = #"{"id":"old","v":1,"type":"pspdfkit/note","text":"plain"}"#
+        do {
+            let store = try LayerStore.open(directory: directory)
+            try store.createRecord(id: "old", content: v1)
+            try store.setMeta("content_version", "1")  // written by a library that stored Instant JSON v1
+            store.close()
+        }
+        let store = try LayerStore.open(directory: directory)
+        #expect(try pendingRows(store).map { $0[2] } == ["0"])
+        try store.migrateContent()
+        let content = try JSONValue.parse(try #require(try pendingRows(store).first?[4]))
+        #expect(content["v"] == .integer(2) && content["text"]?["value"] == .string("plain"))
+        store.close()
+        // Once migrated, the next open seals as usual.
+        let migrated = try LayerStore.open(directory: directory)
+        #expect(try pendingRows(migrated).map { $0[2] } == ["1"])
+    }
+}
+
+/// A simulated power loss against the real server: the store is rebuilt from its database file
+/// and the WAL cut back to where it was after the last FULL commit.
+@Suite(.serialized, .enabled(if: TestServer.isAvailable, "layersync-server not installed in .venv (run scripts/setup.sh)"))
+final class PowerLossTests {
+    let server: TestServer
+
+    init() throws {
+        server = try TestServer()
+    }
+
+    static func note(_ text: String, id: String? = nil) -> String {
+        var object = JSONObject()
+        if let id { object["id"] = .string(id) }
+        object["type"] = .string("pspdfkit/note")
+        object["pageIndex"] = .integer(0)
+        object["bbox"] = .array([.integer(1), .integer(2), .integer(3), .integer(4)])
+        object["note"] = .string(text)
+        return JSONValue.object(object).jsonText
+    }
+
+    func downloaded(_ client: TestClient, documentID: String) throws -> DocumentDescriptor {
+        let document = try client.client.document(forJWT: try server.token(documentID: documentID, userID: "alice"))
+        try document.download()
+        let result = try #require(client.events.waitForDownload(document))
+        if let error = result { throw error }
+        return document
+    }
+
+    func syncUntilClean(_ client: TestClient, _ document: DocumentDescriptor) throws {
+        for _ in 0..<10 {
+            let start = client.events.count
+            try document.sync()
+            let end = try #require(client.events.waitForSyncEnd(document, after: start), "sync did not end")
+            if end == nil, !document.hasUnsyncedChanges { return }
+        }
+        Issue.record("no clean sync")
+    }
+
+    func rejections(_ client: TestClient) -> [RejectedChange] {
+        client.events.all.flatMap { event -> [RejectedChange] in
+            if case .didRejectChanges(_, let list) = event { return list }
+            return []
+        }
+    }
+
+    func history(_ documentID: String, _ recordID: String) throws -> [JSONValue] {
+        let token = try server.token(documentID: documentID)
+        let body = try TestServer.httpGet(server.url + "/sync/v1/documents/\(documentID)/layers/~/records/\(recordID)/history",
+                                          headers: ["Authorization": "Bearer \(token)"])
+        return try JSONValue.parse(body)["versions"]?.arrayValue ?? []
+    }
+
+    private func counts(_ store: LayerStore) throws -> SQLiteDatabase.CommitCounts {
+        try #require(store.database.withLock { $0?.commitCounts })
+    }
+
+    @Test func aFreezeLostInAPowerLossNeitherLosesTheEditNorALaterOne() throws {
+        try server.upload(documentID: "doc")
+        let a = try server.makeClient("a")
+        let document = try downloaded(a, documentID: "doc")
+        let store = document.store
+        let databasePath = store.directory + "/layer.sqlite"
+
+        // The API write: FULL. What is on disk now survives a power loss.
+        let id = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("v1")))["id"]?.stringValue)
+        let durable = try counts(store)
+        #expect(durable.last == .full)
+        let databaseBytes = try Data(contentsOf: URL(fileURLWithPath: databasePath))
+        let walPrefix = try Data(contentsOf: URL(fileURLWithPath: databasePath + "-wal"))
+        let changeID = try #require(try store.withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT change_id FROM pending_changes WHERE record_id = ?", [.text(id)]).first?.first?.text
+        })
+
+        // The sync freezes the change, the server applies it, the answer is applied: all without fsync.
+        try syncUntilClean(a, document)
+        #expect(try server.serverAnnotations(documentID: "doc")[id]?["note"] == .string("v1"))
+        let synced = try counts(store)
+        #expect(synced.full == durable.full, "a sync cycle committed with fsync")
+        #expect(synced.relaxed > durable.relaxed)
+        // No checkpoint ran meanwhile: the database file and the WAL's first frames are as they were.
+        let wal = try Data(contentsOf: URL(fileURLWithPath: databasePath + "-wal"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: databasePath)) == databaseBytes)
+        #expect(wal.count > walPrefix.count && wal.prefix(walPrefix.count) == walPrefix)
+        try a.client.shutdown()
+
+        // Power loss: the relaxed commits never reached the disk. Rebuild the storage with the
+        // WAL as it was after the FULL commit (SQLite rebuilds the -shm index from it).
+        let copy = server.storagePath("a-after-power-loss")
+        try FileManager.default.copyItem(atPath: server.storagePath("a"), toPath: copy)
+        let copiedDatabase = copy + String(databasePath.dropFirst(server.storagePath("a").count))
+        try? FileManager.default.removeItem(atPath: copiedDatabase + "-shm")
+        try databaseBytes.write(to: URL(fileURLWithPath: copiedDatabase))
+        try walPrefix.write(to: URL(fileURLWithPath: copiedDatabase + "-wal"))
+
+        let b = try server.makeClient("b", storage: copy)
+        let reopened = try b.client.document(forJWT: try server.token(documentID: "doc", userID: "alice"))
+        // The local edit is there, still queued, sealed under its change id.
+        #expect(try JSONValue.parse(try reopened.annotation(id: id))["note"] == .string("v1"))
+        let rows = try reopened.store.withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT change_id, attempted FROM pending_changes ORDER BY seq").map { [$0[0].text, $0[1].integer.map(String.init)] }
+        }
+        #expect(rows == [[changeID, "1"]])
+        // An edit now gets a change of its own instead of riding on the one the server already has.
+        _ = try reopened.updateAnnotation(json: Self.note("v2", id: id))
+        #expect(try reopened.store.withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT count(*) FROM pending_changes").first?.first?.integer } == 2)
+        try syncUntilClean(b, reopened)
+        // The resent create was answered with its recorded outcome (applied once, no rejection),
+        // and the edit reached the server.
+        #expect(rejections(b).isEmpty, "\(rejections(b))")
+        #expect(try server.serverAnnotations(documentID: "doc")[id]?["note"] == .string("v2"))
+        #expect(try history("doc", id).count == 2)
+        #expect(try JSONValue.parse(try reopened.annotation(id: id))["note"] == .string("v2"))
+        try b.client.shutdown()
+    }
+}
