@@ -9,10 +9,12 @@
  *                                            layersync_document_create_annotation calls
  *   ls_bench raw DB_PATH N                   scenario 4 baseline: N timed sqlite3
  *                                            prepared INSERT + COMMIT, WAL, synchronous=FULL
- *   ls_bench latency URL STORAGE JWT_A JWT_B N  scenarios 3 + 7: clients A and B on one
+ *   ls_bench latency URL STORAGE JWT_A JWT_B N [full|normal]
+ *                                            scenarios 3 + 7: clients A and B on one
  *                                            layer, B listening; N times: A creates an
  *                                            annotation and calls sync(), time until B's
- *                                            did_receive_changes names it (5 warm-up writes)
+ *                                            did_receive_changes names it (5 warm-up writes);
+ *                                            both clients' options.durability (default full)
  *
  * Each mode prints one JSON object on stdout. Exit status 0 on success.
  */
@@ -109,9 +111,10 @@ static void die(const char *what, int rc, layersync_error *err) {
     exit(1);
 }
 
-static layersync_client *open_client(const char *url, const char *storage) {
+static layersync_client *open_client(const char *url, const char *storage, int32_t durability) {
     layersync_client_options opts;
     layersync_client_options_init(&opts, LAYERSYNC_CLIENT_OPTIONS_VERSION);
+    opts.durability = durability;
     opts.server_url = url;
     opts.storage_path = storage;
     opts.allow_insecure_http = true;
@@ -172,7 +175,7 @@ static void annotation_json(char *buf, size_t size, int i, const char *id) {
 
 static int mode_download(const char *url, const char *storage, const char *jwt) {
     long rss_start = rss_kb("VmRSS:");
-    layersync_client *client = open_client(url, storage);
+    layersync_client *client = open_client(url, storage, LAYERSYNC_DURABILITY_FULL);
     long rss_empty = rss_kb("VmRSS:");
     double download_s = 0;
     layersync_document *doc = download(client, jwt, &download_s);
@@ -200,7 +203,7 @@ static int mode_download(const char *url, const char *storage, const char *jwt) 
 }
 
 static int mode_create(const char *url, const char *storage, const char *jwt, int n) {
-    layersync_client *client = open_client(url, storage);
+    layersync_client *client = open_client(url, storage, LAYERSYNC_DURABILITY_FULL);
     double download_s = 0;
     layersync_document *doc = download(client, jwt, &download_s);
     double *us = calloc((size_t)n, sizeof *us);
@@ -239,13 +242,18 @@ static void answer_id(const char *answer, char *out, size_t size) {
     out[e - p - 1] = 0;
 }
 
-static int mode_latency(const char *url, const char *storage, const char *jwt_a, const char *jwt_b, int n) {
+static int mode_latency(const char *url, const char *storage, const char *jwt_a, const char *jwt_b, int n,
+                        const char *durability_name) {
+    int32_t durability;
+    if (strcmp(durability_name, "full") == 0) durability = LAYERSYNC_DURABILITY_FULL;
+    else if (strcmp(durability_name, "normal") == 0) durability = LAYERSYNC_DURABILITY_NORMAL;
+    else { fprintf(stderr, "durability must be full or normal, not %s\n", durability_name); return 2; }
     char path_a[4096], path_b[4096];
     snprintf(path_a, sizeof path_a, "%s/a", storage);
     snprintf(path_b, sizeof path_b, "%s/b", storage);
-    layersync_client *ca = open_client(url, path_a);
+    layersync_client *ca = open_client(url, path_a, durability);
     validated = 0;
-    layersync_client *cb = open_client(url, path_b);
+    layersync_client *cb = open_client(url, path_b, durability);
     double seconds = 0;
     layersync_document *da = download(ca, jwt_a, &seconds);
     download_done = 0;
@@ -291,8 +299,8 @@ static int mode_latency(const char *url, const char *storage, const char *jwt_a,
     qsort(create, (size_t)n, sizeof *create, cmp_double);
     qsort(sync_call, (size_t)n, sizeof *sync_call, cmp_double);
     char extra[256];
-    snprintf(extra, sizeof extra, "\"create_p50_us\": %.2f, \"sync_call_p50_us\": %.2f, ",
-             create[n / 2], sync_call[n / 2]);
+    snprintf(extra, sizeof extra, "\"durability\": \"%s\", \"create_p50_us\": %.2f, \"sync_call_p50_us\": %.2f, ",
+             durability_name, create[n / 2], sync_call[n / 2]);
     print_latencies("latency", total, n, elapsed, extra);
     free(total); free(create); free(sync_call);
     layersync_client_destroy(ca, NULL);
@@ -348,8 +356,8 @@ int main(int argc, char **argv) {
     if (argc >= 6 && strcmp(argv[1], "create") == 0) return mode_create(argv[2], argv[3], argv[4], atoi(argv[5]));
     if (argc >= 4 && strcmp(argv[1], "raw") == 0) return mode_raw(argv[2], atoi(argv[3]));
     if (argc >= 7 && strcmp(argv[1], "latency") == 0)
-        return mode_latency(argv[2], argv[3], argv[4], argv[5], atoi(argv[6]));
+        return mode_latency(argv[2], argv[3], argv[4], argv[5], atoi(argv[6]), argc >= 8 ? argv[7] : "full");
     fprintf(stderr, "usage: ls_bench download URL STORAGE JWT | create URL STORAGE JWT N | raw DB N | "
-                    "latency URL STORAGE JWT_A JWT_B N\n");
+                    "latency URL STORAGE JWT_A JWT_B N [full|normal]\n");
     return 2;
 }

@@ -179,6 +179,20 @@ typedef enum {
 } layersync_error_code_t;
 
 /**
+ * How a local write made through the API (create, update or delete a record, add an
+ * attachment, restore a record version) commits to the layer's SQLite store; the value of
+ * `layersync_client_options.durability`. In both modes the engine's own writes (applying
+ * server data and answers) commit without an fsync, and a change is durable on this device
+ * before it is sent. See docs/durability.md.
+ */
+typedef enum {
+    /** The default. Each API write commits with an fsync of the WAL (SQLite `PRAGMA synchronous=FULL`): when the call returns, the write survives an app crash, an OS crash and a power loss (ARCHITECTURE.md §4 rule 1). */
+    LAYERSYNC_DURABILITY_FULL = 0,
+    /** API writes commit without an fsync (`synchronous=NORMAL` in WAL mode: what Android's `SQLiteDatabase` uses for WAL databases by default). When the call returns the write survives an app crash (kill -9: the WAL is in the OS page cache) but not necessarily an OS crash or power loss, which can undo the most recent writes: always a suffix of them (never one in the middle; never one older than the last fsync). Before a batch of changes is sent, the engine fsyncs if it holds such unsynced writes, so an undone write is simply gone, as if the call had not been made: it was never sent, the server and other clients never see it, and sync stays correct. Use it when write latency matters more than the last moments of work before a power loss. */
+    LAYERSYNC_DURABILITY_NORMAL = 1,
+} layersync_durability_t;
+
+/**
  * Sync state of a document layer. Raw values are Instant's `InstantDocumentState`.
  * Reported through `did_change_sync_state` each time it changes.
  */
@@ -278,6 +292,8 @@ typedef struct layersync_client_options {
     double request_timeout_s;
     /** Seconds a long-poll asks the server to wait for changes. Default 30. */
     int32_t long_poll_wait_s;
+    /** A `layersync_durability_t`: how local writes made through the API commit. Default `LAYERSYNC_DURABILITY_FULL`; any other value than the enum's makes `layersync_client_create` fail with `INVALID_ARGUMENT`. Layers this client opens that another client of the process already has open keep the stricter of the two settings (docs/durability.md). Added at the end of the struct (offsets of the fields above unchanged; `LAYERSYNC_CLIENT_OPTIONS_VERSION` stays 1 before 1.0). LayerSync's own. */
+    int32_t durability;
 } layersync_client_options;
 
 /**

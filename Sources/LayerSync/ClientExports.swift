@@ -14,7 +14,8 @@ import LayerSyncCore
         version: version, server_url: nil, storage_path: nil,
         allow_insecure_http: defaults.allowInsecureHTTP, sync_delay_s: defaults.syncDelay,
         connect_timeout_s: defaults.connectTimeout, request_timeout_s: defaults.requestTimeout,
-        long_poll_wait_s: Int32(defaults.longPollWait))
+        long_poll_wait_s: Int32(defaults.longPollWait),
+        durability: Int32(bitPattern: (defaults.localWriteDurability == .full ? LAYERSYNC_DURABILITY_FULL : LAYERSYNC_DURABILITY_NORMAL).rawValue))
     return 0
 }
 
@@ -46,6 +47,13 @@ import LayerSyncCore
         configuration.connectTimeout = options.pointee.connect_timeout_s
         configuration.requestTimeout = options.pointee.request_timeout_s
         configuration.longPollWait = Int(options.pointee.long_poll_wait_s)
+        switch options.pointee.durability {
+        case Int32(bitPattern: LAYERSYNC_DURABILITY_FULL.rawValue): configuration.localWriteDurability = .full
+        case Int32(bitPattern: LAYERSYNC_DURABILITY_NORMAL.rawValue): configuration.localWriteDurability = .relaxed
+        default:
+            throw LayerSyncError(.invalidArgument, "options.durability \(options.pointee.durability) is not a layersync_durability_t "
+                                 + "(LAYERSYNC_DURABILITY_FULL = 0 or LAYERSYNC_DURABILITY_NORMAL = 1)")
+        }
         guard configuration.connectTimeout > 0, configuration.requestTimeout > 0, configuration.longPollWait > 0 else {
             throw LayerSyncError(.invalidArgument, "timeouts and long_poll_wait_s must be positive")
         }

@@ -17,6 +17,14 @@ public struct ClientConfiguration: Sendable {
     public var requestTimeout: Double = 30
     /// Seconds a long-poll asks the server to hold the request (`wait=`).
     public var longPollWait: Int = 30
+    /// How local writes made through the API commit (the C options' `durability`): `.full`
+    /// (default, `LAYERSYNC_DURABILITY_FULL`) fsyncs each one, so it survives a power loss when
+    /// the call returns (ARCHITECTURE.md §4 rule 1); `.relaxed` (`LAYERSYNC_DURABILITY_NORMAL`)
+    /// does not: the write survives an app crash, and a power loss or OS crash may undo the most
+    /// recent ones (a suffix, never anything already sent). A layer store shared with another
+    /// client of the process that asked for `.full` stays `.full` (the strictest wins; see
+    /// docs/durability.md).
+    public var localWriteDurability: CommitDurability = .full
     /// The host's reachability hint (the C delegate's `is_network_available`), or `nil` (the
     /// engine then only knows what ``SyncClient/setNetworkAvailable(_:)`` tells it).
     ///

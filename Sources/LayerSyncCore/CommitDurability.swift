@@ -22,8 +22,12 @@
 ///   a row that was unfrozen *durably*, and such a row cannot have been sent.
 ///
 /// Every write made by a public API call (create/update/delete a record, attachments, meta the
-/// host sets) is `.full` (rule 1: durable when the call returns).
-enum CommitDurability: Sendable, Equatable {
+/// host sets) commits with the store's ``LayerStore/localWriteDurability``: `.full` by default
+/// (rule 1: durable when the call returns), `.relaxed` when the client asked for it
+/// (``ClientConfiguration/localWriteDurability``, C `LAYERSYNC_DURABILITY_NORMAL`). Then a batch
+/// holding a relaxed API write that no FULL commit has covered yet is frozen `.full`, so that
+/// nothing is sent before it is durable here.
+public enum CommitDurability: Sendable, Equatable {
     /// Committed with an fsync of the WAL (`synchronous=FULL`): durable when the commit returns.
     case full
     /// Committed without an fsync (`synchronous=NORMAL`): survives an app crash; after a power

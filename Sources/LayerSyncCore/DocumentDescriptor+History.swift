@@ -118,7 +118,7 @@ extension DocumentDescriptor {
 
     /// Applies a record written by rollback/restore to the local store and reports it.
     private func adoptRevived(_ record: ServerRecord) throws(LayerSyncError) -> String {
-        report(try store.applyServerRecords([record], since: nil, durability: .full))
+        report(try store.applyServerRecords([record], since: nil, durability: store.localWriteDurability))
         publishState()
         return record.contentText ?? "null"
     }

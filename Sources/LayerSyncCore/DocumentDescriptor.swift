@@ -62,7 +62,7 @@ public final class DocumentDescriptor: Sendable {
         layerName = claims.layerName
         self.context = context
         let directory = context.layout.layerDirectory(claims.documentID, layer: claims.layerName)
-        store = try LayerStore.open(directory: directory)
+        store = try LayerStore.open(directory: directory, localWriteDurability: context.configuration.localWriteDurability)
         pdfFilePath = context.layout.pdfPath(claims.documentID)
         // A store that needs a reset for a database migration has no connection: nothing is
         // read or written until the reset recreated it (the pins are written then).

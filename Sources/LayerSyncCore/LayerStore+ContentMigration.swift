@@ -21,7 +21,7 @@ extension LayerStore {
     /// - Throws: `.databaseAccessFailed` (nothing is changed then).
     @discardableResult
     func migrateContent() throws(LayerSyncError) -> Int {
-        try transaction { db throws(LayerSyncError) in
+        try transaction(.full) { db throws(LayerSyncError) in
             var rewritten = 0
             for row in try db.query("SELECT id, content, server_content FROM records") {
                 guard let id = row[0].text else { continue }

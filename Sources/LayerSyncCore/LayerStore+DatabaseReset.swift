@@ -111,7 +111,7 @@ extension LayerStore {
     /// removes the salvage file and leaves the needs-reset mode.
     /// - Throws: `.databaseAccessFailed` (nothing re-queued; the salvage file stays).
     func requeueSalvaged(_ edits: [SalvagedEdit]) throws(LayerSyncError) {
-        try transaction { db throws(LayerSyncError) in
+        try transaction(.full) { db throws(LayerSyncError) in
             for edit in edits {
                 let row = try db.query("SELECT content FROM records WHERE id = ?", [.text(edit.recordID)]).first
                 switch edit.operation {

@@ -38,7 +38,11 @@ extension LayerStore {
     /// record's current server revision and, like the rest of the row, never changes again,
     /// so the change's payload (a function of those fields) goes out byte-identical on every
     /// retry. The freeze commits `.relaxed` (no fsync); ``sealPendingChanges(_:)`` makes that
-    /// safe after a power loss.
+    /// safe after a power loss. But when an API write committed `.relaxed`
+    /// (``localWriteDurability``) and no FULL commit has made it durable since, the freeze
+    /// commits `.full`: what is sent must be on disk first, or a power loss could leave the
+    /// change with older content under a change id the server applied with newer content
+    /// (docs/durability.md).
     /// - Parameters:
     ///   - maxBytes: Budget for the summed payload sizes (a first change that fits
     ///     `maxChangeBytes` is always taken, so the queue always moves).
@@ -53,7 +57,10 @@ extension LayerStore {
 
     /// ``nextBatch(maxBytes:maxChangeBytes:maxCount:)`` with all limits, in its own transaction.
     func nextBatch(_ limits: BatchLimits) throws(LayerSyncError) -> Batch {
-        try localEdit(.relaxed) { db throws(LayerSyncError) in (try Self.takeBatch(db, limits), pendingDelta: 0) }
+        try withDatabase(.relaxed) { db throws(LayerSyncError) in
+            let durability: CommitDurability = hasUnsyncedLocalWrites(db) ? .full : .relaxed
+            return try db.transaction(durability) { () throws(LayerSyncError) in try Self.takeBatch(db, limits) }
+        }
     }
 
     /// The body of ``nextBatch(_:)`` (inside a transaction).
@@ -271,8 +278,8 @@ extension LayerStore {
     ///   - records: The records, in revision order.
     ///   - since: The revision to raise `since` to afterwards, if any.
     ///   - durability: `.relaxed` (default) for records the engine fetched on its own (a lost
-    ///     commit is fetched again: `since` commits with the records); `.full` for the result
-    ///     of an API call.
+    ///     commit is fetched again: `since` commits with the records); ``localWriteDurability``
+    ///     for the result of an API call.
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
     func applyServerRecords(_ records: [ServerRecord], since: Int64?,

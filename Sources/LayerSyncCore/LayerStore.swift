@@ -6,13 +6,16 @@ import Glibc
 /// The local store of one document layer: `layer.sqlite` plus an exclusive `flock` on
 /// the `lock` file next to it (ARCHITECTURE.md §4 rule 8, §8).
 ///
-/// Durability: WAL journal. Writes made for an API call commit with `synchronous=FULL`, so
-/// they are on disk when the call returns (rule 1), not only after the next checkpoint; the
-/// engine's own writes (server data, answers, freezing a batch) commit without an fsync
+/// Durability: WAL journal. Writes made for an API call commit with ``localWriteDurability``:
+/// `synchronous=FULL` by default, so they are on disk when the call returns (rule 1), not only
+/// after the next checkpoint; `.relaxed` when every client that opened the store asked for it
+/// (`LAYERSYNC_DURABILITY_NORMAL`), and then a batch is frozen with an fsync before it is sent
+/// if such a write is not durable yet (``nextBatch(_:)``). The engine's own writes (server data,
+/// answers, freezing a batch of durable changes) commit without an fsync
 /// (``CommitDurability/relaxed``), which is safe after a power loss because every unfrozen
 /// change is sealed when the store opens (``sealPendingChanges(_:)``; docs/durability.md).
 /// Within a process every opener of the same directory shares one instance
-/// (``open(directory:)``); a second process gets `.storageLocked`.
+/// (``open(directory:localWriteDurability:)``); a second process gets `.storageLocked`.
 ///
 /// Tables (schema version 4, `PRAGMA user_version`; version 1 lacked `records_fts`,
 /// version 2 `attachments`, version 3 indexed records for search by triggers on every write):
@@ -47,6 +50,14 @@ final class LayerStore: Sendable {
     /// local edit costs no extra queries. Read and written only under the `database` lock
     /// (lock order: `database`, then `cache`); `nil` = unknown, read from the database.
     private let cache = Mutex(Cache())
+    /// The durability openers asked for API writes; `nil` until one did (API writes are then
+    /// `.full`). Only ever strengthened: see ``open(directory:localWriteDurability:)``.
+    private let requestedLocalWriteDurability = Mutex<CommitDurability?>(nil)
+    /// `commitCounts.full` of the connection when the last `.relaxed` API write committed, -1
+    /// if none: while it still equals the count, no FULL commit has made that write durable,
+    /// and the next freeze must fsync (``hasUnsyncedLocalWrites(_:)``). Written and read under
+    /// the `database` lock.
+    private let relaxedLocalWriteMark = Atomic<Int>(-1)
 
     private struct Cache: Sendable {
         var pendingChanges: Int?
@@ -62,11 +73,21 @@ final class LayerStore: Sendable {
     private static let registry = Mutex<[String: Registration]>([:])
 
     /// Opens the store of a layer directory, or returns the instance already open in this process.
-    /// - Parameter directory: The layer directory (created 0700 if absent).
+    ///
+    /// All openers in a process share one store, so they share its ``localWriteDurability``:
+    /// the strictest request wins. API writes are `.relaxed` only while every opener that asked
+    /// asked for `.relaxed`; once one asked for `.full` they stay `.full` for the life of this
+    /// instance (until every handle is gone or ``close()`` runs), even after that opener is gone.
+    /// A client asking for `.relaxed` may thus get FULL commits, never the other way round.
+    /// - Parameters:
+    ///   - directory: The layer directory (created 0700 if absent).
+    ///   - localWriteDurability: How this opener wants API writes to commit (its client's
+    ///     ``ClientConfiguration/localWriteDurability``); `nil` for an opener that makes no API
+    ///     writes (listing or removing local storage) and has no say.
     /// - Returns: The shared store.
     /// - Throws: `.storageLocked` if another process holds it, `.couldNotWriteToDisk`,
     ///   `.databaseAccessFailed`.
-    static func open(directory: String) throws(LayerSyncError) -> LayerStore {
+    static func open(directory: String, localWriteDurability: CommitDurability? = nil) throws(LayerSyncError) -> LayerStore {
         let result: Result<LayerStore, LayerSyncError> = registry.withLock { registry in
             if let store = registry[directory]?.store { return .success(store) }
             do throws(LayerSyncError) {
@@ -77,7 +98,31 @@ final class LayerStore: Sendable {
                 return .failure(error)
             }
         }
-        return try result.get()
+        let store = try result.get()
+        if let localWriteDurability { store.requestLocalWriteDurability(localWriteDurability) }
+        return store
+    }
+
+    /// Records an opener's request (see ``open(directory:localWriteDurability:)``): the
+    /// strictest one wins.
+    private func requestLocalWriteDurability(_ durability: CommitDurability) {
+        requestedLocalWriteDurability.withLock { current in
+            if current != .full { current = durability }
+        }
+    }
+
+    /// How a write made for an API call commits: `.full` unless every opener that asked for a
+    /// durability asked for `.relaxed` (``open(directory:localWriteDurability:)``). This is what
+    /// ``withDatabase(_:_:)``, ``transaction(_:_:)``, ``localEdit(_:_:)`` and ``setMeta(_:_:durability:)``
+    /// use when given no durability.
+    var localWriteDurability: CommitDurability {
+        requestedLocalWriteDurability.withLock { $0 } ?? .full
+    }
+
+    /// Whether a `.relaxed` API write has committed since the connection's last FULL commit (it
+    /// could still be undone by a power loss). Call under the `database` lock.
+    func hasUnsyncedLocalWrites(_ db: SQLiteDatabase) -> Bool {
+        relaxedLocalWriteMark.load(ordering: .relaxed) == db.commitCounts.full
     }
 
     private init(directory: String) throws(LayerSyncError) {
@@ -246,17 +291,27 @@ final class LayerStore: Sendable {
 
     /// Runs `body` with the connection, under the store's lock.
     /// - Parameters:
-    ///   - durability: How statements `body` runs outside a transaction commit (autocommit);
-    ///     `.full` unless every such write is the engine's own (see ``CommitDurability``).
+    ///   - durability: How statements `body` runs outside a transaction commit (autocommit):
+    ///     `nil` (default) for a write made for an API call, which commits with
+    ///     ``localWriteDurability``; `.relaxed` only when every such write is the engine's own,
+    ///     `.full` for one that must be durable in every mode (see ``CommitDurability``).
     ///   - body: The work; must not call back into the store.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws.
-    func withDatabase<T: Sendable>(_ durability: CommitDurability = .full,
+    func withDatabase<T: Sendable>(_ durability: CommitDurability? = nil,
                                    _ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
         let result: Result<T, LayerSyncError> = database.withLock { db in
             guard let db else { return .failure(LayerSyncError(.invalidState, "the layer's local storage was removed")) }
+            let mode = durability ?? localWriteDurability
+            let relaxedCommits = db.commitCounts.relaxed
+            defer {
+                // An API write that committed without an fsync: the next freeze must make it durable.
+                if durability == nil, mode == .relaxed, db.commitCounts.relaxed != relaxedCommits {
+                    relaxedLocalWriteMark.store(db.commitCounts.full, ordering: .relaxed)
+                }
+            }
             do throws(LayerSyncError) {
-                try db.setDurability(durability)
+                try db.setDurability(mode)
                 return .success(try body(db))
             } catch {
                 return .failure(error)
@@ -267,18 +322,20 @@ final class LayerStore: Sendable {
 
     /// Runs `body` in one SQLite transaction under the store's lock.
     /// - Parameters:
-    ///   - durability: How it commits: `.full` (default) for a write made by an API call,
-    ///     `.relaxed` only for the engine's own writes (see ``CommitDurability``).
+    ///   - durability: How it commits: `nil` (default) for a write made by an API call
+    ///     (``localWriteDurability``), `.relaxed` only for the engine's own writes, `.full` for
+    ///     one that must be durable in every mode (see ``CommitDurability``).
     ///   - body: The work.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws (the transaction is rolled back), or `.databaseAccessFailed`.
     /// Every cached value is forgotten afterwards (committed or not); see ``localEdit(_:_:)``
     /// for the write path that keeps them.
-    func transaction<T: Sendable>(_ durability: CommitDurability = .full,
+    func transaction<T: Sendable>(_ durability: CommitDurability? = nil,
                                   _ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
         try withDatabase(durability) { db throws(LayerSyncError) in
             defer { invalidateCache() }
-            return try db.transaction(durability) { () throws(LayerSyncError) in try body(db) }
+            // `db.durability`: the mode withDatabase just set (`durability` or the local one).
+            return try db.transaction(db.durability ?? .full) { () throws(LayerSyncError) in try body(db) }
         }
     }
 
@@ -287,16 +344,17 @@ final class LayerStore: Sendable {
     /// never `attachments`; the cached pending-change count is adjusted by the `pendingDelta`
     /// it returns. (The sync cycle's store work runs this way too, so that it keeps the cache.)
     /// - Parameters:
-    ///   - durability: How it commits: `.full` (default) for a write made by an API call,
-    ///     `.relaxed` only for the engine's own writes (see ``CommitDurability``).
+    ///   - durability: How it commits: `nil` (default) for a write made by an API call
+    ///     (``localWriteDurability``), `.relaxed` only for the engine's own writes, `.full` for
+    ///     one that must be durable in every mode (see ``CommitDurability``).
     ///   - body: The work; returns its result and how many rows it added to (or, negative,
     ///     removed from) `pending_changes`.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws (the transaction is rolled back, the cache stays valid).
-    func localEdit<T: Sendable>(_ durability: CommitDurability = .full,
+    func localEdit<T: Sendable>(_ durability: CommitDurability? = nil,
                                 _ body: (SQLiteDatabase) throws(LayerSyncError) -> (T, pendingDelta: Int)) throws(LayerSyncError) -> T {
         try withDatabase(durability) { db throws(LayerSyncError) in
-            let (result, delta) = try db.transaction(durability) { () throws(LayerSyncError) in try body(db) }
+            let (result, delta) = try db.transaction(db.durability ?? .full) { () throws(LayerSyncError) in try body(db) }
             cache.withLock { cache in cache.pendingChanges = cache.pendingChanges.map { $0 + delta } }
             return result
         }
@@ -344,13 +402,14 @@ final class LayerStore: Sendable {
         try withDatabase { db throws(LayerSyncError) in try Self.meta(db, key) }
     }
 
-    /// Writes a `meta` value (durably unless `durability` is `.relaxed`).
+    /// Writes a `meta` value.
     /// - Parameters:
     ///   - key: The key.
     ///   - value: The value, or `nil` to remove it.
-    ///   - durability: `.full` (default), or `.relaxed` for a value the engine keeps for itself.
+    ///   - durability: `nil` (default) for a value set for an API call (``localWriteDurability``),
+    ///     or `.relaxed` for a value the engine keeps for itself.
     /// - Throws: `.databaseAccessFailed`.
-    func setMeta(_ key: String, _ value: String?, durability: CommitDurability = .full) throws(LayerSyncError) {
+    func setMeta(_ key: String, _ value: String?, durability: CommitDurability? = nil) throws(LayerSyncError) {
         try withDatabase(durability) { db throws(LayerSyncError) in
             defer { invalidateCache() }
             try Self.setMeta(db, key, value)

@@ -17,7 +17,8 @@ final class SQLiteDatabase {
     /// The connection's `PRAGMA synchronous` as last set by ``setDurability(_:)``; `nil` until then.
     private(set) var durability: CommitDurability?
     /// Write transactions committed so far, by the durability they committed with (counted by
-    /// a commit hook, so autocommit statements count too). For tests.
+    /// a commit hook, so autocommit statements count too). For tests, and for ``LayerStore`` to
+    /// tell whether a FULL commit has followed a relaxed API write.
     private(set) var commitCounts = CommitCounts()
 
     /// See ``commitCounts``.

@@ -78,6 +78,85 @@ import Testing
         #expect(try commits(store).counts == before)
     }
 
+    @Test func withNormalDurabilityAPIWritesCommitWithoutFsyncAndAFreezeMakesThemDurable() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory(), localWriteDurability: .relaxed)
+        #expect(store.localWriteDurability == .relaxed)
+        var before = try commits(store).counts
+
+        func expectCommits(_ durability: CommitDurability, count: Int = 1, _ what: String,
+                           _ work: () throws -> Void) throws {
+            try work()
+            let (after, synchronous) = try commits(store)
+            let full = after.full - before.full, relaxed = after.relaxed - before.relaxed
+            if durability == .full {
+                #expect(full == count && relaxed == 0, "\(what): \(full) FULL, \(relaxed) NORMAL commits")
+                #expect(synchronous == Self.full, "\(what): synchronous = \(synchronous ?? -1)")
+            } else {
+                #expect(full == 0 && relaxed == count, "\(what): \(full) FULL, \(relaxed) NORMAL commits")
+                #expect(synchronous == Self.normal, "\(what): synchronous = \(synchronous ?? -1)")
+            }
+            #expect(after.last == durability, "\(what)")
+            before = after
+        }
+
+        try expectCommits(.relaxed, "createRecord") { try store.createRecord(id: "a", content: #"{"n":1}"#) }
+        try expectCommits(.relaxed, "updateRecord") { try store.updateRecord(id: "a", content: #"{"n":2}"#) }
+        // The batch holds a write no fsync has covered yet: it is frozen with one.
+        var sent: [PendingChange] = []
+        try expectCommits(.full, "nextBatch (freeze) after relaxed API writes") { sent = try store.nextBatch(maxBytes: 10_000).batch }
+        #expect(sent.map(\.recordID) == ["a"])
+        try expectCommits(.relaxed, "applyAnswers") {
+            _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 3)], rejected: [])
+        }
+        try expectCommits(.relaxed, "applyServerRecords") {
+            _ = try store.applyServerRecords([ServerRecord(id: "b", revision: 4, deleted: false, content: try JSONValue.parse("{}"))], since: 4)
+        }
+        try expectCommits(.relaxed, "deleteRecord") { try store.deleteRecord(id: "b") }
+        try expectCommits(.relaxed, "addAttachment") { try store.addAttachment(id: String(repeating: "0", count: 64), contentType: "image/png") }
+        try expectCommits(.relaxed, "setMeta") { try store.setMeta("user_id", "alice") }
+        try expectCommits(.relaxed, "last_sync_time") { try store.setMeta("last_sync_time", "1", durability: .relaxed) }
+        try expectCommits(.full, "nextBatch after a relaxed delete") {
+            let batch = try store.nextBatch(maxBytes: 10_000).batch
+            #expect(batch.map(\.recordID) == ["b"])
+        }
+        // A relaxed API write that a later FULL commit already made durable needs no fsync to be sent.
+        try expectCommits(.relaxed, "createRecord") { try store.createRecord(id: "c", content: #"{"n":3}"#) }
+        try expectCommits(.full, "a FULL commit") { try store.setMeta("x", "1", durability: .full) }
+        try expectCommits(.relaxed, "nextBatch (freeze) of durable writes") {
+            let batch = try store.nextBatch(maxBytes: 10_000).batch
+            #expect(batch.map(\.recordID) == ["b", "c"])
+        }
+        // Engine writes alone never make a freeze fsync.
+        try expectCommits(.relaxed, "applyServerRecords") {
+            _ = try store.applyServerRecords([ServerRecord(id: "d", revision: 5, deleted: false, content: try JSONValue.parse("{}"))], since: 5)
+        }
+        try expectCommits(.relaxed, "nextBatch with nothing new to freeze") { _ = try store.nextBatch(maxBytes: 10_000) }
+    }
+
+    @Test func aStoreSharedByOpenersWithDifferentDurabilityUsesTheStrictest() throws {
+        let directory = temporaryDirectory()
+        let first = try LayerStore.open(directory: directory, localWriteDurability: .relaxed)
+        #expect(first.localWriteDurability == .relaxed)
+        // An opener that makes no API writes (listing, removal) has no say.
+        #expect(try LayerStore.open(directory: directory).localWriteDurability == .relaxed)
+        try first.createRecord(id: "a", content: "{}")
+        #expect(try commits(first).counts.last == .relaxed)
+        // One opener asking for FULL makes every API write of the shared store FULL...
+        let second = try LayerStore.open(directory: directory, localWriteDurability: .full)
+        #expect(second === first && first.localWriteDurability == .full)
+        try first.createRecord(id: "b", content: "{}")
+        #expect(try commits(first).counts.last == .full)
+        // ...and it stays FULL for the instance's life, whatever later openers ask.
+        _ = try LayerStore.open(directory: directory, localWriteDurability: .relaxed)
+        #expect(first.localWriteDurability == .full)
+        first.close()
+        // A new instance starts over.
+        let reopened = try LayerStore.open(directory: directory, localWriteDurability: .relaxed)
+        #expect(reopened !== first && reopened.localWriteDurability == .relaxed)
+        // With no opener asking, API writes are FULL.
+        #expect(try LayerStore.open(directory: temporaryDirectory()).localWriteDurability == .full)
+    }
+
     @Test func openingAStoreSealsEveryUnfrozenChangeAndLaterEditsGetTheirOwnRow() throws {
         let directory = temporaryDirectory()
         do {
@@ -264,6 +343,66 @@ final class PowerLossTests {
         #expect(try server.serverAnnotations(documentID: "doc")[id]?["note"] == .string("v2"))
         #expect(try history("doc", id).count == 2)
         #expect(try JSONValue.parse(try reopened.annotation(id: id))["note"] == .string("v2"))
+        try b.client.shutdown()
+    }
+
+    /// `LAYERSYNC_DURABILITY_NORMAL`: API writes commit without fsync. A change created and then
+    /// updated (coalesced into one row) is sent, and the power loss comes afterwards. A power loss
+    /// may undo any commit after the last FULL one: if the update were not durable before the
+    /// change was sent, the store could come back with the create's content under the change id
+    /// the server applied with the update's, and the retry's recorded answer would mark the old
+    /// content as the server's version (local and server diverge for good).
+    @Test func withNormalDurabilityWhatWasSentSurvivesAPowerLoss() throws {
+        try server.upload(documentID: "doc-normal")
+        let a = try server.makeClient("a", durability: .relaxed)
+        let document = try downloaded(a, documentID: "doc-normal")
+        let store = document.store
+        let databasePath = store.directory + "/layer.sqlite"
+        // (FULL commits so far, database file, WAL) after each step: the power-loss candidates.
+        var snapshots: [(full: Int, database: Data, wal: Data)] = []
+        func snapshot() throws {
+            snapshots.append((try counts(store).full, try Data(contentsOf: URL(fileURLWithPath: databasePath)),
+                              try Data(contentsOf: URL(fileURLWithPath: databasePath + "-wal"))))
+        }
+
+        let id = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("v1")))["id"]?.stringValue)
+        #expect(try counts(store).last == .relaxed)
+        try snapshot()
+        _ = try document.updateAnnotation(json: Self.note("v2", id: id))
+        try snapshot()
+        try syncUntilClean(a, document)
+        #expect(try server.serverAnnotations(documentID: "doc-normal")[id]?["note"] == .string("v2"))
+        try snapshot()
+        try a.client.shutdown()
+        // No checkpoint ran meanwhile: each snapshot's WAL extends the previous one.
+        #expect(Set(snapshots.map(\.database)).count == 1)
+        for (earlier, later) in zip(snapshots, snapshots.dropFirst()) {
+            #expect(later.wal.count >= earlier.wal.count && later.wal.prefix(earlier.wal.count) == earlier.wal)
+        }
+
+        // The power loss keeps the least a real one may keep: the earliest snapshot that holds
+        // every FULL commit. The send's fsync makes that the last one.
+        let final = try #require(snapshots.last).full
+        let kept = try #require(snapshots.firstIndex { $0.full == final })
+        #expect(kept == snapshots.count - 1, "a power loss could go back to step \(kept) although the update was sent")
+        let copy = server.storagePath("a-normal-after-power-loss")
+        try FileManager.default.copyItem(atPath: server.storagePath("a"), toPath: copy)
+        let copiedDatabase = copy + String(databasePath.dropFirst(server.storagePath("a").count))
+        try? FileManager.default.removeItem(atPath: copiedDatabase + "-shm")
+        try snapshots[kept].database.write(to: URL(fileURLWithPath: copiedDatabase))
+        try snapshots[kept].wal.write(to: URL(fileURLWithPath: copiedDatabase + "-wal"))
+
+        let b = try server.makeClient("b", storage: copy, durability: .relaxed)
+        let reopened = try b.client.document(forJWT: try server.token(documentID: "doc-normal", userID: "alice"))
+        try syncUntilClean(b, reopened)
+        // Local and server agree, on the content that was sent, with no conflict reported.
+        #expect(rejections(b).isEmpty, "\(rejections(b))")
+        #expect(try server.serverAnnotations(documentID: "doc-normal")[id]?["note"] == .string("v2"))
+        #expect(try JSONValue.parse(try reopened.annotation(id: id))["note"] == .string("v2"))
+        // A later edit reaches the server too.
+        _ = try reopened.updateAnnotation(json: Self.note("v3", id: id))
+        try syncUntilClean(b, reopened)
+        #expect(try server.serverAnnotations(documentID: "doc-normal")[id]?["note"] == .string("v3"))
         try b.client.shutdown()
     }
 }

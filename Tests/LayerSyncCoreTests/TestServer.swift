@@ -100,10 +100,12 @@ final class TestServer: @unchecked Sendable {
 
     /// A client of this server (or of `url`, e.g. a proxy in front of it) with its own
     /// storage; returns once the connection sequence has run.
-    func makeClient(_ name: String, url: String? = nil, syncDelay: Double = -1, storage: String? = nil) throws -> TestClient {
+    func makeClient(_ name: String, url: String? = nil, syncDelay: Double = -1, storage: String? = nil,
+                    durability: CommitDurability = .full) throws -> TestClient {
         let events = EventRecorder()
         var configuration = ClientConfiguration(serverURL: url ?? self.url, storagePath: storage ?? storagePath(name))
         configuration.syncDelay = syncDelay
+        configuration.localWriteDurability = durability
         configuration.longPollWait = 5
         configuration.connectTimeout = 2
         configuration.requestTimeout = 10

@@ -59,6 +59,9 @@ LAYERSYNC_ERROR_CONFLICT = 1004
 LAYERSYNC_ERROR_NOT_DOWNLOADED = 1005
 LAYERSYNC_ERROR_INVALID_STATE = 1006
 
+LAYERSYNC_DURABILITY_FULL = 0
+LAYERSYNC_DURABILITY_NORMAL = 1
+
 LAYERSYNC_DOCUMENT_STATE_UNKNOWN = 0
 LAYERSYNC_DOCUMENT_STATE_NEEDS_CONTENT_MIGRATION = 1
 LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT = 2
@@ -137,6 +140,7 @@ class layersync_client_options(ctypes.Structure):
         ('connect_timeout_s', ctypes.c_double),
         ('request_timeout_s', ctypes.c_double),
         ('long_poll_wait_s', ctypes.c_int32),
+        ('durability', ctypes.c_int32),
     ]
 
 

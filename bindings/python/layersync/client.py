@@ -54,6 +54,9 @@ log = logging.getLogger("layersync")
 #: ``sync_delay`` value that turns automatic syncing after local edits off.
 SYNC_DISABLED: float = _ffi.LAYERSYNC_SYNC_DISABLED
 
+#: Values of ``Client(durability=...)``: the ``layersync_durability_t`` each one sets.
+DURABILITY: dict[str, int] = {"full": _ffi.LAYERSYNC_DURABILITY_FULL, "normal": _ffi.LAYERSYNC_DURABILITY_NORMAL}
+
 #: Names of the delegate callbacks that :meth:`Client.on` accepts (the fields of
 #: ``layersync_client_delegate`` except ``is_network_available``, which is a query and is
 #: given once at construction).
@@ -818,6 +821,13 @@ class Client(_CallsIntoC):
         connect_timeout_s, request_timeout_s: Network timeouts in seconds (library
             defaults 10 and 30 when None).
         long_poll_wait_s: Seconds a long-poll asks the server to wait (default 30).
+        durability: How local writes made through the API commit (C
+            ``layersync_client_options.durability``, docs/durability.md). ``"full"`` (default):
+            each one is fsynced, durable across a power loss when the call returns.
+            ``"normal"``: no fsync per write (SQLite ``synchronous=NORMAL``, Android's WAL
+            default); a write survives an app crash, but a power loss or OS crash may undo the
+            most recent ones (never one that was already sent). A layer another client of this
+            process has open with ``"full"`` stays ``"full"`` (the strictest wins).
         delegate: Event handlers, either a mapping ``{event name: callable}`` or an object
             with methods named like the events (see :meth:`on`). It may also provide
             ``is_network_available() -> bool``, the host's reachability hint: the library
@@ -831,6 +841,7 @@ class Client(_CallsIntoC):
         library: Path of liblayersync to load instead of the default lookup.
 
     Raises:
+        ValueError: ``durability`` is neither ``"full"`` nor ``"normal"``.
         InvalidArgumentError, InvalidURLError, CouldNotWriteToDiskError: from
             ``layersync_client_create``.
         LibraryLoadError: the library cannot be loaded.
@@ -839,8 +850,10 @@ class Client(_CallsIntoC):
     def __init__(self, server_url: str, storage_path: str | os.PathLike[str], *,
                  allow_insecure_http: bool = False, sync_delay_s: float | None = 1.0,
                  connect_timeout_s: float | None = None, request_timeout_s: float | None = None,
-                 long_poll_wait_s: int | None = None, delegate: DelegateLike | None = None,
-                 library: str | None = None) -> None:
+                 long_poll_wait_s: int | None = None, durability: str = "full",
+                 delegate: DelegateLike | None = None, library: str | None = None) -> None:
+        if durability not in DURABILITY:
+            raise ValueError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, not {durability!r}")
         lib = load_library(library) if library is not None else get_library()
         self._lib = lib
         self._dispatcher = d = _Dispatcher()
@@ -861,6 +874,7 @@ class Client(_CallsIntoC):
             opts.request_timeout_s = float(request_timeout_s)
         if long_poll_wait_s is not None:
             opts.long_poll_wait_s = int(long_poll_wait_s)
+        opts.durability = DURABILITY[durability]
 
         handle = _Handle(lib)
         d.handle = handle

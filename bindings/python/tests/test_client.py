@@ -213,3 +213,35 @@ def test_conflict_first_writer_wins(downloaded, server, uploaded, b_listens_firs
     assert r["local"]["text"]["value"] == "B loses 🥈"
     assert b.get_annotation(target["id"])["text"]["value"] == "A wins 🥇"
     assert server.annotations(doc_id)[target["id"]]["text"]["value"] == "A wins 🥇"
+
+
+def test_normal_durability_round_trip(downloaded, server, uploaded):
+    """``durability="normal"`` (API writes without fsync): edits still reach the other client
+    and the server, both ways, and survive closing and reopening the client."""
+    doc_id = uploaded()
+    a_client, a = downloaded(doc_id, user_id="alice", durability="normal")
+    b_client, b = downloaded(doc_id, user_id="bob")
+    created = a.create_annotation(note("normal ✓"))
+    a.sync(wait=True, timeout=WAIT_S)
+    b.sync(wait=True, timeout=WAIT_S)
+    assert b.get_annotation(created["id"])["text"]["value"] == "normal ✓"
+    updated = dict(created, text={"format": "plain", "value": "full ✓"})
+    b.update_annotation(updated)
+    b.sync(wait=True, timeout=WAIT_S)
+    a.sync(wait=True, timeout=WAIT_S)
+    assert a.get_annotation(created["id"])["text"]["value"] == "full ✓"
+    offline = a.create_annotation(note("queued"))
+    storage = a_client.storage_path
+    a_client.close()
+    with layersync.Client(server.url, storage, sync_delay_s=None, durability="normal") as again:
+        doc = again.document_for_jwt(server.mint_token(doc_id, user_id="alice"))
+        assert doc.has_unsynced_changes
+        doc.sync(wait=True, timeout=WAIT_S)
+        assert not doc.has_unsynced_changes
+    assert server.annotations(doc_id)[offline["id"]]["text"]["value"] == "queued"
+
+
+@pytest.mark.parametrize("value", ["NORMAL", "off", "", None, 1])
+def test_invalid_durability_raises_value_error(make_client, value):
+    with pytest.raises(ValueError, match="durability"):
+        make_client(durability=value)
