@@ -182,13 +182,13 @@ typedef enum {
  * How a local write made through the API (create, update or delete a record, add an
  * attachment, restore a record version) commits to the layer's SQLite store; the value of
  * `layersync_client_options.durability`. In both modes the engine's own writes (applying
- * server data and answers) commit without an fsync, and a change is durable on this device
- * before it is sent. See docs/durability.md.
+ * server data and answers) commit without an fsync, and no change id is ever sent for content
+ * that a power loss could replace with older content. See docs/durability.md.
  */
 typedef enum {
     /** The default. Each API write commits with an fsync of the WAL (SQLite `PRAGMA synchronous=FULL`): when the call returns, the write survives an app crash, an OS crash and a power loss (ARCHITECTURE.md §4 rule 1). */
     LAYERSYNC_DURABILITY_FULL = 0,
-    /** API writes commit without an fsync (`synchronous=NORMAL` in WAL mode: what Android's `SQLiteDatabase` uses for WAL databases by default). When the call returns the write survives an app crash (kill -9: the WAL is in the OS page cache) but not necessarily an OS crash or power loss, which can undo the most recent writes: always a suffix of them (never one in the middle; never one older than the last fsync). Before a batch of changes is sent, the engine fsyncs if it holds such unsynced writes, so an undone write is simply gone, as if the call had not been made: it was never sent, the server and other clients never see it, and sync stays correct. Use it when write latency matters more than the last moments of work before a power loss. */
+    /** API writes commit without an fsync (`synchronous=NORMAL` in WAL mode: what Android's `SQLiteDatabase` uses for WAL databases by default). When the call returns the write survives an app crash (kill -9: the WAL is in the OS page cache) but not necessarily an OS crash or power loss, which can undo the most recent writes: always a suffix of them (never one in the middle; never one older than the last fsync). Sync stays correct either way: an edit that rewrote a queued change is fsynced before that change is sent; an undone write that was never sent is simply gone, as if the call had not been made; one that the server already applied comes back from the server at the next pull (docs/durability.md). Use it when write latency matters more than the last moments of work before a power loss. */
     LAYERSYNC_DURABILITY_NORMAL = 1,
 } layersync_durability_t;
 

@@ -80,6 +80,7 @@ extension LayerStore {
                 try db.query("UPDATE pending_changes SET op = ?, content = ? WHERE seq = ?",
                              [.text(operation.rawValue), content.map { .text($0) } ?? .null, .integer(sequence)])
             }
+            db.rewrittenPendingChanges += 1
             return 0
         }
         try db.query("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES (?, ?, ?, ?)",

@@ -39,10 +39,10 @@ extension LayerStore {
     /// so the change's payload (a function of those fields) goes out byte-identical on every
     /// retry. The freeze commits `.relaxed` (no fsync); ``sealPendingChanges(_:)`` makes that
     /// safe after a power loss. But when an API write committed `.relaxed`
-    /// (``localWriteDurability``) and no FULL commit has made it durable since, the freeze
-    /// commits `.full`: what is sent must be on disk first, or a power loss could leave the
-    /// change with older content under a change id the server applied with newer content
-    /// (docs/durability.md).
+    /// (``localWriteDurability``) rewrote a queued change in place and no FULL commit has made
+    /// it durable since, the freeze commits `.full`: that content must be on disk before it is
+    /// sent, or a power loss could leave the change with older content under a change id the
+    /// server applied with newer content (docs/durability.md).
     /// - Parameters:
     ///   - maxBytes: Budget for the summed payload sizes (a first change that fits
     ///     `maxChangeBytes` is always taken, so the queue always moves).

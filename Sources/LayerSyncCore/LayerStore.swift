@@ -53,10 +53,12 @@ final class LayerStore: Sendable {
     /// The durability openers asked for API writes; `nil` until one did (API writes are then
     /// `.full`). Only ever strengthened: see ``open(directory:localWriteDurability:)``.
     private let requestedLocalWriteDurability = Mutex<CommitDurability?>(nil)
-    /// `commitCounts.full` of the connection when the last `.relaxed` API write committed, -1
-    /// if none: while it still equals the count, no FULL commit has made that write durable,
-    /// and the next freeze must fsync (``hasUnsyncedLocalWrites(_:)``). Written and read under
-    /// the `database` lock.
+    /// `commitCounts.full` of the connection when the last `.relaxed` API write that rewrote a
+    /// queued change in place (coalescing) committed, -1 if none: while it still equals the
+    /// count, no FULL commit has made that rewrite durable, and the next freeze must fsync
+    /// (``hasUnsyncedLocalWrites(_:)``). A relaxed write that only adds or removes queue rows
+    /// needs no such fsync: lost in a power loss, its change id is gone with it and is never
+    /// reused (docs/durability.md). Written and read under the `database` lock.
     private let relaxedLocalWriteMark = Atomic<Int>(-1)
 
     private struct Cache: Sendable {
@@ -119,8 +121,9 @@ final class LayerStore: Sendable {
         requestedLocalWriteDurability.withLock { $0 } ?? .full
     }
 
-    /// Whether a `.relaxed` API write has committed since the connection's last FULL commit (it
-    /// could still be undone by a power loss). Call under the `database` lock.
+    /// Whether a `.relaxed` API write that rewrote a queued change has committed since the
+    /// connection's last FULL commit (a power loss could still undo the rewrite and leave the
+    /// change's id with its older content). Call under the `database` lock.
     func hasUnsyncedLocalWrites(_ db: SQLiteDatabase) -> Bool {
         relaxedLocalWriteMark.load(ordering: .relaxed) == db.commitCounts.full
     }
@@ -303,10 +306,12 @@ final class LayerStore: Sendable {
         let result: Result<T, LayerSyncError> = database.withLock { db in
             guard let db else { return .failure(LayerSyncError(.invalidState, "the layer's local storage was removed")) }
             let mode = durability ?? localWriteDurability
-            let relaxedCommits = db.commitCounts.relaxed
+            let relaxedCommits = db.commitCounts.relaxed, rewritten = db.rewrittenPendingChanges
             defer {
-                // An API write that committed without an fsync: the next freeze must make it durable.
-                if durability == nil, mode == .relaxed, db.commitCounts.relaxed != relaxedCommits {
+                // An API write that rewrote a queued change and committed without an fsync: the
+                // next freeze must make it durable before that change id is sent.
+                if durability == nil, mode == .relaxed, db.commitCounts.relaxed != relaxedCommits,
+                   db.rewrittenPendingChanges != rewritten {
                     relaxedLocalWriteMark.store(db.commitCounts.full, ordering: .relaxed)
                 }
             }

@@ -20,6 +20,10 @@ final class SQLiteDatabase {
     /// a commit hook, so autocommit statements count too). For tests, and for ``LayerStore`` to
     /// tell whether a FULL commit has followed a relaxed API write.
     private(set) var commitCounts = CommitCounts()
+    /// Queued changes rewritten in place on this connection so far (``LayerStore``'s `enqueue`
+    /// counts each coalescing): a relaxed API write that rewrote one makes the next freeze
+    /// fsync (docs/durability.md).
+    var rewrittenPendingChanges = 0
 
     /// See ``commitCounts``.
     struct CommitCounts: Sendable, Equatable {

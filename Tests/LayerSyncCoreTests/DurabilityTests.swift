@@ -115,16 +115,25 @@ import Testing
         try expectCommits(.relaxed, "addAttachment") { try store.addAttachment(id: String(repeating: "0", count: 64), contentType: "image/png") }
         try expectCommits(.relaxed, "setMeta") { try store.setMeta("user_id", "alice") }
         try expectCommits(.relaxed, "last_sync_time") { try store.setMeta("last_sync_time", "1", durability: .relaxed) }
-        try expectCommits(.full, "nextBatch after a relaxed delete") {
+        // A relaxed write that only added a queue row (nothing was queued for "b"): no fsync needed
+        // to send it; undone by a power loss, its change id is gone with it.
+        try expectCommits(.relaxed, "nextBatch after a relaxed delete that added a row") {
             let batch = try store.nextBatch(maxBytes: 10_000).batch
             #expect(batch.map(\.recordID) == ["b"])
+        }
+        // An edit coalesced into an unsent change rewrites it: the freeze fsyncs again.
+        try expectCommits(.relaxed, "createRecord") { try store.createRecord(id: "e", content: #"{"n":5}"#) }
+        try expectCommits(.relaxed, "updateRecord (coalesced)") { try store.updateRecord(id: "e", content: #"{"n":6}"#) }
+        try expectCommits(.full, "nextBatch after a relaxed rewrite") {
+            let batch = try store.nextBatch(maxBytes: 10_000).batch
+            #expect(batch.map(\.recordID) == ["b", "e"])
         }
         // A relaxed API write that a later FULL commit already made durable needs no fsync to be sent.
         try expectCommits(.relaxed, "createRecord") { try store.createRecord(id: "c", content: #"{"n":3}"#) }
         try expectCommits(.full, "a FULL commit") { try store.setMeta("x", "1", durability: .full) }
         try expectCommits(.relaxed, "nextBatch (freeze) of durable writes") {
             let batch = try store.nextBatch(maxBytes: 10_000).batch
-            #expect(batch.map(\.recordID) == ["b", "c"])
+            #expect(batch.map(\.recordID) == ["b", "e", "c"])
         }
         // Engine writes alone never make a freeze fsync.
         try expectCommits(.relaxed, "applyServerRecords") {
@@ -403,6 +412,50 @@ final class PowerLossTests {
         _ = try reopened.updateAnnotation(json: Self.note("v3", id: id))
         try syncUntilClean(b, reopened)
         #expect(try server.serverAnnotations(documentID: "doc-normal")[id]?["note"] == .string("v3"))
+        try b.client.shutdown()
+    }
+
+    /// `LAYERSYNC_DURABILITY_NORMAL`: a new record's change (a row added, nothing rewritten) is
+    /// sent without an fsync. A power loss that undoes the create, its freeze and the answer
+    /// leaves no trace of it locally; the server applied it, and the next pull brings it back.
+    @Test func withNormalDurabilityANewChangeSentBeforeItsFsyncComesBackFromTheServer() throws {
+        try server.upload(documentID: "doc-new")
+        let a = try server.makeClient("a", durability: .relaxed)
+        let document = try downloaded(a, documentID: "doc-new")
+        let store = document.store
+        let databasePath = store.directory + "/layer.sqlite"
+        let before = try counts(store)
+        let databaseBytes = try Data(contentsOf: URL(fileURLWithPath: databasePath))
+        let walBefore = try Data(contentsOf: URL(fileURLWithPath: databasePath + "-wal"))
+
+        let id = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("v1")))["id"]?.stringValue)
+        try syncUntilClean(a, document)
+        #expect(try server.serverAnnotations(documentID: "doc-new")[id]?["note"] == .string("v1"))
+        #expect(try counts(store).full == before.full, "create and sync committed with fsync")
+        let wal = try Data(contentsOf: URL(fileURLWithPath: databasePath + "-wal"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: databasePath)) == databaseBytes)
+        #expect(wal.count > walBefore.count && wal.prefix(walBefore.count) == walBefore)
+        try a.client.shutdown()
+
+        // Power loss back to the last FULL commit: the create never happened locally.
+        let copy = server.storagePath("a-new-after-power-loss")
+        try FileManager.default.copyItem(atPath: server.storagePath("a"), toPath: copy)
+        let copiedDatabase = copy + String(databasePath.dropFirst(server.storagePath("a").count))
+        try? FileManager.default.removeItem(atPath: copiedDatabase + "-shm")
+        try databaseBytes.write(to: URL(fileURLWithPath: copiedDatabase))
+        try walBefore.write(to: URL(fileURLWithPath: copiedDatabase + "-wal"))
+
+        let b = try server.makeClient("b", storage: copy, durability: .relaxed)
+        let reopened = try b.client.document(forJWT: try server.token(documentID: "doc-new", userID: "alice"))
+        #expect(try reopened.store.pendingCount() == 0)
+        try syncUntilClean(b, reopened)
+        // The server's copy came back; nothing was sent twice or reported as a conflict.
+        #expect(rejections(b).isEmpty, "\(rejections(b))")
+        #expect(try JSONValue.parse(try reopened.annotation(id: id))["note"] == .string("v1"))
+        #expect(try history("doc-new", id).count == 1)
+        _ = try reopened.updateAnnotation(json: Self.note("v2", id: id))
+        try syncUntilClean(b, reopened)
+        #expect(try server.serverAnnotations(documentID: "doc-new")[id]?["note"] == .string("v2"))
         try b.client.shutdown()
     }
 }
