@@ -8,9 +8,10 @@ cascade on delete.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
-from layersync_server.ids import is_valid_record_id
+from layersync_server.ids import all_valid_record_ids, is_valid_record_id
 from layersync_server.storage.base import LayerWriter, StoredRecord
 from layersync_server.wire_json import MAX_JSON_DEPTH, MAX_REVISION, BadNumber, json_problem
 
@@ -93,9 +94,16 @@ def _tombstone_with_children(writer: LayerWriter, record_id: str, user_id: str |
     return revision
 
 
+def _stored_text(record_id: str, content: dict, text: str | None) -> str | None:
+    """``text`` (the dump of ``content`` as sent) when it is also the dump of the
+    content as stored, i.e. :func:`_content_to_store` keeps ``content`` as it is."""
+    return text if text is not None and content.get("id") == record_id and "v" in content else None
+
+
 def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
-               result: ApplyResult, content_ok: bool = False) -> dict:
-    """Apply one validated-or-not change; return its outcome entry (not yet recorded)."""
+               result: ApplyResult, content_ok: bool = False, text: str | None = None) -> dict:
+    """Apply one validated-or-not change; return its outcome entry (not yet recorded).
+    ``text``: the stored text of ``change["content"]`` as sent, if known."""
     problem = _validation_problem(change, content_ok)
     if problem:
         return _rejected(change, "invalid", problem, None)
@@ -105,7 +113,9 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
     if op == "create":
         if current is not None:
             return _rejected(change, "exists", f"record {record_id} already exists", current)
-        revision = writer.put_record(record_id, _content_to_store(record_id, change["content"]), user_id)
+        content = change["content"]
+        revision = writer.put_record(record_id, _content_to_store(record_id, content), user_id,
+                                     _stored_text(record_id, content, text))
     elif current is None:
         return _rejected(change, "not_found", f"record {record_id} does not exist", None)
     elif current.deleted:
@@ -116,7 +126,9 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
     elif current.revision != change["base_revision"]:
         return _rejected(change, "conflict", f"record changed at revision {current.revision}", current)
     elif op == "update":
-        revision = writer.put_record(record_id, _content_to_store(record_id, change["content"]), user_id)
+        content = change["content"]
+        revision = writer.put_record(record_id, _content_to_store(record_id, content), user_id,
+                                     _stored_text(record_id, content, text))
     else:
         revision = _tombstone_with_children(writer, record_id, user_id)
     result.own_revisions.add(revision)
@@ -124,7 +136,7 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
 
 
 def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
-                  checked: bool = False) -> ApplyResult:
+                  checked: bool = False, content_texts: list | None = None) -> ApplyResult:
     """Apply ``changes`` in order inside ``writer``'s transaction.
 
     Each change must be a dict with a valid string ``change_id`` (the route checks the
@@ -135,16 +147,49 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
     no :class:`BadNumber` and no lone surrogate, and no content nests deeper than
     ``MAX_JSON_DEPTH`` (:func:`~layersync_server.wire_json.parse_json_checked` of the
     request body with ``MAX_JSON_DEPTH + 3`` levels said so).
+
+    ``content_texts`` (only used with ``checked``): parallel to ``changes``, the
+    ``dump_json`` text of each change's content as sent, or None
+    (:func:`~layersync_server.wire_json.parse_sync_json`); the writer stores it
+    instead of encoding the content again.
+
+    Fast path: a create whose content is stored as sent, of a record the writer knows
+    is absent, under a change id it knows is not logged (a batch of new records, after
+    :meth:`LayerWriter.prefetch`), goes to :meth:`LayerWriter.accept_create` in one
+    call; anything else (or when the writer can not tell) takes the general rules.
+    Both give the same outcome (tests/test_push_fast_path.py).
     """
     result = ApplyResult()
-    writer.prefetch([c["id"] for c in changes if is_valid_record_id(c.get("id"))],
+    record_ids = [c.get("id") for c in changes]
+    ids_valid = all_valid_record_ids(record_ids)  # else checked one by one
+    writer.prefetch(record_ids if ids_valid else [i for i in record_ids if is_valid_record_id(i)],
                     [c["change_id"] for c in changes])
-    for change in changes:
-        outcome = writer.recorded_outcome(change["change_id"])
+    texts = content_texts if checked and content_texts is not None else None
+    if texts is None:
+        texts = itertools.repeat(None)
+    elif len(texts) != len(changes):
+        raise ValueError("content_texts must be parallel to changes")
+    accepted, rejected, own = result.accepted, result.rejected, result.own_revisions
+    accept_create = writer.accept_create
+    for change, text in zip(changes, texts):
+        change_id = change["change_id"]
+        if text is not None and change.get("op") == "create":
+            record_id = change.get("id")
+            content = change["content"]  # an object: it has a text
+            if (content.get("id") == record_id and "v" in content
+                    and (ids_valid or is_valid_record_id(record_id))):
+                root_id = content.get("rootId")
+                revision = accept_create(change_id, record_id, text,
+                                         root_id if isinstance(root_id, str) else None, user_id)
+                if revision is not None:
+                    own.add(revision)
+                    accepted.append({"change_id": change_id, "id": record_id, "revision": revision})
+                    continue
+        outcome = writer.recorded_outcome(change_id)
         if outcome is None:
-            outcome = _apply_one(writer, change, user_id, result, checked)
-            writer.record_outcome(change["change_id"], outcome)
-        (result.rejected if "reason" in outcome else result.accepted).append(outcome)
+            outcome = _apply_one(writer, change, user_id, result, checked, text)
+            writer.record_outcome(change_id, outcome)
+        (rejected if "reason" in outcome else accepted).append(outcome)
     return result
 
 

@@ -24,8 +24,28 @@ _PDF_NAME_ID = re.compile(r"^[0-9A-Za-z_.:{}-]{1,128}$")
 def is_valid_record_id(value: object) -> bool:
     """True when ``value`` is a str of 1..128 characters with no control characters
     (U+0000..U+001F, U+007F) and no lone surrogates."""
+    if type(value) is str and 0 < len(value) <= MAX_ID_CHARS:
+        # printable text has no control character (Cc) and no surrogate (Cs): a third of
+        # the regex's cost; other text (e.g. with U+00A0, U+200F) goes to the regex
+        return value.isprintable() or not _CONTROL.search(value)
     return (isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
             and not _CONTROL.search(value))
+
+
+def all_valid_record_ids(values: list) -> bool:
+    """True when every item of ``values`` passes :func:`is_valid_record_id` (an empty
+    list too), checked in a few C-level passes over all of them instead of a call per
+    item; False when at least one does not (the caller then checks one by one)."""
+    try:
+        joined = "".join(values)  # TypeError: not all str
+    except TypeError:
+        return False
+    if not values:
+        return True
+    lengths = list(map(len, values))
+    if min(lengths) < 1 or max(lengths) > MAX_ID_CHARS:
+        return False
+    return joined.isprintable() or not _CONTROL.search(joined)
 
 
 def is_valid_document_id(value: object) -> bool:

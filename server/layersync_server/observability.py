@@ -84,7 +84,13 @@ class _LayerRecords:
 
 
 class Metrics:
-    """The app's registry and instruments."""
+    """The app's registry and instruments, and :meth:`note_request`, which records one
+    request in them (for :class:`ObservabilityMiddleware` and the hot routes served
+    before it, see ``app.LayerSyncApp``).
+
+    Cheap on every request: labelled metric children are looked up once per label set
+    and kept, and the access log entry is only built when INFO is enabled.
+    """
 
     def __init__(self, notifier, storage):
         self.registry = CollectorRegistry()
@@ -99,20 +105,44 @@ class Metrics:
                            registry=self.registry)
         open_polls.set_function(lambda: notifier.open_waits)
         self.registry.register(_LayerRecords(storage))
+        self._counters: dict[tuple[str, str, int], object] = {}
+        self._timers: dict[str, object] = {}
+
+    def note_request(self, scope, status: int, elapsed_s: float) -> None:
+        """Count, time and log the HTTP request of ASGI ``scope``, answered ``status``
+        after ``elapsed_s`` seconds (its route template is ``scope["route"].path``)."""
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        method = scope["method"]
+        self._count(method, route, status)
+        if route.startswith("/sync/v1/"):
+            suffix = route[route.rfind("/"):]
+            if suffix in _TIMED:
+                timer = self._timers.get(suffix)
+                if timer is None:
+                    timer = self._timers[suffix] = self.sync_duration.labels(suffix[1:])
+                timer.observe(elapsed_s)
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info("%s %s %s", method, route, status,
+                            extra={"method": method, "route": route, "path": scope["path"],
+                                   "status": status, "duration_ms": round(elapsed_s * 1000, 2)})
+
+    def _count(self, method: str, route: str, status: int) -> None:
+        key = (method, route, status)
+        counter = self._counters.get(key)
+        if counter is None:
+            if len(self._counters) >= _MAX_CACHED_LABELS:  # (methods x routes x statuses)
+                self._counters.clear()
+            counter = self._counters[key] = self.requests.labels(method, route, str(status))
+        counter.inc()
 
 
 class ObservabilityMiddleware:
-    """ASGI middleware: counts and times requests and writes the access log.
-
-    Cheap on every request: labelled metric children are looked up once per label set
-    and kept, and the access log entry is only built when INFO is enabled.
-    """
+    """ASGI middleware: counts and times requests and writes the access log
+    (:meth:`Metrics.note_request`)."""
 
     def __init__(self, app, metrics: Metrics):
         self.app = app
         self.metrics = metrics
-        self._counters: dict[tuple[str, str, int], object] = {}
-        self._timers: dict[str, object] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -129,27 +159,4 @@ class ObservabilityMiddleware:
         try:
             await self.app(scope, receive, send_and_note)
         finally:
-            elapsed = time.monotonic() - started
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            method = scope["method"]
-            self._count(method, route, status)
-            if route.startswith("/sync/v1/"):
-                suffix = route[route.rfind("/"):]
-                if suffix in _TIMED:
-                    timer = self._timers.get(suffix)
-                    if timer is None:
-                        timer = self._timers[suffix] = self.metrics.sync_duration.labels(suffix[1:])
-                    timer.observe(elapsed)
-            if access_log.isEnabledFor(logging.INFO):
-                access_log.info("%s %s %s", method, route, status,
-                                extra={"method": method, "route": route, "path": scope["path"],
-                                       "status": status, "duration_ms": round(elapsed * 1000, 2)})
-
-    def _count(self, method: str, route: str, status: int) -> None:
-        key = (method, route, status)
-        counter = self._counters.get(key)
-        if counter is None:
-            if len(self._counters) >= _MAX_CACHED_LABELS:  # (methods x routes x statuses)
-                self._counters.clear()
-            counter = self._counters[key] = self.metrics.requests.labels(method, route, str(status))
-        counter.inc()
+            self.metrics.note_request(scope, status, time.monotonic() - started)

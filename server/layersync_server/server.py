@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import uvicorn
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from layersync_server.app import create_app
 from layersync_server.observability import configure_logging
@@ -65,9 +66,14 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 0,
     configure_logging(log_level)
     # "auto" = uvloop and httptools (dependencies of the server) when importable, else
     # asyncio and h11: a request round trip is ~0.1 ms shorter with them.
-    config = uvicorn.Config(create_app(settings), log_level=log_level, lifespan="on",
-                            loop="auto", http="auto",
+    app = create_app(settings)
+    # uvicorn's X-Forwarded-For/-Proto handling (FORWARDED_ALLOW_IPS, default loopback)
+    # moves inside the app, behind the hot routes' shortcut: those two routes read
+    # neither the client address nor the scheme, and skip one more layer.
+    config = uvicorn.Config(app, log_level=log_level, lifespan="on",
+                            loop="auto", http="auto", proxy_headers=False,
                             timeout_graceful_shutdown=2, access_log=False, log_config=None)
+    app.serve_others_through(ProxyHeadersMiddleware, trusted_hosts=config.forwarded_allow_ips)
     server = _AnnouncingServer(config, f"http://{url_host}:{actual_port}", actual_port, port_file)
     # Thousands of held long-polls keep many objects alive; with the default thresholds
     # (700, 10, 10) the collector's full passes over them showed up as 100+ ms stalls in

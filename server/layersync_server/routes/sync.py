@@ -21,10 +21,10 @@ from layersync_server.context import (AppContext, check_document_id, commit, get
 from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, access_denied,
                                      error_responses, invalid_request, not_found)
 from layersync_server.openapi_bodies import media, ok
-from layersync_server.ids import is_sha256_hex, is_valid_record_id
+from layersync_server.ids import all_valid_record_ids, is_sha256_hex, is_valid_record_id
 from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION,
                                         WireJSONResponse, WireRoute, parse_json,
-                                        parse_json_checked)
+                                        parse_sync_json)
 from layersync_server.storage import DocumentNotFound, RecordPage
 
 router = APIRouter(prefix="/sync/v1", tags=["sync"], responses=COMMON_ERROR_RESPONSES,
@@ -197,8 +197,10 @@ def _parse_sync_body(raw: bytes) -> dict:
     content, bad ids...) are left to the rules, which reject that change only.
     ``checked`` says the parse found no bad number or lone surrogate anywhere and no
     nesting past ``MAX_JSON_DEPTH + 3`` (body, ``changes``, change, then the content,
-    whose levels count from 1): every content passes ``json_problem`` already."""
-    body, checked = parse_json_checked(raw, MAX_JSON_DEPTH + 3)
+    whose levels count from 1): every content passes ``json_problem`` already.
+    ``content_texts``: the stored text of each change's content, or None
+    (:func:`~layersync_server.wire_json.parse_sync_json`)."""
+    body, checked, texts = parse_sync_json(raw, MAX_JSON_DEPTH)
     if not isinstance(body, dict):
         raise invalid_request("body must be a JSON object")
     epoch, since = body.get("epoch"), body.get("since", 0)
@@ -209,13 +211,21 @@ def _parse_sync_body(raw: bytes) -> dict:
         raise invalid_request(f"since must be an integer 0..{MAX_REVISION}")
     if not isinstance(changes, list):
         raise invalid_request("changes must be an array")
+    if not (all(type(change) is dict for change in changes)
+            and all_valid_record_ids([change.get("change_id") for change in changes])):
+        _check_change_ids(changes)  # finds the first bad one
+    client_id = body.get("client_id")
+    return {"epoch": epoch, "since": since, "changes": changes, "checked": checked,
+            "content_texts": texts,
+            "client_id": client_id if isinstance(client_id, str) else None}
+
+
+def _check_change_ids(changes: list) -> None:
+    """400 for the first change that is not an object with a valid ``change_id``."""
     for index, change in enumerate(changes):
         if not isinstance(change, dict) or not is_valid_record_id(change.get("change_id")):
             raise invalid_request(f"changes[{index}] needs a string change_id of 1..128 characters "
                                   "without control characters or lone surrogates", index=index)
-    client_id = body.get("client_id")
-    return {"epoch": epoch, "since": since, "changes": changes, "checked": checked,
-            "client_id": client_id if isinstance(client_id, str) else None}
 
 
 def _is_revision(value: object) -> bool:
@@ -236,12 +246,13 @@ async def layer_sync(document_id: str, layer: str, request: Request,
     def push(writer):
         if body["epoch"] is not None and body["epoch"] != writer.layer.epoch:
             return None
-        result = apply_changes(writer, body["changes"], grant.user_id, body["checked"])
+        result = apply_changes(writer, body["changes"], grant.user_id, body["checked"],
+                               body["content_texts"])
         # the answer's page, read in the same transaction (no second worker hop/query)
         return result, writer.changes_since(body["since"], _page_size(ctx, None),
                                             frozenset(result.own_revisions))
 
-    layer_state, pushed = await commit(ctx, document_id, name, push)
+    layer_state, pushed = await commit(ctx, document_id, name, push, len(body["changes"]))
     if pushed is None:
         return _wire({"epoch": layer_state.epoch, "revision": layer_state.revision, "accepted": [],
                       "rejected": [], "changes": [], "has_more": False, "next_since": 0,

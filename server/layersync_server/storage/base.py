@@ -30,6 +30,12 @@ class DocumentExists(Exception):
     """A document with that id already exists (with other bytes)."""
 
 
+class WriteWouldWait(Exception):
+    """A write transaction made where waiting is not allowed (``SqliteStorage.without_waiting``,
+    the event loop thread) could not be made without waiting for another writer; it was
+    rolled back and may be retried where waiting is allowed."""
+
+
 class LayerExists(Exception):
     """A layer with that name already exists."""
 
@@ -131,11 +137,14 @@ class LayerWriter(abc.ABC):
         """Live records whose ``content.rootId`` equals ``root_id``, by revision."""
 
     @abc.abstractmethod
-    def put_record(self, record_id: str, content: dict | None, user_id: str | None) -> int:
+    def put_record(self, record_id: str, content: dict | None, user_id: str | None,
+                   content_text: str | None = None) -> int:
         """Write ``content`` (``None`` = tombstone) at a new revision and return it.
 
         Increments the layer revision by one. Keeps ``created_by``/``created_at`` of an
-        existing row; sets ``updated_by``/``updated_at``.
+        existing row; sets ``updated_by``/``updated_at``. ``content_text``: when given,
+        ``content`` encoded as the backend stores it (``storage.sql.dump_json``), which
+        the caller already has; the backend may store it instead of encoding again.
         """
 
     @abc.abstractmethod
@@ -161,6 +170,18 @@ class LayerWriter(abc.ABC):
     @abc.abstractmethod
     def record_outcome(self, change_id: str, outcome: dict) -> None:
         """Remember the outcome (an ``accepted`` or ``rejected`` entry) of a change id."""
+
+    def accept_create(self, change_id: str, record_id: str, content_text: str,
+                      root_id: str | None, user_id: str | None) -> int | None:
+        """Fast path of a create (``layersync_server.changes.apply_changes``): when this
+        writer knows without a read that ``change_id`` is not logged and record
+        ``record_id`` does not exist, write the record (``content_text``: its content as
+        stored, whose ``id`` is ``record_id`` and whose ``rootId`` is ``root_id``) at a
+        new revision, log the change's ``accepted`` outcome, and return the revision:
+        what :meth:`put_record` and :meth:`record_outcome` would do. Otherwise write
+        nothing and return None (the caller applies the general rules). Default: None.
+        """
+        return None
 
     def prefetch(self, record_ids, change_ids) -> None:
         """Hint: a batch touching these records and change ids follows; a backend may

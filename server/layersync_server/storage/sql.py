@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import itertools
 import json
 import uuid
 from datetime import datetime, timezone
@@ -104,6 +105,8 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
+#: Not in a cache (distinct from None, "known absent").
+_UNKNOWN = object()
 _RECORD_COLUMNS = "id, revision, deleted, content, created_by, updated_by, created_at, updated_at"
 _DOCUMENT_COLUMNS = "document_id, title, sha256, size_bytes, page_count, annotation_count, created_at"
 
@@ -135,6 +138,15 @@ def dump_json(content: dict) -> str:
     return data.decode("utf-8")
 
 
+def _row_of_insert(values: tuple) -> dict:
+    """The cached row (columns of ``_RECORD_COLUMNS``) of a pending ``records`` insert."""
+    (_, _, record_id, revision, deleted, content, _, created_by, updated_by, created_at,
+     updated_at) = values
+    return {"id": record_id, "revision": revision, "deleted": deleted, "content": content,
+            "created_by": created_by, "created_at": created_at, "updated_by": updated_by,
+            "updated_at": updated_at}
+
+
 def _record(row) -> StoredRecord:
     return StoredRecord(id=row["id"], revision=row["revision"], deleted=bool(row["deleted"]),
                         content=None if row["content"] is None else loads(row["content"]),
@@ -150,7 +162,14 @@ def _version(row) -> StoredRecord:
 
 def _page_query(document_id: str, layer: str, since: int, limit: int, include_tombstones: bool,
                 exclude_revisions: frozenset[int], only_tombstones: bool) -> tuple[str, list]:
-    """SQL and parameters of a page of records (one more than ``limit``: has_more)."""
+    """SQL and parameters of a page of records (one more than ``limit``: has_more).
+
+    ``exclude_revisions`` that are one run (a push's own revisions) cost no list: right
+    after ``since`` they move ``since`` past the run, elsewhere they are one range."""
+    excluded = [r for r in exclude_revisions if r > since] if exclude_revisions else []
+    run = bool(excluded) and max(excluded) - min(excluded) + 1 == len(excluded)
+    if run and min(excluded) == since + 1:
+        since, excluded = max(excluded), []
     sql = (f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
            "AND revision > ?")
     params: list = [document_id, layer, since]
@@ -158,9 +177,12 @@ def _page_query(document_id: str, layer: str, since: int, limit: int, include_to
         sql += " AND deleted=1"
     elif not include_tombstones:
         sql += " AND deleted=0"
-    if exclude_revisions:
-        sql += f" AND revision NOT IN ({','.join('?' * len(exclude_revisions))})"
-        params.extend(sorted(exclude_revisions))
+    if run and excluded:
+        sql += " AND (revision < ? OR revision > ?)"
+        params.extend((min(excluded), max(excluded)))
+    elif excluded:
+        sql += f" AND revision NOT IN ({','.join('?' * len(excluded))})"
+        params.extend(sorted(excluded))
     sql += " ORDER BY revision LIMIT ?"
     params.append(limit + 1)
     return sql, params
@@ -178,12 +200,21 @@ def _document(row) -> DocumentInfo:
     return DocumentInfo(**{k: row[k] for k in row.keys()})
 
 
+_INSERT_RECORD = ("INSERT INTO records (document_id, layer, id, revision, deleted, content, root_id,"
+                  " created_by, updated_by, created_at, updated_at)")
+_UPSERT_RECORD = ("ON CONFLICT (document_id, layer, id) DO UPDATE SET revision=excluded.revision,"
+                  " deleted=excluded.deleted, content=excluded.content, root_id=excluded.root_id,"
+                  " updated_by=excluded.updated_by, updated_at=excluded.updated_at")
+
+
 class SqlLayerWriter(LayerWriter):
     """LayerWriter over a connection inside a write transaction holding the layer lock.
 
-    Writes are buffered and sent with ``executemany`` (:meth:`flush`, called by
-    :meth:`SqlStorage.write_layer` before commit and before any SQL read that could see
-    them), so a batch of N changes costs a few statements instead of several per change.
+    Writes are buffered and sent as multi-row inserts (:meth:`SqlStorage.insert_rows`;
+    :meth:`flush`, called by :meth:`SqlStorage.write_layer` before commit and before any
+    SQL read that could see them), so a batch of N changes costs a few statements
+    instead of several per change. :meth:`accept_create` is the cheapest write: a new
+    record under a new change id, both known absent from the caches.
     Every record this transaction reads or writes is cached by id (``_rows``; ``None`` =
     no such record), so the cache is authoritative for every id it holds: the layer lock
     guarantees nobody else writes the layer meanwhile, and an id is cached before its
@@ -210,7 +241,9 @@ class SqlLayerWriter(LayerWriter):
         self.start_revision = layer.revision
         self._now = now_iso()
         self._fresh = fresh
-        self._rows: dict[str, dict | None] = {}  # id -> record row (columns of _RECORD_COLUMNS)
+        # id -> record row (columns of _RECORD_COLUMNS), or the tuple of its pending insert
+        # (made a row when read: see _row), None = no such record
+        self._rows: dict[str, dict | tuple | None] = {}
         self._outcomes: dict[str, str | None] = {}  # change id -> outcome JSON, None = not logged
         self._new: set[str] = set()  # ids known absent before this transaction (no versions kept)
         self._superseded: dict[str, int] = {}  # id -> version rows added since the last flush
@@ -245,31 +278,31 @@ class SqlLayerWriter(LayerWriter):
             rows = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
                            f"AND id IN ({','.join('?' * len(chunk))})", (*self._key(), *chunk)).fetchall()
             found = {r["id"]: dict(r) for r in rows}
-            for record_id in chunk:
-                row = found.get(record_id)
-                self._rows[record_id] = row
-                if row is None:
-                    self._new.add(record_id)
+            self._rows.update(dict.fromkeys(chunk))  # (ids are unique: dict.fromkeys above)
+            self._rows.update(found)
+            self._new.update(chunk)
+            self._new.difference_update(found)
         cids = [c for c in dict.fromkeys(change_ids) if c not in self._outcomes]
         for start in range(0, len(cids), self.PREFETCH_CHUNK):
             chunk = cids[start:start + self.PREFETCH_CHUNK]
             rows = self._q("SELECT change_id, outcome FROM change_log WHERE document_id=? AND layer=? "
                            f"AND change_id IN ({','.join('?' * len(chunk))})", (*self._key(), *chunk)).fetchall()
-            found = {r["change_id"]: r["outcome"] for r in rows}
-            for change_id in chunk:
-                self._outcomes[change_id] = found.get(change_id)
+            self._outcomes.update(dict.fromkeys(chunk))
+            self._outcomes.update((r["change_id"], r["outcome"]) for r in rows)
 
     def flush(self) -> None:
         """Send the buffered writes (and the layer's new revision) to the database."""
         key = self._key()
         many = self._s.executemany
         if self._pending_records:
-            many(self._conn, "INSERT INTO records (document_id, layer, id, revision, deleted, content,"
-                 " root_id, created_by, updated_by, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-                 "ON CONFLICT (document_id, layer, id) DO UPDATE SET revision=excluded.revision,"
-                 " deleted=excluded.deleted, content=excluded.content, root_id=excluded.root_id,"
-                 " updated_by=excluded.updated_by, updated_at=excluded.updated_at",
-                 self._pending_records)
+            records = self._pending_records
+            if len({values[2] for values in records}) == len(records):
+                # one statement per many rows; not with an id twice (PostgreSQL refuses an
+                # ON CONFLICT DO UPDATE that meets its own row)
+                self._s.insert_rows(self._conn, _INSERT_RECORD, records, _UPSERT_RECORD)
+            else:
+                many(self._conn, f"{_INSERT_RECORD} VALUES (?,?,?,?,?,?,?,?,?,?,?) {_UPSERT_RECORD}",
+                     records)
             self._pending_records = []
         if self._pending_versions:
             # DO NOTHING: a server of the previous release (schema 2 semantics) sharing the
@@ -289,8 +322,8 @@ class SqlLayerWriter(LayerWriter):
             self._new.difference_update(self._superseded)  # they have versions now
             self._superseded = {}
         if self._pending_outcomes:
-            many(self._conn, "INSERT INTO change_log (document_id, layer, change_id, outcome) "
-                 "VALUES (?,?,?,?)", self._pending_outcomes)
+            self._s.insert_rows(self._conn, "INSERT INTO change_log (document_id, layer, change_id,"
+                                " outcome)", self._pending_outcomes)
             self._pending_outcomes = []
         if self._revision != self._flushed_revision:
             self._q("UPDATE layers SET revision=? WHERE document_id=? AND name=?",
@@ -300,9 +333,13 @@ class SqlLayerWriter(LayerWriter):
     def _row(self, record_id: str) -> dict | None:
         """The record's current row (cached), or None."""
         try:
-            return self._rows[record_id]
+            row = self._rows[record_id]
         except KeyError:
             pass
+        else:
+            if type(row) is tuple:  # written by accept_create
+                row = self._rows[record_id] = _row_of_insert(row)
+            return row
         row = None
         if not self._fresh:  # an id not cached has no pending write: the table is current
             row = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? AND id=?",
@@ -328,8 +365,12 @@ class SqlLayerWriter(LayerWriter):
             children.append(_record(row))
         return children
 
-    def put_record(self, record_id: str, content: dict | None, user_id: str | None) -> int:
-        text = None if content is None else dump_json(content)
+    def put_record(self, record_id: str, content: dict | None, user_id: str | None,
+                   content_text: str | None = None) -> int:
+        if content is None:
+            text = None
+        else:
+            text = dump_json(content) if content_text is None else content_text
         old = self._row(record_id)
         revision = self._revision = self._revision + 1
         now = self._now
@@ -352,6 +393,25 @@ class SqlLayerWriter(LayerWriter):
         self._pending_records.append((document_id, layer, record_id, revision, deleted, text,
                                       root_id if isinstance(root_id, str) else None,
                                       user_id, user_id, now, now))
+        return revision
+
+    def accept_create(self, change_id: str, record_id: str, content_text: str,
+                      root_id: str | None, user_id: str | None) -> int | None:
+        """:meth:`LayerWriter.accept_create`: the caches say (after :meth:`prefetch`)
+        whether the record and the change id are absent; the row and the outcome are
+        those :meth:`put_record` and :meth:`record_outcome` write."""
+        rows, outcomes = self._rows, self._outcomes
+        if rows.get(record_id, _UNKNOWN) is not None or outcomes.get(change_id, _UNKNOWN) is not None:
+            return None
+        revision = self._revision = self._revision + 1
+        document_id, layer = self._key_tuple
+        now = self._now
+        rows[record_id] = values = (document_id, layer, record_id, revision, 0, content_text,
+                                    root_id, user_id, user_id, now, now)
+        self._pending_records.append(values)
+        text = outcomes[change_id] = orjson.dumps(
+            {"change_id": change_id, "id": record_id, "revision": revision}).decode("utf-8")
+        self._pending_outcomes.append((document_id, layer, change_id, text))
         return revision
 
     def history(self, record_id: str) -> list[StoredRecord]:
@@ -406,6 +466,30 @@ class SqlStorage(Storage):
         """Run ``sql`` once per parameter tuple (backends override with a batched call)."""
         for params in seq_of_params:
             self.execute(conn, sql, params)
+
+    #: Most ``?`` parameters :meth:`insert_rows` puts in one statement (SQLite's limit
+    #: before 3.32.0; PostgreSQL allows 65535).
+    MAX_STATEMENT_PARAMS = 999
+
+    def insert_rows(self, conn, insert: str, rows: list[tuple], suffix: str = "") -> None:
+        """Run ``insert VALUES (?,..),(?,..).. suffix`` for ``rows`` (tuples of one length),
+        as many rows per statement as :data:`MAX_STATEMENT_PARAMS` allows, through
+        :meth:`executemany` (one call for the full statements, one for the rest): SQLite
+        then costs about 40% less per row than a statement per row. Rows go in order, so
+        the result is that of inserting them one by one, except that PostgreSQL refuses
+        an ``ON CONFLICT DO UPDATE`` suffix when two rows of one statement conflict with
+        each other (the caller avoids that)."""
+        width = len(rows[0])
+        per_statement = max(1, self.MAX_STATEMENT_PARAMS // width)
+        row_sql = "(" + ",".join("?" * width) + ")"
+        full = len(rows) - len(rows) % per_statement
+        if full:
+            self.executemany(conn, f"{insert} VALUES {','.join([row_sql] * per_statement)} {suffix}",
+                             [list(itertools.chain.from_iterable(rows[start:start + per_statement]))
+                              for start in range(0, full, per_statement)])
+        if full < len(rows):
+            self.executemany(conn, f"{insert} VALUES {','.join([row_sql] * (len(rows) - full))} "
+                             f"{suffix}", [list(itertools.chain.from_iterable(rows[full:]))])
 
     def batch(self, conn) -> contextlib.AbstractContextManager:
         """Statements run inside may be sent together (PostgreSQL: a pipeline, one

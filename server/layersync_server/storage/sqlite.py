@@ -3,10 +3,12 @@
 Each thread gets its own connection (autocommit mode, explicit transactions).
 Writes use ``BEGIN IMMEDIATE``, which takes SQLite's single write lock, so writers
 of all layers are serialised — the per-layer serialisation the interface promises.
-Inside one process, write transactions first queue on a :class:`threading.Lock`, so
+Inside one process, write transactions first queue on a :class:`threading.RLock`, so
 concurrent writers in the thread pool are woken as soon as the previous one commits
 instead of polling in SQLite's busy handler (which sleeps 1..100 ms between tries);
 the busy timeout then only arbitrates between processes.
+Inside :meth:`SqliteStorage.without_waiting` (the event loop thread's writes) a
+transaction neither queues nor busy-waits: it raises :class:`WriteWouldWait` instead.
 Reads run in deferred transactions and see one consistent WAL snapshot. The schema
 version is kept in ``PRAGMA user_version``.
 """
@@ -19,9 +21,14 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from layersync_server.storage.base import WriteWouldWait
 from layersync_server.storage.sql import SCHEMA_VERSION, SqlStorage
 
-__all__ = ["SCHEMA_VERSION", "SqliteStorage"]
+__all__ = ["SCHEMA_VERSION", "SqliteStorage", "WriteWouldWait"]
+
+#: Busy timeout of every connection, milliseconds (the ``timeout`` of ``sqlite3.connect``).
+BUSY_TIMEOUT_MS = 30_000
+_SQLITE_BUSY = 5  # primary result code (extended codes keep it in the low byte)
 
 
 class SqliteStorage(SqlStorage):
@@ -47,7 +54,7 @@ class SqliteStorage(SqlStorage):
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                   timeout=30.0)
+                                   timeout=BUSY_TIMEOUT_MS / 1000)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -62,8 +69,44 @@ class SqliteStorage(SqlStorage):
             with super().transaction(write) as conn:
                 yield conn
             return
-        with self._write_lock, super().transaction(write) as conn:
-            yield conn
+        if getattr(self._local, "without_waiting", False):
+            if not self._write_lock.acquire(blocking=False):
+                raise WriteWouldWait()
+        else:
+            self._write_lock.acquire()
+        try:
+            with super().transaction(write) as conn:
+                yield conn
+        finally:
+            self._write_lock.release()
+
+    @contextlib.contextmanager
+    def without_waiting(self) -> Iterator[None]:
+        """Storage calls of this thread inside the block never wait for another writer,
+        for a caller that must not block (the event loop): a write transaction that
+        would queue behind another thread of this process, or meet SQLite's write lock
+        held by another process (``SQLITE_BUSY`` with a zero busy timeout), is rolled
+        back and :class:`WriteWouldWait` leaves the block; a read that meets
+        ``SQLITE_BUSY`` (rare in WAL mode) raises ``sqlite3.OperationalError`` at once.
+        A body that writes once may then run again with waiting allowed (in a worker).
+
+        Raises:
+            WriteWouldWait: the write transaction was not made; retry it elsewhere.
+        """
+        with self.connection() as conn:
+            conn.execute("PRAGMA busy_timeout=0")
+            self._local.without_waiting = True
+            try:
+                yield
+            except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
+                    raise
+                if conn.in_transaction:  # e.g. a busy COMMIT: the transaction is open
+                    conn.execute("ROLLBACK")
+                raise WriteWouldWait() from exc
+            finally:
+                self._local.without_waiting = False
+                conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
     def execute(self, conn, sql: str, params=()):
         return conn.execute(sql, params)
