@@ -21,7 +21,8 @@ from layersync_server.context import INLINE_MAX_CHANGES, AppContext, commit
 from layersync_server.notify import LayerNotifier
 from layersync_server.settings import Settings
 from layersync_server.storage import NewDocument, open_storage
-from layersync_server.storage.sqlite import BUSY_TIMEOUT_MS, WriteWouldWait
+from layersync_server.storage.base import WriteWouldWait
+from layersync_server.storage.sqlite import BUSY_TIMEOUT_MS
 
 
 @pytest.fixture
