@@ -106,8 +106,9 @@ async def commit(ctx: "AppContext", document_id: str, layer: str, work,
     storage would wait, the worker path runs instead, so ``work`` may run twice (the
     first try rolled back) and must have no effect outside the transaction.
 
-    When long-polls wait on the layer, the same thread also reads the page they would
-    re-read (records past the revision before the commit) and hands it to them through
+    When long-polls wait on the layer, the writer also builds the page they would
+    re-read (records past the revision before the commit: the ones it wrote,
+    :meth:`LayerWriter.written_page`, else read after the commit) and hands it to them through
     :meth:`LayerNotifier.publish`, so they answer without another thread hop and query
     (see :mod:`layersync_server.notify`); they answer before this coroutine resumes.
 
@@ -118,15 +119,16 @@ async def commit(ctx: "AppContext", document_id: str, layer: str, work,
     loop = asyncio.get_running_loop()
 
     def run(wake):
+        page = None
         with storage.write_layer(document_id, layer) as writer:
             before = writer.layer.revision
             result = work(writer)
+            waiters = writer.layer.revision != before and notifier.has_waiters(document_id, layer)
+            if waiters:  # the page they would re-read, as of this commit (no query)
+                page = writer.written_page(ctx.settings.max_page_records)
         state = writer.layer
-        waiters = False
         if state.revision != before:
-            page = None
-            waiters = notifier.has_waiters(document_id, layer)
-            if waiters:
+            if waiters and page is None:  # the writer could not tell: read it
                 try:
                     page = storage.list_records(document_id, layer, before,
                                                 ctx.settings.max_page_records, True)

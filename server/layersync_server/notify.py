@@ -10,8 +10,9 @@ the same. Deleting a layer or document calls :meth:`LayerNotifier.forget` instea
 revisions from 0 again.
 
 Hand-over: a commit made in this process may pass ``published`` the page a waiter
-would read next (``list_records(since=<revision before the commit>)`` taken right
-after the commit, see ``context.commit``). A woken waiter whose ``since`` that page
+would read next (``list_records(since=<revision before the commit>)`` as of the
+commit: built by the writer from the rows it wrote, ``LayerWriter.written_page``,
+or read right after the commit; see ``context.commit``). A woken waiter whose ``since`` that page
 covers answers from it (:func:`page_after`) instead of reading storage again: that
 saves a worker-thread round trip and a query on the propagation path. The page is a
 snapshot of the layer after the commit, exactly what a re-read at that moment
