@@ -89,6 +89,28 @@ def no_document(document_id: str):
 
 #: Largest batch :func:`commit` may write on the event loop thread.
 INLINE_MAX_CHANGES = 16
+#: Largest page :func:`read_inline_first` reads on the event loop thread.
+INLINE_MAX_RECORDS = 16
+
+
+async def read_inline_first(storage, small, full):
+    """``small()`` on the event loop thread when the storage can run it without waiting
+    (SQLite's ``without_waiting``: a WAL reader never waits for writers, and a rare
+    ``SQLITE_BUSY`` falls back), returning its result unless it is ``None`` ("needs the
+    full read"); otherwise ``full()`` in a worker. For the long-poll's read, which is
+    nearly always empty or a few records: it saves the worker hop (two thread
+    hand-offs), so a long-poll parks — and a commit can hand it its page — sooner.
+    """
+    without_waiting = getattr(storage, "without_waiting", None)
+    if without_waiting is not None:
+        try:
+            with without_waiting():
+                result = small()
+        except WriteWouldWait:
+            result = None
+        if result is not None:
+            return result
+    return await run_in_worker(full)
 
 
 async def commit(ctx: "AppContext", document_id: str, layer: str, work,

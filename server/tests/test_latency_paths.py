@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -29,7 +30,7 @@ from conftest import CORPUS, change, note, start_server, stop_server
 from layersync_server import auth
 from layersync_server.app import HotRoutes, _hot_query, create_app
 from layersync_server.auth import JwtVerifier
-from layersync_server.context import get_context
+from layersync_server.context import INLINE_MAX_RECORDS, get_context
 from layersync_server.errors import ApiError
 from layersync_server.notify import LayerNotifier, page_after
 from layersync_server.settings import Settings
@@ -447,3 +448,45 @@ def test_serve_runs_on_uvloop_and_httptools(tmp_path, keys):
     finally:
         stop_server(process, srv)
     assert "/uvloop/loop." in maps and "/httptools/parser/parser." in maps
+
+
+def test_long_poll_reads_small_pages_on_the_loop_and_big_ones_whole_in_a_worker(apps):
+    """GET changes reads at most INLINE_MAX_RECORDS records on the event loop thread
+    (context.read_inline_first); a page with more is read again, whole, in a worker, and
+    the answer is the one a worker read gives."""
+    fast, slow, private_pem = apps
+    token = mint_token(private_pem, "doc", layer="L")
+    auth_headers = {"Authorization": f"Bearer {token}", "LayerSync-Protocol": "1"}
+    url = "/sync/v1/documents/doc/layers/L"
+    storage = fast.state.ctx.storage
+    original = storage.list_records
+    reads = []
+
+    def noting(*args, **kwargs):
+        reads.append((threading.get_ident(), args[3]))  # thread, page size asked for
+        return original(*args, **kwargs)
+
+    async def scenario():
+        loop_thread = threading.get_ident()
+        async with _client(fast) as client, _client(slow) as reference:
+            n = INLINE_MAX_RECORDS + 4
+            pushed = await client.post(url + "/sync", headers=auth_headers, json={
+                "changes": [change("create", f"r{i}", note()) for i in range(n)]})
+            revision = pushed.json()["revision"]
+            storage.list_records = noting
+            try:
+                for since, expect in ((revision - 3, [loop_thread]), (0, [loop_thread, "worker"])):
+                    reads.clear()
+                    params = {"since": since, "wait": 0}
+                    answer = await client.get(url + "/changes", params=params, headers=auth_headers)
+                    assert [t if t == loop_thread else "worker" for t, _ in reads] == expect
+                    assert reads[0][1] == INLINE_MAX_RECORDS
+                    storage.list_records = original
+                    assert answer.content == (await reference.get(url + "/changes", params=params,
+                                                                  headers=auth_headers)).content
+                    storage.list_records = noting
+                    assert len(answer.json()["records"]) == (3 if since else n)
+            finally:
+                storage.list_records = original
+
+    asyncio.run(scenario())

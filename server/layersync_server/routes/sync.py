@@ -15,9 +15,9 @@ from layersync_server import SERVER_NAME, __version__
 from layersync_server import openapi_bodies as bodies
 from layersync_server.auth import Grant
 from layersync_server.changes import apply_changes
-from layersync_server.context import (AppContext, check_document_id, commit, get_context,
-                                      layer_from_segment, no_document, read_body,
-                                      run_in_worker)
+from layersync_server.context import (INLINE_MAX_RECORDS, AppContext, check_document_id, commit,
+                                      get_context, layer_from_segment, no_document,
+                                      read_body, read_inline_first, run_in_worker)
 from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, access_denied,
                                      error_responses, invalid_request, not_found)
 from layersync_server.openapi_bodies import media, ok
@@ -72,17 +72,26 @@ def _page_size(ctx: AppContext, limit: int | None) -> int:
 
 async def _list(ctx: AppContext, document_id: str, layer: str, since: int, limit: int | None,
                 include_tombstones: bool, exclude: frozenset[int] = frozenset(),
-                revoked_jti: str | None = None) -> RecordPage:
+                revoked_jti: str | None = None, inline: bool = False) -> RecordPage:
     """A page of records (in a worker thread). With ``revoked_jti``, first refuses a
-    revoked token (403, as :func:`_grant` would) in the same hop."""
+    revoked token (403, as :func:`_grant` would) in the same hop. ``inline``: first try
+    reading at most ``INLINE_MAX_RECORDS`` on the event loop (:func:`read_inline_first`);
+    a page that has more than that is read again, whole, in a worker."""
     storage, page_size = ctx.storage, _page_size(ctx, limit)
 
-    def read():
+    def read(size: int = page_size) -> RecordPage:
         if revoked_jti is not None and storage.is_token_revoked(revoked_jti):
             raise access_denied("token revoked")
-        return storage.list_records(document_id, layer, since, page_size, include_tombstones, exclude)
+        return storage.list_records(document_id, layer, since, size, include_tombstones, exclude)
+
+    def read_small() -> RecordPage | None:
+        size = min(page_size, INLINE_MAX_RECORDS)
+        page = read(size)
+        return page if size == page_size or not page.has_more else None
 
     try:
+        if inline:
+            return await read_inline_first(storage, read_small, read)
         return await run_in_worker(read)
     except DocumentNotFound:
         raise not_found(f"no document {document_id!r}") from None
@@ -179,7 +188,7 @@ async def layer_changes(document_id: str, layer: str, request: Request,
     name = layer_from_segment(layer)
     grant = await _grant(request, ctx, document_id, name, "read-document", check_revoked=False)
     page = await _list(ctx, document_id, name, since, limit, include_tombstones=True,
-                       revoked_jti=grant.jti)
+                       revoked_jti=grant.jti, inline=True)
     wait_s = min(wait, ctx.settings.max_wait_s)
     if page.records or wait_s <= 0:
         return _wire(page_json(page))
@@ -188,7 +197,7 @@ async def layer_changes(document_id: str, layer: str, request: Request,
     if handed is not None:  # the page the commit that woke us read for us (notify.py)
         page = handed
     elif woke:
-        page = await _list(ctx, document_id, name, since, limit, include_tombstones=True)
+        page = await _list(ctx, document_id, name, since, limit, include_tombstones=True, inline=True)
     return _wire(page_json(page))
 
 
