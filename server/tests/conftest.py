@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from layersync_server.storage import open_storage
 from layersync_server.tokens import generate_keypair, mint_token
 
 def _raise_open_files_limit(wanted: int = 8192) -> None:
@@ -103,6 +104,26 @@ def pg_cluster():
 def pg_url(pg_cluster) -> str:
     """URL of a fresh, empty database in the session's cluster."""
     return pg_cluster.create_database("t_" + uuid.uuid4().hex[:20])
+
+
+def _sqlite_backend(request, tmp_path):
+    return open_storage(tmp_path / "store.sqlite", history_versions=3)
+
+
+def _postgres_backend(request, tmp_path):
+    return open_storage(request.getfixturevalue("pg_url"), history_versions=3)
+
+
+#: The storage backends every storage-level test runs against (history of 3 versions);
+#: a new backend is added here and must pass those tests unchanged.
+BACKENDS = {"sqlite": _sqlite_backend, "postgres": _postgres_backend}
+
+
+def open_backend(request, tmp_path):
+    """A new, empty storage of the backend ``request.param`` names (a key of
+    :data:`BACKENDS`): a SQLite file in ``tmp_path``, or a fresh PostgreSQL database
+    on the session's throwaway cluster."""
+    return BACKENDS[request.param](request, tmp_path)
 
 
 def start_server(tmp: Path, db: str, private_pem: bytes, public_key_path: Path,

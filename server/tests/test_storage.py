@@ -1,7 +1,7 @@
 """Conformance tests of the Storage interface, run against every backend.
 
 Each test runs once on SQLite and once on PostgreSQL (a throwaway cluster, see
-``pgcluster.py``); a new backend is added to ``BACKENDS`` and must pass unchanged.
+``pgcluster.py``); a new backend is added to ``BACKENDS`` (conftest.py) and must pass unchanged.
 """
 
 from __future__ import annotations
@@ -10,26 +10,15 @@ import threading
 
 import pytest
 
+from conftest import BACKENDS, open_backend
 from layersync_server.changes import apply_changes
-from layersync_server.storage import (DocumentExists, DocumentNotFound, LayerExists, NewDocument,
-                                      open_storage)
+from layersync_server.storage import DocumentExists, DocumentNotFound, LayerExists, NewDocument
 from layersync_server.storage.sql import SCHEMA_VERSION
-
-
-def _sqlite(request, tmp_path):
-    return open_storage(tmp_path / "store.sqlite", history_versions=3)
-
-
-def _postgres(request, tmp_path):
-    return open_storage(request.getfixturevalue("pg_url"), history_versions=3)
-
-
-BACKENDS = {"sqlite": _sqlite, "postgres": _postgres}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def storage(request, tmp_path):
-    backend = BACKENDS[request.param](request, tmp_path)
+    backend = open_backend(request, tmp_path)
     backend.create_document(NewDocument("d", "Doc", b"%PDF-1.4 fake", "00" * 32, 1,
                                         [{"id": "i1", "v": 2}, {"id": "i2", "v": 2}]))
     yield backend

@@ -14,26 +14,16 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import BACKENDS, open_backend
 from layersync_server.changes import apply_changes, delete_record
 from layersync_server.routes.sync import page_json
-from layersync_server.storage import NewDocument, open_storage
+from layersync_server.storage import NewDocument
 from layersync_server.wire_json import WireJSONResponse, parse_sync_json
-
-
-def _sqlite(request, tmp_path):
-    return open_storage(tmp_path / "store.sqlite", history_versions=3)
-
-
-def _postgres(request, tmp_path):
-    return open_storage(request.getfixturevalue("pg_url"), history_versions=3)
-
-
-BACKENDS = {"sqlite": _sqlite, "postgres": _postgres}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def storage(request, tmp_path):
-    backend = BACKENDS[request.param](request, tmp_path)
+    backend = open_backend(request, tmp_path)
     backend.create_document(NewDocument("d", "Doc", b"%PDF-1.4 fake", "00" * 32, 1))
     yield backend
     backend.close()
