@@ -16,7 +16,7 @@ import Testing
 
     /// The connection's commit counts and its `PRAGMA synchronous` as SQLite reports it (read
     /// directly, not through `withDatabase`, which would set the mode first).
-    private func commits(_ store: LayerStore) throws -> (counts: SQLiteDatabase.CommitCounts, synchronous: Int64?) {
+    private static func commits(_ store: LayerStore) throws -> (counts: SQLiteDatabase.CommitCounts, synchronous: Int64?) {
         let result: (SQLiteDatabase.CommitCounts, Int64?)? = store.database.withLock { db in
             guard let db else { return nil }
             return (db.commitCounts, try? db.query("PRAGMA synchronous").first?.first?.integer)
@@ -26,120 +26,115 @@ import Testing
 
     private static let full: Int64 = 2, normal: Int64 = 1  // PRAGMA synchronous values
 
-    @Test func apiWritesCommitWithFsyncAndEngineWritesWithout() throws {
-        let store = try LayerStore.open(directory: temporaryDirectory())
-        var before = try commits(store).counts
+    /// Checks, one piece of work at a time, how many transactions it committed and with which
+    /// durability, and that SQLite's `synchronous` afterwards is the one that durability sets.
+    private final class CommitCheck {
+        let store: LayerStore
+        private(set) var before: SQLiteDatabase.CommitCounts
 
-        /// Runs `work` and checks it committed exactly `count` transactions, all with `durability`,
-        /// and that SQLite's `synchronous` afterwards is the one that durability sets.
-        func expectCommits(_ durability: CommitDurability, count: Int = 1, _ what: String,
-                           _ work: () throws -> Void) throws {
+        init(_ store: LayerStore) throws {
+            self.store = store
+            before = try DurabilityTests.commits(store).counts
+        }
+
+        /// Runs `work` and checks it committed exactly `count` transactions, all with `durability`.
+        func expect(_ durability: CommitDurability, count: Int = 1, _ what: String,
+                    _ work: () throws -> Void) throws {
             try work()
-            let (after, synchronous) = try commits(store)
+            let (after, synchronous) = try DurabilityTests.commits(store)
             let full = after.full - before.full, relaxed = after.relaxed - before.relaxed
             if durability == .full {
                 #expect(full == count && relaxed == 0, "\(what): \(full) FULL, \(relaxed) NORMAL commits")
-                #expect(synchronous == Self.full, "\(what): synchronous = \(synchronous ?? -1)")
+                #expect(synchronous == DurabilityTests.full, "\(what): synchronous = \(synchronous ?? -1)")
             } else {
                 #expect(full == 0 && relaxed == count, "\(what): \(full) FULL, \(relaxed) NORMAL commits")
-                #expect(synchronous == Self.normal, "\(what): synchronous = \(synchronous ?? -1)")
+                #expect(synchronous == DurabilityTests.normal, "\(what): synchronous = \(synchronous ?? -1)")
             }
             #expect(after.last == durability, "\(what)")
             before = after
         }
+    }
 
-        try expectCommits(.full, "createRecord") { try store.createRecord(id: "a", content: #"{"n":1}"#) }
+    @Test func apiWritesCommitWithFsyncAndEngineWritesWithout() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        let check = try CommitCheck(store)
+
+        try check.expect(.full, "createRecord") { try store.createRecord(id: "a", content: #"{"n":1}"#) }
         let sent = try store.nextBatch(maxBytes: 10_000).batch
-        try expectCommits(.relaxed, "nextBatch (freeze)") {}
-        try expectCommits(.full, "updateRecord") { try store.updateRecord(id: "a", content: #"{"n":2}"#) }
-        try expectCommits(.relaxed, "applyAnswers") {
+        try check.expect(.relaxed, "nextBatch (freeze)") {}
+        try check.expect(.full, "updateRecord") { try store.updateRecord(id: "a", content: #"{"n":2}"#) }
+        try check.expect(.relaxed, "applyAnswers") {
             _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 3)], rejected: [])
         }
-        try expectCommits(.relaxed, "applyServerRecords") {
+        try check.expect(.relaxed, "applyServerRecords") {
             _ = try store.applyServerRecords([ServerRecord(id: "b", revision: 4, deleted: false, content: try JSONValue.parse("{}"))], since: 4)
         }
-        try expectCommits(.full, "applyServerRecords for an API call") {
+        try check.expect(.full, "applyServerRecords for an API call") {
             _ = try store.applyServerRecords([ServerRecord(id: "c", revision: 5, deleted: false, content: try JSONValue.parse("{}"))],
                                              since: nil, durability: .full)
         }
-        try expectCommits(.full, count: 1, "deleteRecord") { try store.deleteRecord(id: "b") }
-        try expectCommits(.relaxed, "searchRecords (lazy full-text indexing)") { _ = try store.searchRecords(query: "n", limit: 1) }
-        try expectCommits(.full, "addAttachment") { try store.addAttachment(id: String(repeating: "0", count: 64), contentType: "image/png") }
-        try expectCommits(.relaxed, count: 3, "download (begin, stage, finish)") {
+        try check.expect(.full, count: 1, "deleteRecord") { try store.deleteRecord(id: "b") }
+        try check.expect(.relaxed, "searchRecords (lazy full-text indexing)") { _ = try store.searchRecords(query: "n", limit: 1) }
+        try check.expect(.full, "addAttachment") { try store.addAttachment(id: String(repeating: "0", count: 64), contentType: "image/png") }
+        try check.expect(.relaxed, count: 3, "download (begin, stage, finish)") {
             try store.beginSnapshot()
             try store.stageSnapshotPage([ServerRecord(id: "d", revision: 6, deleted: false, content: try JSONValue.parse("{}"))])
             _ = try store.finishSnapshot(epoch: "e", revision: 6, reportChanges: true)
         }
-        try expectCommits(.relaxed, "last_sync_time") { try store.setMeta("last_sync_time", "1", durability: .relaxed) }
-        try expectCommits(.full, "setMeta") { try store.setMeta("user_id", "alice") }
+        try check.expect(.relaxed, "last_sync_time") { try store.setMeta("last_sync_time", "1", durability: .relaxed) }
+        try check.expect(.full, "setMeta") { try store.setMeta("user_id", "alice") }
         // Reads commit nothing, whatever the mode.
         _ = try store.record(id: "a")
         _ = try store.pendingCount()
-        #expect(try commits(store).counts == before)
+        #expect(try Self.commits(store).counts == check.before)
     }
 
     @Test func withNormalDurabilityAPIWritesCommitWithoutFsyncAndAFreezeMakesThemDurable() throws {
         let store = try LayerStore.open(directory: temporaryDirectory(), localWriteDurability: .relaxed)
         #expect(store.localWriteDurability == .relaxed)
-        var before = try commits(store).counts
+        let check = try CommitCheck(store)
 
-        func expectCommits(_ durability: CommitDurability, count: Int = 1, _ what: String,
-                           _ work: () throws -> Void) throws {
-            try work()
-            let (after, synchronous) = try commits(store)
-            let full = after.full - before.full, relaxed = after.relaxed - before.relaxed
-            if durability == .full {
-                #expect(full == count && relaxed == 0, "\(what): \(full) FULL, \(relaxed) NORMAL commits")
-                #expect(synchronous == Self.full, "\(what): synchronous = \(synchronous ?? -1)")
-            } else {
-                #expect(full == 0 && relaxed == count, "\(what): \(full) FULL, \(relaxed) NORMAL commits")
-                #expect(synchronous == Self.normal, "\(what): synchronous = \(synchronous ?? -1)")
-            }
-            #expect(after.last == durability, "\(what)")
-            before = after
-        }
-
-        try expectCommits(.relaxed, "createRecord") { try store.createRecord(id: "a", content: #"{"n":1}"#) }
-        try expectCommits(.relaxed, "updateRecord") { try store.updateRecord(id: "a", content: #"{"n":2}"#) }
+        try check.expect(.relaxed, "createRecord") { try store.createRecord(id: "a", content: #"{"n":1}"#) }
+        try check.expect(.relaxed, "updateRecord") { try store.updateRecord(id: "a", content: #"{"n":2}"#) }
         // The batch holds a write no fsync has covered yet: it is frozen with one.
         var sent: [PendingChange] = []
-        try expectCommits(.full, "nextBatch (freeze) after relaxed API writes") { sent = try store.nextBatch(maxBytes: 10_000).batch }
+        try check.expect(.full, "nextBatch (freeze) after relaxed API writes") { sent = try store.nextBatch(maxBytes: 10_000).batch }
         #expect(sent.map(\.recordID) == ["a"])
-        try expectCommits(.relaxed, "applyAnswers") {
+        try check.expect(.relaxed, "applyAnswers") {
             _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 3)], rejected: [])
         }
-        try expectCommits(.relaxed, "applyServerRecords") {
+        try check.expect(.relaxed, "applyServerRecords") {
             _ = try store.applyServerRecords([ServerRecord(id: "b", revision: 4, deleted: false, content: try JSONValue.parse("{}"))], since: 4)
         }
-        try expectCommits(.relaxed, "deleteRecord") { try store.deleteRecord(id: "b") }
-        try expectCommits(.relaxed, "addAttachment") { try store.addAttachment(id: String(repeating: "0", count: 64), contentType: "image/png") }
-        try expectCommits(.relaxed, "setMeta") { try store.setMeta("user_id", "alice") }
-        try expectCommits(.relaxed, "last_sync_time") { try store.setMeta("last_sync_time", "1", durability: .relaxed) }
+        try check.expect(.relaxed, "deleteRecord") { try store.deleteRecord(id: "b") }
+        try check.expect(.relaxed, "addAttachment") { try store.addAttachment(id: String(repeating: "0", count: 64), contentType: "image/png") }
+        try check.expect(.relaxed, "setMeta") { try store.setMeta("user_id", "alice") }
+        try check.expect(.relaxed, "last_sync_time") { try store.setMeta("last_sync_time", "1", durability: .relaxed) }
         // A relaxed write that only added a queue row (nothing was queued for "b"): no fsync needed
         // to send it; undone by a power loss, its change id is gone with it.
-        try expectCommits(.relaxed, "nextBatch after a relaxed delete that added a row") {
+        try check.expect(.relaxed, "nextBatch after a relaxed delete that added a row") {
             let batch = try store.nextBatch(maxBytes: 10_000).batch
             #expect(batch.map(\.recordID) == ["b"])
         }
         // An edit coalesced into an unsent change rewrites it: the freeze fsyncs again.
-        try expectCommits(.relaxed, "createRecord") { try store.createRecord(id: "e", content: #"{"n":5}"#) }
-        try expectCommits(.relaxed, "updateRecord (coalesced)") { try store.updateRecord(id: "e", content: #"{"n":6}"#) }
-        try expectCommits(.full, "nextBatch after a relaxed rewrite") {
+        try check.expect(.relaxed, "createRecord") { try store.createRecord(id: "e", content: #"{"n":5}"#) }
+        try check.expect(.relaxed, "updateRecord (coalesced)") { try store.updateRecord(id: "e", content: #"{"n":6}"#) }
+        try check.expect(.full, "nextBatch after a relaxed rewrite") {
             let batch = try store.nextBatch(maxBytes: 10_000).batch
             #expect(batch.map(\.recordID) == ["b", "e"])
         }
         // A relaxed API write that a later FULL commit already made durable needs no fsync to be sent.
-        try expectCommits(.relaxed, "createRecord") { try store.createRecord(id: "c", content: #"{"n":3}"#) }
-        try expectCommits(.full, "a FULL commit") { try store.setMeta("x", "1", durability: .full) }
-        try expectCommits(.relaxed, "nextBatch (freeze) of durable writes") {
+        try check.expect(.relaxed, "createRecord") { try store.createRecord(id: "c", content: #"{"n":3}"#) }
+        try check.expect(.full, "a FULL commit") { try store.setMeta("x", "1", durability: .full) }
+        try check.expect(.relaxed, "nextBatch (freeze) of durable writes") {
             let batch = try store.nextBatch(maxBytes: 10_000).batch
             #expect(batch.map(\.recordID) == ["b", "e", "c"])
         }
         // Engine writes alone never make a freeze fsync.
-        try expectCommits(.relaxed, "applyServerRecords") {
+        try check.expect(.relaxed, "applyServerRecords") {
             _ = try store.applyServerRecords([ServerRecord(id: "d", revision: 5, deleted: false, content: try JSONValue.parse("{}"))], since: 5)
         }
-        try expectCommits(.relaxed, "nextBatch with nothing new to freeze") { _ = try store.nextBatch(maxBytes: 10_000) }
+        try check.expect(.relaxed, "nextBatch with nothing new to freeze") { _ = try store.nextBatch(maxBytes: 10_000) }
     }
 
     @Test func aStoreSharedByOpenersWithDifferentDurabilityUsesTheStrictest() throws {
@@ -149,12 +144,12 @@ import Testing
         // An opener that makes no API writes (listing, removal) has no say.
         #expect(try LayerStore.open(directory: directory).localWriteDurability == .relaxed)
         try first.createRecord(id: "a", content: "{}")
-        #expect(try commits(first).counts.last == .relaxed)
+        #expect(try Self.commits(first).counts.last == .relaxed)
         // One opener asking for FULL makes every API write of the shared store FULL...
         let second = try LayerStore.open(directory: directory, localWriteDurability: .full)
         #expect(second === first && first.localWriteDurability == .full)
         try first.createRecord(id: "b", content: "{}")
-        #expect(try commits(first).counts.last == .full)
+        #expect(try Self.commits(first).counts.last == .full)
         // ...and it stays FULL for the instance's life, whatever later openers ask.
         _ = try LayerStore.open(directory: directory, localWriteDurability: .relaxed)
         #expect(first.localWriteDurability == .full)
@@ -186,7 +181,7 @@ import Testing
         let store = try LayerStore.open(directory: directory)
         // One FULL transaction sealed them: the first change of a record frozen as a batch would
         // freeze it (base = the record's server revision), the one behind "queued" sealed (2).
-        #expect(try commits(store).counts == SQLiteDatabase.CommitCounts(full: 1, relaxed: 0, last: .full))
+        #expect(try Self.commits(store).counts == SQLiteDatabase.CommitCounts(full: 1, relaxed: 0, last: .full))
         #expect(try pendingRows(store) == [["queued", "create", "1", nil, #"{"q":1}"#],
                                            ["queued", "update", "2", nil, #"{"q":2}"#],
                                            ["known", "update", "1", "5", #"{"k":1}"#],
@@ -212,10 +207,10 @@ import Testing
         // Nothing left to seal... except the three later edits; a store whose changes are all
         // frozen opens without writing.
         let again = try LayerStore.open(directory: directory)
-        #expect(try commits(again).counts.full == 1)
+        #expect(try Self.commits(again).counts.full == 1)
         again.close()
         let third = try LayerStore.open(directory: directory)
-        #expect(try commits(third).counts == SQLiteDatabase.CommitCounts())
+        #expect(try Self.commits(third).counts == SQLiteDatabase.CommitCounts())
     }
 
     @Test func aStoreThatNeedsContentMigrationIsNotSealedSoItsUnsentChangesAreMigrated() throws {
@@ -247,16 +242,6 @@ final class PowerLossTests {
 
     init() throws {
         server = try TestServer()
-    }
-
-    static func note(_ text: String, id: String? = nil) -> String {
-        var object = JSONObject()
-        if let id { object["id"] = .string(id) }
-        object["type"] = .string("pspdfkit/note")
-        object["pageIndex"] = .integer(0)
-        object["bbox"] = .array([.integer(1), .integer(2), .integer(3), .integer(4)])
-        object["note"] = .string(text)
-        return JSONValue.object(object).jsonText
     }
 
     func downloaded(_ client: TestClient, documentID: String) throws -> DocumentDescriptor {
@@ -303,7 +288,7 @@ final class PowerLossTests {
         let databasePath = store.directory + "/layer.sqlite"
 
         // The API write: FULL. What is on disk now survives a power loss.
-        let id = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("v1")))["id"]?.stringValue)
+        let id = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("v1")))["id"]?.stringValue)
         let durable = try counts(store)
         #expect(durable.last == .full)
         let databaseBytes = try Data(contentsOf: URL(fileURLWithPath: databasePath))
@@ -342,7 +327,7 @@ final class PowerLossTests {
         }
         #expect(rows == [[changeID, "1"]])
         // An edit now gets a change of its own instead of riding on the one the server already has.
-        _ = try reopened.updateAnnotation(json: Self.note("v2", id: id))
+        _ = try reopened.updateAnnotation(json: TestServer.note("v2", id: id))
         #expect(try reopened.store.withDatabase { db throws(LayerSyncError) in
             try db.query("SELECT count(*) FROM pending_changes").first?.first?.integer } == 2)
         try syncUntilClean(b, reopened)
@@ -374,10 +359,10 @@ final class PowerLossTests {
                               try Data(contentsOf: URL(fileURLWithPath: databasePath + "-wal"))))
         }
 
-        let id = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("v1")))["id"]?.stringValue)
+        let id = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("v1")))["id"]?.stringValue)
         #expect(try counts(store).last == .relaxed)
         try snapshot()
-        _ = try document.updateAnnotation(json: Self.note("v2", id: id))
+        _ = try document.updateAnnotation(json: TestServer.note("v2", id: id))
         try snapshot()
         try syncUntilClean(a, document)
         #expect(try server.serverAnnotations(documentID: "doc-normal")[id]?["note"] == .string("v2"))
@@ -409,7 +394,7 @@ final class PowerLossTests {
         #expect(try server.serverAnnotations(documentID: "doc-normal")[id]?["note"] == .string("v2"))
         #expect(try JSONValue.parse(try reopened.annotation(id: id))["note"] == .string("v2"))
         // A later edit reaches the server too.
-        _ = try reopened.updateAnnotation(json: Self.note("v3", id: id))
+        _ = try reopened.updateAnnotation(json: TestServer.note("v3", id: id))
         try syncUntilClean(b, reopened)
         #expect(try server.serverAnnotations(documentID: "doc-normal")[id]?["note"] == .string("v3"))
         try b.client.shutdown()
@@ -428,7 +413,7 @@ final class PowerLossTests {
         let databaseBytes = try Data(contentsOf: URL(fileURLWithPath: databasePath))
         let walBefore = try Data(contentsOf: URL(fileURLWithPath: databasePath + "-wal"))
 
-        let id = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("v1")))["id"]?.stringValue)
+        let id = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("v1")))["id"]?.stringValue)
         try syncUntilClean(a, document)
         #expect(try server.serverAnnotations(documentID: "doc-new")[id]?["note"] == .string("v1"))
         #expect(try counts(store).full == before.full, "create and sync committed with fsync")
@@ -453,7 +438,7 @@ final class PowerLossTests {
         #expect(rejections(b).isEmpty, "\(rejections(b))")
         #expect(try JSONValue.parse(try reopened.annotation(id: id))["note"] == .string("v1"))
         #expect(try history("doc-new", id).count == 1)
-        _ = try reopened.updateAnnotation(json: Self.note("v2", id: id))
+        _ = try reopened.updateAnnotation(json: TestServer.note("v2", id: id))
         try syncUntilClean(b, reopened)
         #expect(try server.serverAnnotations(documentID: "doc-new")[id]?["note"] == .string("v2"))
         try b.client.shutdown()

@@ -50,19 +50,9 @@ final class PipelinedSyncTests {
         return result
     }
 
-    static func note(_ text: String, id: String? = nil) -> String {
-        var object = JSONObject()
-        if let id { object["id"] = .string(id) }
-        object["type"] = .string("pspdfkit/note")
-        object["pageIndex"] = .integer(0)
-        object["bbox"] = .array([.integer(1), .integer(2), .integer(3), .integer(4)])
-        object["note"] = .string(text)
-        return JSONValue.object(object).jsonText
-    }
-
     func create(_ document: DocumentDescriptor, _ count: Int, _ label: String) throws -> [String] {
         try (0..<count).map { index in
-            try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("\(label) \(index)")))["id"]?.stringValue)
+            try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("\(label) \(index)")))["id"]?.stringValue)
         }
     }
 
@@ -113,8 +103,8 @@ final class PipelinedSyncTests {
         try syncUntilClean(a, documentA)
         // Conflicting edits of the same records on both sides, then deletes on one side.
         let shared = try localRecords(documentA).keys.sorted()
-        for id in shared.prefix(80) { _ = try documentA.updateAnnotation(json: Self.note("a edit", id: id)) }
-        for id in shared.dropFirst(40).prefix(80) { _ = try documentB.updateAnnotation(json: Self.note("b edit", id: id)) }
+        for id in shared.prefix(80) { _ = try documentA.updateAnnotation(json: TestServer.note("a edit", id: id)) }
+        for id in shared.dropFirst(40).prefix(80) { _ = try documentB.updateAnnotation(json: TestServer.note("b edit", id: id)) }
         for id in shared.suffix(30) {
             try documentB.deleteAnnotation(id: id)
             expected.remove(id)

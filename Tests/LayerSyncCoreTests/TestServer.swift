@@ -152,3 +152,17 @@ struct TestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
 }
+
+extension TestServer {
+    /// An Instant JSON note (or, with `rootID`, a comment on that root) whose `note` is `text`.
+    static func note(_ text: String, id: String? = nil, rootID: String? = nil) -> String {
+        var object = JSONObject()
+        if let id { object["id"] = .string(id) }
+        object["type"] = .string(rootID == nil ? "pspdfkit/note" : "pspdfkit/comment")
+        object["pageIndex"] = .integer(0)
+        object["bbox"] = .array([.integer(1), .integer(2), .integer(3), .integer(4)])
+        object["note"] = .string(text)
+        if let rootID { object["rootId"] = .string(rootID) }
+        return JSONValue.object(object).jsonText
+    }
+}

@@ -73,17 +73,6 @@ final class TrustRuleTests {
         return try session.perform(request, cancellation: TransferCancellation()).status
     }
 
-    static func note(_ text: String, id: String? = nil, rootID: String? = nil) -> String {
-        var object = JSONObject()
-        if let id { object["id"] = .string(id) }
-        object["type"] = .string(rootID == nil ? "pspdfkit/note" : "pspdfkit/comment")
-        object["pageIndex"] = .integer(0)
-        object["bbox"] = .array([.integer(1), .integer(2), .integer(3), .integer(4)])
-        object["note"] = .string(text)
-        if let rootID { object["rootId"] = .string(rootID) }
-        return JSONValue.object(object).jsonText
-    }
-
     // MARK: Rule 2: a lost response never duplicates
 
     @Test func aLostResponseNeverDuplicatesCreatesUpdatesCommentsOrDeletes() throws {
@@ -114,17 +103,17 @@ final class TrustRuleTests {
             #expect(proxy.requestLines.filter { $0.hasPrefix("POST ") }.count - postsBefore == 3)
         }
 
-        let root = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("root")))["id"]?.stringValue)
+        let root = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("root")))["id"]?.stringValue)
         try lossyRoundTrip()
         #expect(try history("doc", root).count == 1)
 
-        _ = try document.updateAnnotation(json: Self.note("root, edited", id: root))
+        _ = try document.updateAnnotation(json: TestServer.note("root, edited", id: root))
         try lossyRoundTrip()
         let versions = try history("doc", root)
         #expect(versions.count == 2)  // the update applied exactly once
         #expect(versions.first?["content"]?["note"] == .string("root, edited"))
 
-        let comment = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("a reply", rootID: root)))["id"]?.stringValue)
+        let comment = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("a reply", rootID: root)))["id"]?.stringValue)
         try lossyRoundTrip()
         #expect(try history("doc", comment).count == 1)
         #expect(try server.serverAnnotations(documentID: "doc")[comment]?["rootId"] == .string(root))
@@ -160,7 +149,7 @@ final class TrustRuleTests {
             let id = try #require(try localRecords(docA).keys.sorted().first)
             func apply(_ edit: Edit, _ document: DocumentDescriptor, _ text: String) throws {
                 switch edit {
-                case .edit: _ = try document.updateAnnotation(json: Self.note(text, id: id))
+                case .edit: _ = try document.updateAnnotation(json: TestServer.note(text, id: id))
                 case .delete: try document.deleteAnnotation(id: id)
                 }
             }
@@ -217,10 +206,10 @@ final class TrustRuleTests {
         var ids: [String] = []
         for index in 0..<24 {
             let text = "record \(index) " + String(repeating: "ü", count: 400)
-            ids.append(try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note(text)))["id"]?.stringValue))
+            ids.append(try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note(text)))["id"]?.stringValue))
         }
         let huge = try #require(try JSONValue.parse(try document.createAnnotation(
-            json: Self.note(String(repeating: "x", count: 7000))))["id"]?.stringValue)
+            json: TestServer.note(String(repeating: "x", count: 7000))))["id"]?.stringValue)
         #expect(try sync(a, document) == nil)
         #expect(!document.hasUnsyncedChanges)
         let rejected = rejections(a)
@@ -248,7 +237,7 @@ final class TrustRuleTests {
         let a = try makeClient("a", url: proxy.url, syncDelay: 0.05)
         let document = try downloaded(a, documentID: "doc")
         try document.startListening()
-        for index in 0..<5 { _ = try document.createAnnotation(json: Self.note("before \(index)")) }
+        for index in 0..<5 { _ = try document.createAnnotation(json: TestServer.note("before \(index)")) }
         denied.store(true, ordering: .releasing)  // the token "expires" now
         let failure = try #require(a.events.wait { event -> LayerSyncError? in
             if case .didFailAuthentication(_, let error) = event { return error }; return nil
@@ -258,7 +247,7 @@ final class TrustRuleTests {
         let requestsAtFailure = proxy.requestLines.count
         var ids: [String] = []
         for index in 0..<5 {
-            ids.append(try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("after \(index)")))["id"]?.stringValue))
+            ids.append(try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("after \(index)")))["id"]?.stringValue))
             #expect(try sync(a, document)?.code == .accessDenied)
         }
         // The listen loop and the debounce stay quiet too; wait for a few debounce periods' worth of events.
@@ -285,12 +274,12 @@ final class TrustRuleTests {
         try server.upload(documentID: "doc")
         let a = try makeClient("a")
         let document = try downloaded(a, documentID: "doc")
-        let synced = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("synced")))["id"]?.stringValue)
+        let synced = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("synced")))["id"]?.stringValue)
         #expect(try sync(a, document) == nil)
         let oldEpoch = try document.store.epoch()
         // Unsynced local work: a new record and an edit of a synced one.
-        let fresh = try #require(try JSONValue.parse(try document.createAnnotation(json: Self.note("offline new")))["id"]?.stringValue)
-        _ = try document.updateAnnotation(json: Self.note("offline edit", id: synced))
+        let fresh = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("offline new")))["id"]?.stringValue)
+        _ = try document.updateAnnotation(json: TestServer.note("offline edit", id: synced))
         // The layer is recreated on the server (new epoch, empty).
         #expect(try admin("DELETE", "/api/documents/doc/layers/~") == 200)
         #expect(try sync(a, document) == nil)
@@ -319,7 +308,7 @@ final class TrustRuleTests {
         let docB = try b.client.document(forJWT: try server.token(documentID: "doc", userID: "alice"))
         #expect(docA.store === docB.store)
         #expect(docB.isDownloaded)
-        let created = try docA.createAnnotation(json: Self.note("seen by both"))
+        let created = try docA.createAnnotation(json: TestServer.note("seen by both"))
         let id = try #require(try JSONValue.parse(created)["id"]?.stringValue)
         #expect(try docB.annotation(id: id) == created)
         #expect(docB.hasUnsyncedChanges)
@@ -341,7 +330,7 @@ final class TrustRuleTests {
         let docA = try downloaded(a, documentID: "doc")
         var ids: [String: String] = [:]
         for text in texts {
-            let stored = try docA.createAnnotation(json: Self.note(text))
+            let stored = try docA.createAnnotation(json: TestServer.note(text))
             let id = try #require(try JSONValue.parse(stored)["id"]?.stringValue)
             ids[id] = text
             #expect(Array(try docA.annotation(id: id).utf8) == Array(stored.utf8))
@@ -385,12 +374,12 @@ final class TrustRuleTests {
                     let ids = try localRecords(document).keys.sorted()
                     let dice = random.withLock { $0.next() % 10 }
                     if dice < 4 || ids.isEmpty {
-                        let stored = try document.createAnnotation(json: Self.note("c\(index) r\(round)"))
+                        let stored = try document.createAnnotation(json: TestServer.note("c\(index) r\(round)"))
                         created.append(try #require(try JSONValue.parse(stored)["id"]?.stringValue))
                     } else {
                         let id = ids[Int(random.withLock { $0.next() } % UInt64(ids.count))]
                         if dice < 8 {
-                            _ = try document.updateAnnotation(json: Self.note("c\(index) r\(round) edit", id: id))
+                            _ = try document.updateAnnotation(json: TestServer.note("c\(index) r\(round) edit", id: id))
                         } else {
                             try document.deleteAnnotation(id: id)
                             deleteAttempted.insert(id)

@@ -810,10 +810,15 @@ layersync_client_options ls_client_options(const char *server_url, const char *s
 layersync_client *ls_client_create(const char *server_url, const char *storage_path, ls_events *events)
 {
     layersync_client_options options = ls_client_options(server_url, storage_path);
+    return ls_client_create_with(&options, events);
+}
+
+layersync_client *ls_client_create_with(const layersync_client_options *options, ls_events *events)
+{
     layersync_client_delegate delegate = ls_events_delegate(events);
     layersync_client *client = NULL;
     layersync_error error = LAYERSYNC_ERROR_INIT;
-    CHECK_OK(layersync_client_create(&options, &delegate, &client, &error), &error);
+    CHECK_OK(layersync_client_create(options, &delegate, &client, &error), &error);
     CHECK(client != NULL);
     return client;
 }

@@ -242,6 +242,9 @@ layersync_client_options ls_client_options(const char *server_url, const char *s
 /* Creates a client with ls_events_delegate(events); fails the test on error. */
 layersync_client *ls_client_create(const char *server_url, const char *storage_path,
                                    ls_events *events);
+/* Creates a client from `options` (e.g. ls_client_options with a field changed) and
+ * ls_events_delegate(events); fails the test on error. */
+layersync_client *ls_client_create_with(const layersync_client_options *options, ls_events *events);
 /* Destroys the client and checks release_context ran exactly once. */
 void ls_client_destroy(layersync_client *client, ls_events *events);
 /* document_for_jwt; fails the test on error. */

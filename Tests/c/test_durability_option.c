@@ -25,12 +25,7 @@ static layersync_client *client_create(const char *url, const char *storage, int
 {
     layersync_client_options options = ls_client_options(url, storage);
     options.durability = durability;
-    layersync_client_delegate delegate = ls_events_delegate(events);
-    layersync_client *client = NULL;
-    layersync_error error = LAYERSYNC_ERROR_INIT;
-    CHECK_OK(layersync_client_create(&options, &delegate, &client, &error), &error);
-    CHECK(client != NULL);
-    return client;
+    return ls_client_create_with(&options, events);
 }
 
 static void check_options(void)
