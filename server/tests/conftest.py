@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from layersync_server.storage import open_storage
+from layersync_server.storage import NewDocument, open_storage
 from layersync_server.tokens import generate_keypair, mint_token
 
 def _raise_open_files_limit(wanted: int = 8192) -> None:
@@ -124,6 +124,16 @@ def open_backend(request, tmp_path):
     :data:`BACKENDS`): a SQLite file in ``tmp_path``, or a fresh PostgreSQL database
     on the session's throwaway cluster."""
     return BACKENDS[request.param](request, tmp_path)
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def storage(request, tmp_path):
+    """Each storage backend, holding one document ``"d"`` and no layer yet (a test module
+    may define its own ``storage`` instead)."""
+    backend = open_backend(request, tmp_path)
+    backend.create_document(NewDocument("d", "Doc", b"%PDF-1.4 fake", "00" * 32, 1))
+    yield backend
+    backend.close()
 
 
 def start_server(tmp: Path, db: str, private_pem: bytes, public_key_path: Path,

@@ -17,22 +17,13 @@ import random
 
 import pytest
 
-from conftest import BACKENDS, open_backend, note
+from conftest import note
 from layersync_server import wire_json
 from layersync_server.changes import apply_changes
 from layersync_server.errors import ApiError
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
-from layersync_server.storage import NewDocument
 from layersync_server.storage.sql import dump_json
 from layersync_server.wire_json import MAX_JSON_DEPTH, parse_json_checked, parse_sync_json
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def storage(request, tmp_path):
-    backend = open_backend(request, tmp_path)
-    backend.create_document(NewDocument("d", "Doc", b"%PDF-1.4 fake", "00" * 32, 1))
-    yield backend
-    backend.close()
 
 
 def _nested_text(levels: int) -> str:

@@ -14,19 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import BACKENDS, open_backend
 from layersync_server.changes import apply_changes, delete_record
 from layersync_server.routes.sync import page_json
-from layersync_server.storage import NewDocument
 from layersync_server.wire_json import WireJSONResponse, parse_sync_json
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def storage(request, tmp_path):
-    backend = open_backend(request, tmp_path)
-    backend.create_document(NewDocument("d", "Doc", b"%PDF-1.4 fake", "00" * 32, 1))
-    yield backend
-    backend.close()
 
 
 def _create(cid: str, rid: str, extra: str = "") -> str:
