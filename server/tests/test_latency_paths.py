@@ -31,6 +31,7 @@ from layersync_server import auth
 from layersync_server.app import HotRoutes, _hot_query, create_app
 from layersync_server.auth import JwtVerifier
 from layersync_server.context import INLINE_MAX_RECORDS, get_context
+from layersync_server.routes.sync import INLINE_MAX_BODY_BYTES
 from layersync_server.errors import ApiError
 from layersync_server.notify import LayerNotifier, page_after
 from layersync_server.settings import Settings
@@ -488,5 +489,48 @@ def test_long_poll_reads_small_pages_on_the_loop_and_big_ones_whole_in_a_worker(
                     assert len(answer.json()["records"]) == (3 if since else n)
             finally:
                 storage.list_records = original
+
+    asyncio.run(scenario())
+
+
+def test_pushes_with_a_delete_or_a_big_body_are_written_off_the_event_loop(apps):
+    """A sync of a few small creates/updates commits on the loop thread; one with a delete
+    (a root's comments go with it: unbounded rows) or a body over INLINE_MAX_BODY_BYTES
+    commits in a worker, so it cannot stall the other requests."""
+    fast, _, private_pem = apps
+    token = mint_token(private_pem, "doc", layer="L")
+    auth_headers = {"Authorization": f"Bearer {token}", "LayerSync-Protocol": "1"}
+    url = "/sync/v1/documents/doc/layers/L"
+    storage = fast.state.ctx.storage
+    original = storage.write_layer
+    threads = []
+
+    def noting(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    async def scenario():
+        loop_thread = threading.get_ident()
+        async with _client(fast) as client:
+            storage.write_layer = noting
+            try:
+                async def push(changes):
+                    threads.clear()
+                    answer = await client.post(url + "/sync", headers=auth_headers, json={"changes": changes})
+                    assert answer.status_code == 200 and not answer.json()["rejected"], answer.text
+                    return ["loop" if t == loop_thread else "worker" for t in threads], answer.json()
+                where, pushed = await push([change("create", "root", note()),
+                                            change("create", "c1", note(rootId="root"))])
+                assert where == ["loop"]
+                revision = pushed["revision"]
+                where, _ = await push([change("delete", "root", base=revision - 1)])
+                assert where == ["worker"]
+                big = note("x" * (INLINE_MAX_BODY_BYTES + 1))
+                where, _ = await push([change("create", "big", big)])
+                assert where == ["worker"]
+            finally:
+                storage.write_layer = original
+            assert (await client.get(url + "/records", params={"since": 0},
+                                     headers=auth_headers)).json()["records"][0]["id"] == "big"
 
     asyncio.run(scenario())

@@ -237,6 +237,21 @@ def _check_change_ids(changes: list) -> None:
                                   "without control characters or lone surrogates", index=index)
 
 
+#: Largest request body whose changes :func:`commit` may write on the event loop thread.
+INLINE_MAX_BODY_BYTES = 64 * 1024
+
+
+def _bounded_size(raw: bytes, changes: list) -> int | None:
+    """The number of changes for :func:`commit`, when what they write is known to be small
+    (a body of at most :data:`INLINE_MAX_BODY_BYTES`, no delete); else None, which keeps
+    the write off the event loop. A delete is unbounded: deleting a root annotation
+    deletes all of its comments (ARCHITECTURE.md §4 rule 3), thousands of rows that would
+    stall every other request of the process (20,000 comments: ~0.5 s on the loop)."""
+    if len(raw) > INLINE_MAX_BODY_BYTES or any(change.get("op") == "delete" for change in changes):
+        return None
+    return len(changes)
+
+
 def _is_revision(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REVISION
 
@@ -248,7 +263,8 @@ async def layer_sync(document_id: str, layer: str, request: Request,
     """Push changes and pull server changes in one round trip (see module docs)."""
     name = layer_from_segment(layer)
     grant = await _grant(request, ctx, document_id, name, "read-document")
-    body = _parse_sync_body(await read_body(request, ctx.settings.max_request_bytes))
+    raw = await read_body(request, ctx.settings.max_request_bytes)
+    body = _parse_sync_body(raw)
     if body["changes"]:
         grant.require(document_id, name, "write")
 
@@ -261,7 +277,7 @@ async def layer_sync(document_id: str, layer: str, request: Request,
         return result, writer.changes_since(body["since"], _page_size(ctx, None),
                                             frozenset(result.own_revisions))
 
-    layer_state, pushed = await commit(ctx, document_id, name, push, len(body["changes"]))
+    layer_state, pushed = await commit(ctx, document_id, name, push, _bounded_size(raw, body["changes"]))
     if pushed is None:
         return _wire({"epoch": layer_state.epoch, "revision": layer_state.revision, "accepted": [],
                       "rejected": [], "changes": [], "has_more": False, "next_since": 0,
