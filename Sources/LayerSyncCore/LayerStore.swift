@@ -201,13 +201,7 @@ final class LayerStore: Sendable {
     }
 
     static func migrate(_ db: SQLiteDatabase) throws(LayerSyncError) {
-        // wal_autocheckpoint: a checkpoint every 8000 WAL pages (32 MiB at 4 KiB pages) instead of
-        // SQLite's 1000. A sync round rewrites ~300 pages (answer applied + next batch frozen), so
-        // the default checkpoints every few rounds, each copying pages that the next rounds rewrite
-        // again and syncing twice; measured ~8% less client CPU per pushed record (10,000 creates,
-        // one sync). Durability is unchanged (a checkpoint only moves committed frames into the
-        // database file); the price is a WAL file of up to ~32 MiB between checkpoints.
-        try db.execute("PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON; PRAGMA wal_autocheckpoint=8000;")
+        try db.execute("PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;")
         try db.setDurability(.full)
         let version = try db.query("PRAGMA user_version").first?.first?.integer ?? 0
         if version > schemaVersion {

@@ -32,17 +32,6 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(try reopened.withDatabase { db throws(LayerSyncError) in try db.query("PRAGMA user_version").first?.first?.integer } == LayerStore.schemaVersion)
     }
 
-    /// The store checkpoints its WAL every 8000 pages, not every 1000 (SQLite's default): a sync
-    /// round of 1000 pushed changes rewrites a few hundred pages, and checkpointing every few
-    /// rounds costs client CPU per pushed record (LayerStore.migrate).
-    @Test func theStoreCheckpointsItsWALEvery8000Pages() throws {
-        let store = try LayerStore.open(directory: temporaryDirectory())
-        let pages = try store.withDatabase { db throws(LayerSyncError) in
-            try db.query("PRAGMA wal_autocheckpoint").first?.first?.integer
-        }
-        #expect(pages == 8000)
-    }
-
     @Test func sameDirectorySharesOneStoreInAProcess() throws {
         let directory = temporaryDirectory()
         let a = try LayerStore.open(directory: directory)
