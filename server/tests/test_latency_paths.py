@@ -273,15 +273,20 @@ def apps(tmp_path, keys):
     storage.close()
 
 
+def _layer_l(private_pem: bytes) -> tuple[dict, str]:
+    """Headers (a JWT for layer "L" of "doc", the protocol header) and the layer's URL."""
+    token = mint_token(private_pem, "doc", layer="L")
+    return ({"Authorization": f"Bearer {token}", "LayerSync-Protocol": "1"},
+            "/sync/v1/documents/doc/layers/L")
+
+
 def _client(app) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=30)
 
 
 def test_long_poll_answered_from_the_handed_page_equals_the_re_read(apps):
     fast, _, private_pem = apps
-    token = mint_token(private_pem, "doc", layer="L")
-    auth_headers = {"Authorization": f"Bearer {token}", "LayerSync-Protocol": "1"}
-    url = "/sync/v1/documents/doc/layers/L"
+    auth_headers, url = _layer_l(private_pem)
     storage = fast.state.ctx.storage
     reads = []
     original = storage.list_records
@@ -456,9 +461,7 @@ def test_long_poll_reads_small_pages_on_the_loop_and_big_ones_whole_in_a_worker(
     (context.read_inline_first); a page with more is read again, whole, in a worker, and
     the answer is the one a worker read gives."""
     fast, slow, private_pem = apps
-    token = mint_token(private_pem, "doc", layer="L")
-    auth_headers = {"Authorization": f"Bearer {token}", "LayerSync-Protocol": "1"}
-    url = "/sync/v1/documents/doc/layers/L"
+    auth_headers, url = _layer_l(private_pem)
     storage = fast.state.ctx.storage
     original = storage.list_records
     reads = []
@@ -498,9 +501,7 @@ def test_pushes_with_a_delete_or_a_big_body_are_written_off_the_event_loop(apps)
     (a root's comments go with it: unbounded rows) or a body over INLINE_MAX_BODY_BYTES
     commits in a worker, so it cannot stall the other requests."""
     fast, _, private_pem = apps
-    token = mint_token(private_pem, "doc", layer="L")
-    auth_headers = {"Authorization": f"Bearer {token}", "LayerSync-Protocol": "1"}
-    url = "/sync/v1/documents/doc/layers/L"
+    auth_headers, url = _layer_l(private_pem)
     storage = fast.state.ctx.storage
     original = storage.write_layer
     threads = []
