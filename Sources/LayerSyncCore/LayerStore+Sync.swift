@@ -57,10 +57,7 @@ extension LayerStore {
 
     /// ``nextBatch(maxBytes:maxChangeBytes:maxCount:)`` with all limits, in its own transaction.
     func nextBatch(_ limits: BatchLimits) throws(LayerSyncError) -> Batch {
-        try withDatabase(.relaxed) { db throws(LayerSyncError) in
-            let durability: CommitDurability = hasUnsyncedLocalWrites(db) ? .full : .relaxed
-            return try db.transaction(durability) { () throws(LayerSyncError) in try Self.takeBatch(db, limits) }
-        }
+        try localEdit(.relaxed, freezing: true) { db throws(LayerSyncError) in (try Self.takeBatch(db, limits), pendingDelta: 0) }
     }
 
     /// The body of ``nextBatch(_:)`` (inside a transaction).
@@ -341,7 +338,7 @@ extension LayerStore {
     /// - Throws: `.databaseAccessFailed` (nothing is applied then).
     func applySyncAnswer(_ answer: SyncAnswer, since: Int64?, lastSyncTime: Double?,
                          next: BatchLimits?) throws(LayerSyncError) -> SyncRound {
-        try localEdit(.relaxed) { db throws(LayerSyncError) in
+        try localEdit(.relaxed, freezing: next != nil) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
             var removed = try Self.applyAnswers(db, accepted: answer.accepted, rejected: answer.rejected, into: &outcome)
             removed += try Self.applyServerRecords(db, answer.changes, since: since, into: &outcome)

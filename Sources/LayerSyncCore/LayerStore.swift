@@ -121,6 +121,14 @@ final class LayerStore: Sendable {
         requestedLocalWriteDurability.withLock { $0 } ?? .full
     }
 
+    /// How a transaction commits: `.full` when it may freeze a batch (`freezing`) while a
+    /// relaxed rewrite of a queued change is not durable yet (``hasUnsyncedLocalWrites(_:)``),
+    /// so that it is on disk before the batch is sent; else the mode ``withDatabase(_:_:)``
+    /// set. Call under the `database` lock.
+    func freezeDurability(_ db: SQLiteDatabase, freezing: Bool) -> CommitDurability {
+        freezing && hasUnsyncedLocalWrites(db) ? .full : db.durability ?? .full
+    }
+
     /// Whether a `.relaxed` API write that rewrote a queued change has committed since the
     /// connection's last FULL commit (a power loss could still undo the rewrite and leave the
     /// change's id with its older content). Call under the `database` lock.
@@ -356,10 +364,16 @@ final class LayerStore: Sendable {
     ///     removed from) `pending_changes`.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws (the transaction is rolled back, the cache stays valid).
-    func localEdit<T: Sendable>(_ durability: CommitDurability? = nil,
+    func localEdit<T: Sendable>(_ durability: CommitDurability? = nil, freezing: Bool = false,
                                 _ body: (SQLiteDatabase) throws(LayerSyncError) -> (T, pendingDelta: Int)) throws(LayerSyncError) -> T {
         try withDatabase(durability) { db throws(LayerSyncError) in
-            let (result, delta) = try db.transaction(db.durability ?? .full) { () throws(LayerSyncError) in try body(db) }
+            let mode = freezeDurability(db, freezing: freezing), changesBefore = db.totalChanges
+            let (result, delta) = try db.transaction(mode) { () throws(LayerSyncError) in try body(db) }
+            if freezing, mode == .full, db.totalChanges == changesBefore {
+                // That FULL commit changed no row, so it wrote and synced nothing: the relaxed
+                // rewrite is still not durable, and the next freeze must fsync again.
+                relaxedLocalWriteMark.store(db.commitCounts.full, ordering: .relaxed)
+            }
             cache.withLock { cache in cache.pendingChanges = cache.pendingChanges.map { $0 + delta } }
             return result
         }

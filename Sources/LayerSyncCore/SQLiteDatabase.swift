@@ -25,6 +25,10 @@ final class SQLiteDatabase {
     /// fsync (docs/durability.md).
     var rewrittenPendingChanges = 0
 
+    /// Rows inserted, updated or deleted on this connection so far (`sqlite3_total_changes64`;
+    /// counted when a statement completes).
+    var totalChanges: Int64 { sqlite3_total_changes64(handle) }
+
     /// See ``commitCounts``.
     struct CommitCounts: Sendable, Equatable {
         var full = 0

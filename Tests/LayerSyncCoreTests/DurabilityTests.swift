@@ -137,6 +137,56 @@ import Testing
         try check.expect(.relaxed, "nextBatch with nothing new to freeze") { _ = try store.nextBatch(maxBytes: 10_000) }
     }
 
+    /// The pipelined cycle freezes its next batch while applying a sync answer
+    /// (``LayerStore/applySyncAnswer(_:since:lastSyncTime:next:)``): that freeze follows the same
+    /// rule as ``LayerStore/nextBatch(_:)`` (an fsync first when a relaxed rewrite of a queued
+    /// change is not durable yet).
+    @Test func withNormalDurabilityTheFreezeWhileApplyingAnAnswerFsyncsAfterARelaxedRewrite() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory(), localWriteDurability: .relaxed)
+        let check = try CommitCheck(store)
+        try check.expect(.relaxed, "createRecord f") { try store.createRecord(id: "f", content: #"{"n":1}"#) }
+        try check.expect(.relaxed, "createRecord g") { try store.createRecord(id: "g", content: #"{"n":2}"#) }
+        var inFlight: [PendingChange] = []
+        try check.expect(.relaxed, "nextBatch of f (new rows only)") {
+            inFlight = try store.nextBatch(LayerStore.BatchLimits(maxBytes: 10_000, maxCount: 1)).batch
+        }
+        #expect(inFlight.map(\.recordID) == ["f"])
+        try check.expect(.relaxed, "updateRecord g (coalesced)") { try store.updateRecord(id: "g", content: #"{"n":3}"#) }
+        var gInFlight: Set<Int64> = []
+        try check.expect(.full, "applySyncAnswer freezing g after a relaxed rewrite") {
+            let answer = SyncAnswer(epoch: "e", revision: 7, epochChanged: false,
+                                    accepted: [.init(changeID: inFlight[0].changeID, recordID: "f", revision: 7)],
+                                    rejected: [], changes: [], hasMore: false, nextSince: 7)
+            let round = try store.applySyncAnswer(answer, since: 7, lastSyncTime: nil,
+                                                  next: LayerStore.BatchLimits(maxBytes: 10_000))
+            #expect(round.next?.batch.map(\.recordID) == ["g"])
+            gInFlight = Set(round.next?.batch.map(\.sequence) ?? [])
+        }
+        // A FULL freeze that freezes nothing syncs nothing: the rewrite stays "not durable".
+        var h: [PendingChange] = []
+        try check.expect(.relaxed, "createRecord h") { try store.createRecord(id: "h", content: #"{"n":4}"#) }
+        try check.expect(.relaxed, "nextBatch of h") {
+            h = try store.nextBatch(LayerStore.BatchLimits(maxBytes: 10_000, inFlight: gInFlight)).batch
+        }
+        #expect(h.map(\.recordID) == ["h"])
+        try check.expect(.relaxed, "updateRecord h (a row behind the frozen one)") { try store.updateRecord(id: "h", content: #"{"n":5}"#) }
+        try check.expect(.relaxed, "updateRecord h (coalesced)") { try store.updateRecord(id: "h", content: #"{"n":6}"#) }
+        // Its record is in flight, so the rewritten row can't go yet: a FULL commit that freezes
+        // nothing (and so syncs nothing).
+        try check.expect(.full, "nextBatch while h is in flight: nothing to freeze") {
+            let batch = try store.nextBatch(LayerStore.BatchLimits(maxBytes: 10_000, inFlight: gInFlight.union(h.map(\.sequence))))
+            #expect(batch.batch.isEmpty)
+        }
+        try check.expect(.full, "applySyncAnswer freezing h's rewrite") {
+            let answer = SyncAnswer(epoch: "e", revision: 9, epochChanged: false,
+                                    accepted: [.init(changeID: h[0].changeID, recordID: "h", revision: 9)],
+                                    rejected: [], changes: [], hasMore: false, nextSince: 9)
+            let round = try store.applySyncAnswer(answer, since: 9, lastSyncTime: nil,
+                                                  next: LayerStore.BatchLimits(maxBytes: 10_000, inFlight: gInFlight))
+            #expect(round.next?.batch.map(\.recordID).contains("h") == true)
+        }
+    }
+
     @Test func aStoreSharedByOpenersWithDifferentDurabilityUsesTheStrictest() throws {
         let directory = temporaryDirectory()
         let first = try LayerStore.open(directory: directory, localWriteDurability: .relaxed)
