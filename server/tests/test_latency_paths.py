@@ -498,8 +498,9 @@ def test_long_poll_reads_small_pages_on_the_loop_and_big_ones_whole_in_a_worker(
 
 def test_pushes_with_a_delete_or_a_big_body_are_written_off_the_event_loop(apps):
     """A sync of a few small creates/updates commits on the loop thread; one with a delete
-    (a root's comments go with it: unbounded rows) or a body over INLINE_MAX_BODY_BYTES
-    commits in a worker, so it cannot stall the other requests."""
+    (a root's comments go with it: unbounded rows), a body over INLINE_MAX_BODY_BYTES or no
+    change at all (a pull, whose page may be big) commits in a worker, so it cannot stall
+    the other requests."""
     fast, _, private_pem = apps
     auth_headers, url = _layer_l(private_pem)
     storage = fast.state.ctx.storage
@@ -525,6 +526,8 @@ def test_pushes_with_a_delete_or_a_big_body_are_written_off_the_event_loop(apps)
                 assert where == ["loop"]
                 revision = pushed["revision"]
                 where, _ = await push([change("delete", "root", base=revision - 1)])
+                assert where == ["worker"]
+                where, _ = await push([])  # a pull: its answer page may be big
                 assert where == ["worker"]
                 big = note("x" * (INLINE_MAX_BODY_BYTES + 1))
                 where, _ = await push([change("create", "big", big)])

@@ -246,8 +246,11 @@ def _bounded_size(raw: bytes, changes: list) -> int | None:
     (a body of at most :data:`INLINE_MAX_BODY_BYTES`, no delete); else None, which keeps
     the write off the event loop. A delete is unbounded: deleting a root annotation
     deletes all of its comments (ARCHITECTURE.md §4 rule 3), thousands of rows that would
-    stall every other request of the process (20,000 comments: ~0.5 s on the loop)."""
-    if len(raw) > INLINE_MAX_BODY_BYTES or any(change.get("op") == "delete" for change in changes):
+    stall every other request of the process (20,000 comments: ~0.5 s on the loop). A
+    pull without changes has no propagation to hurry and may answer a whole page (a new
+    client's ``since=0``), so it stays off the loop too."""
+    if (not changes or len(raw) > INLINE_MAX_BODY_BYTES
+            or any(change.get("op") == "delete" for change in changes)):
         return None
     return len(changes)
 
