@@ -15,7 +15,7 @@ import LayerSyncCore
         allow_insecure_http: defaults.allowInsecureHTTP, sync_delay_s: defaults.syncDelay,
         connect_timeout_s: defaults.connectTimeout, request_timeout_s: defaults.requestTimeout,
         long_poll_wait_s: Int32(defaults.longPollWait),
-        durability: Int32(bitPattern: (defaults.localWriteDurability == .full ? LAYERSYNC_DURABILITY_FULL : LAYERSYNC_DURABILITY_NORMAL).rawValue))
+        durability: defaults.localWriteDurability.cValue)
     return 0
 }
 
@@ -47,13 +47,11 @@ import LayerSyncCore
         configuration.connectTimeout = options.pointee.connect_timeout_s
         configuration.requestTimeout = options.pointee.request_timeout_s
         configuration.longPollWait = Int(options.pointee.long_poll_wait_s)
-        switch options.pointee.durability {
-        case Int32(bitPattern: LAYERSYNC_DURABILITY_FULL.rawValue): configuration.localWriteDurability = .full
-        case Int32(bitPattern: LAYERSYNC_DURABILITY_NORMAL.rawValue): configuration.localWriteDurability = .relaxed
-        default:
+        guard let durability = CommitDurability(cValue: options.pointee.durability) else {
             throw LayerSyncError(.invalidArgument, "options.durability \(options.pointee.durability) is not a layersync_durability_t "
                                  + "(LAYERSYNC_DURABILITY_FULL = 0 or LAYERSYNC_DURABILITY_NORMAL = 1)")
         }
+        configuration.localWriteDurability = durability
         guard configuration.connectTimeout > 0, configuration.requestTimeout > 0, configuration.longPollWait > 0 else {
             throw LayerSyncError(.invalidArgument, "timeouts and long_poll_wait_s must be positive")
         }
@@ -146,5 +144,20 @@ import LayerSyncCore
     ErrorBridge.run(error) { () throws(LayerSyncError) in
         let handle = try ClientHandle.from(client)
         try handle.client.removeLocalStorage(documentID: try CString.read(documentID, "document_id"))
+    }
+}
+
+/// `layersync_durability_t` ↔ ``CommitDurability``: FULL ↔ `.full`, NORMAL ↔ `.relaxed`.
+private extension CommitDurability {
+    init?(cValue: Int32) {
+        switch cValue {
+        case Int32(bitPattern: LAYERSYNC_DURABILITY_FULL.rawValue): self = .full
+        case Int32(bitPattern: LAYERSYNC_DURABILITY_NORMAL.rawValue): self = .relaxed
+        default: return nil
+        }
+    }
+
+    var cValue: Int32 {
+        Int32(bitPattern: (self == .full ? LAYERSYNC_DURABILITY_FULL : LAYERSYNC_DURABILITY_NORMAL).rawValue)
     }
 }

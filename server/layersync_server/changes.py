@@ -46,10 +46,16 @@ def normalize_content(record_id: str, content: dict) -> dict:
     return normalized
 
 
+def _stored_as_sent(record_id: str, content: dict) -> bool:
+    """Whether :func:`normalize_content` would leave ``content`` as it is (clients send
+    ``id`` and ``v``)."""
+    return content.get("id") == record_id and "v" in content
+
+
 def _content_to_store(record_id: str, content: dict) -> dict:
-    """:func:`normalize_content`, without the copy when nothing changes (clients send
-    ``id`` and ``v``); the writer only reads it."""
-    if content.get("id") == record_id and "v" in content:
+    """:func:`normalize_content`, without the copy when nothing changes; the writer only
+    reads it."""
+    if _stored_as_sent(record_id, content):
         return content
     return normalize_content(record_id, content)
 
@@ -97,7 +103,7 @@ def _tombstone_with_children(writer: LayerWriter, record_id: str, user_id: str |
 def _stored_text(record_id: str, content: dict, text: str | None) -> str | None:
     """``text`` (the dump of ``content`` as sent) when it is also the dump of the
     content as stored, i.e. :func:`_content_to_store` keeps ``content`` as it is."""
-    return text if text is not None and content.get("id") == record_id and "v" in content else None
+    return text if text is not None and _stored_as_sent(record_id, content) else None
 
 
 def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
@@ -176,8 +182,7 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
         if text is not None and change.get("op") == "create":
             record_id = change.get("id")
             content = change["content"]  # an object: it has a text
-            if (content.get("id") == record_id and "v" in content
-                    and (ids_valid or is_valid_record_id(record_id))):
+            if _stored_as_sent(record_id, content) and (ids_valid or is_valid_record_id(record_id)):
                 root_id = content.get("rootId")
                 revision = accept_create(change_id, record_id, text,
                                          root_id if isinstance(root_id, str) else None, user_id)
