@@ -15,19 +15,30 @@
  *                                            annotation and calls sync(), time until B's
  *                                            did_receive_changes names it (5 warm-up writes);
  *                                            both clients' options.durability (default full)
+ *   ls_bench relay URL N [fsync|none [FILE]] scenario 7's floor, no liblayersync: two libcurl
+ *                                            clients and bench/relay.py at URL. B long-polls
+ *                                            GET URL/g?since= on its own thread; N times (5
+ *                                            warm-up writes): A [pwrite 4 KiB + fdatasync on
+ *                                            FILE, default ./ls_bench-relay.dat] then POSTs
+ *                                            the latency mode's annotation JSON to URL/p; time
+ *                                            from A's start until B has parsed the answer
+ *                                            that carries it
  *
  * Each mode prints one JSON object on stdout. Exit status 0 on success.
  */
 #define _GNU_SOURCE
 #include <layersync.h>
 #include <sqlite3.h>
+#include <curl/curl.h>
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
@@ -351,13 +362,197 @@ static int mode_raw(const char *path, int n) {
     return 0;
 }
 
+/* -- relay mode: the architecture's floor (bench/relay.py), no liblayersync ------------- */
+
+struct http_buf { char data[65536]; size_t n; };
+
+static size_t http_write(char *p, size_t size, size_t nmemb, void *user) {
+    struct http_buf *b = user;
+    size_t k = size * nmemb;
+    if (b->n + k >= sizeof b->data) return 0;  /* too big: libcurl reports a write error */
+    memcpy(b->data + b->n, p, k);
+    b->n += k;
+    b->data[b->n] = 0;
+    return k;
+}
+
+/* The "revision" member of a relay answer, or -1. */
+static long relay_revision(const char *body) {
+    const char *p = strstr(body, "\"revision\":");
+    return p ? strtol(p + 11, NULL, 10) : -1;
+}
+
+static const char *relay_url;
+static long relay_rev;             /* last revision B parsed */
+static double relay_at;            /* when */
+static char relay_body[2048];      /* the answer it came in (checked by A) */
+static int relay_stop, relay_error;
+
+static void *relay_listener(void *arg) {
+    (void)arg;
+    CURL *h = curl_easy_init();
+    static struct http_buf b;
+    char url[1024];
+    long since = 0;
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, http_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        int stop = relay_stop;
+        pthread_mutex_unlock(&lock);
+        if (stop) break;
+        snprintf(url, sizeof url, "%s/g?since=%ld", relay_url, since);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        b.n = 0;
+        b.data[0] = 0;
+        CURLcode rc = curl_easy_perform(h);
+        long status = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        long rev = rc == CURLE_OK && status == 200 ? relay_revision(b.data) : -1;
+        double t = now_s();
+        pthread_mutex_lock(&lock);
+        if (rev < 0) {
+            fprintf(stderr, "relay long-poll failed: %s, HTTP %ld: %.200s\n", curl_easy_strerror(rc), status, b.data);
+            relay_error = 1;
+        } else if (rev > relay_rev) {
+            relay_rev = rev;
+            relay_at = t;
+            snprintf(relay_body, sizeof relay_body, "%s", b.data);
+        }
+        pthread_cond_broadcast(&cond);
+        pthread_mutex_unlock(&lock);
+        if (rev < 0) break;
+        since = rev;
+    }
+    curl_easy_cleanup(h);
+    return NULL;
+}
+
+/* A's POST of body to URL/p; returns the revision the relay answers. */
+static long relay_post(CURL *a, struct http_buf *b, const char *body) {
+    b->n = 0;
+    b->data[0] = 0;
+    curl_easy_setopt(a, CURLOPT_POSTFIELDS, body);
+    CURLcode rc = curl_easy_perform(a);
+    long status = 0;
+    curl_easy_getinfo(a, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK || status != 200) {
+        fprintf(stderr, "relay POST failed: %s, HTTP %ld: %.200s\n", curl_easy_strerror(rc), status, b->data);
+        exit(1);
+    }
+    return relay_revision(b->data);
+}
+
+static int mode_relay(const char *url, int n, const char *sync_name, const char *file) {
+    int dosync;
+    if (strcmp(sync_name, "fsync") == 0) dosync = 1;
+    else if (strcmp(sync_name, "none") == 0) dosync = 0;
+    else { fprintf(stderr, "relay: fsync or none, not %s\n", sync_name); return 2; }
+    if (n < 1) { fprintf(stderr, "relay: N must be >= 1\n"); return 2; }
+    relay_url = url;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    /* A's durable write: one 4 KiB page (SQLite's page size) overwritten in place in a
+     * preallocated 1 MiB file, then fdatasync: the least rule 1 costs on this disk. */
+    int fd = open(file, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) { perror(file); return 1; }
+    char page[4096];
+    memset(page, 'x', sizeof page);
+    for (int i = 0; i < 256; i++)
+        if (pwrite(fd, page, sizeof page, (off_t)i * 4096) != (ssize_t)sizeof page) { perror("pwrite"); return 1; }
+    if (fsync(fd) != 0) { perror("fsync"); return 1; }
+
+    pthread_t listener;
+    pthread_create(&listener, NULL, relay_listener, NULL);
+    struct timespec settle = {0, 300 * 1000 * 1000};  /* B's first long-poll parks */
+    nanosleep(&settle, NULL);
+
+    CURL *a = curl_easy_init();
+    static struct http_buf ab;
+    char post_url[1024];
+    snprintf(post_url, sizeof post_url, "%s/p", url);
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(a, CURLOPT_URL, post_url);
+    curl_easy_setopt(a, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(a, CURLOPT_WRITEFUNCTION, http_write);
+    curl_easy_setopt(a, CURLOPT_WRITEDATA, &ab);
+    curl_easy_setopt(a, CURLOPT_TCP_NODELAY, 1L);
+
+    const int warmup = 5;
+    double *total = calloc((size_t)n, sizeof *total), *sync_us = calloc((size_t)n, sizeof *sync_us);
+    double *post_us = calloc((size_t)n, sizeof *post_us);
+    char json[1024], marker[64];
+    double start = now_s();
+    for (int i = -warmup; i < n; i++) {
+        annotation_json(json, sizeof json, i + warmup, NULL);
+        snprintf(marker, sizeof marker, "\"bench note %d\"", i + warmup);
+        memcpy(page, json, strlen(json));
+        pthread_mutex_lock(&lock);
+        long want = relay_rev + 1;
+        pthread_mutex_unlock(&lock);
+        /* B's next long-poll parks at the relay first, as in steady state (floor.c's pause). */
+        struct timespec pause = {0, 2 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        double t0 = now_s();
+        if (dosync) {
+            if (pwrite(fd, page, sizeof page, (off_t)((i + warmup) & 255) * 4096) != (ssize_t)sizeof page ||
+                fdatasync(fd) != 0) { perror("pwrite/fdatasync"); return 1; }
+        }
+        double t1 = now_s();
+        long rev = relay_post(a, &ab, json);
+        double t2 = now_s();
+        if (rev != want) { fprintf(stderr, "relay answered revision %ld, expected %ld\n", rev, want); return 1; }
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 10;
+        pthread_mutex_lock(&lock);
+        int rc = 0;
+        while (relay_rev < want && !relay_error && rc == 0) rc = pthread_cond_timedwait(&cond, &lock, &deadline);
+        int ok = relay_rev == want && strstr(relay_body, marker) != NULL;
+        double seen = relay_at;
+        pthread_mutex_unlock(&lock);
+        if (!ok) {
+            fprintf(stderr, "B did not receive write %d (revision %ld) within 10 s: revision %ld, %.200s\n",
+                    i, want, relay_rev, relay_body);
+            return 1;
+        }
+        if (i >= 0) {
+            total[i] = (seen - t0) * 1e6;
+            sync_us[i] = (t1 - t0) * 1e6;
+            post_us[i] = (t2 - t1) * 1e6;
+        }
+    }
+    double elapsed = now_s() - start;
+    /* Stop B: flag, then one more POST wakes its parked long-poll. */
+    pthread_mutex_lock(&lock);
+    relay_stop = 1;
+    pthread_mutex_unlock(&lock);
+    relay_post(a, &ab, "{}");
+    pthread_join(listener, NULL);
+    qsort(sync_us, (size_t)n, sizeof *sync_us, cmp_double);
+    qsort(post_us, (size_t)n, sizeof *post_us, cmp_double);
+    char extra[256];
+    snprintf(extra, sizeof extra, "\"sync\": \"%s\", \"fdatasync_p50_us\": %.2f, \"post_p50_us\": %.2f, ",
+             sync_name, sync_us[n / 2], post_us[n / 2]);
+    print_latencies("relay", total, n, elapsed, extra);
+    free(total); free(sync_us); free(post_us);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(a);
+    curl_global_cleanup();
+    close(fd);
+    return relay_error;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 5 && strcmp(argv[1], "download") == 0) return mode_download(argv[2], argv[3], argv[4]);
     if (argc >= 6 && strcmp(argv[1], "create") == 0) return mode_create(argv[2], argv[3], argv[4], atoi(argv[5]));
     if (argc >= 4 && strcmp(argv[1], "raw") == 0) return mode_raw(argv[2], atoi(argv[3]));
     if (argc >= 7 && strcmp(argv[1], "latency") == 0)
         return mode_latency(argv[2], argv[3], argv[4], argv[5], atoi(argv[6]), argc >= 8 ? argv[7] : "full");
+    if (argc >= 4 && strcmp(argv[1], "relay") == 0)
+        return mode_relay(argv[2], atoi(argv[3]), argc >= 5 ? argv[4] : "none",
+                          argc >= 6 ? argv[5] : "ls_bench-relay.dat");
     fprintf(stderr, "usage: ls_bench download URL STORAGE JWT | create URL STORAGE JWT N | raw DB N | "
-                    "latency URL STORAGE JWT_A JWT_B N [full|normal]\n");
+                    "latency URL STORAGE JWT_A JWT_B N [full|normal] | relay URL N [fsync|none [FILE]]\n");
     return 2;
 }

@@ -83,6 +83,8 @@ class Bench:
     def row(self, scenario: str, metric: str, values: list[float], unit: str, *,
             target: str = "", ok: bool | None = None, baseline: list[float] | None = None,
             ratio: float | None = None, note: str = "") -> None:
+        """One result row. ``ok`` is the verdict against ``target``; a row without either
+        (ok None) is informational: no target, shown as "info" and never a MISS."""
         r = {"scenario": scenario, "metric": metric, "unit": unit, "value": summary(values),
              "target": target, "pass": ok, "note": note}
         if baseline is not None:
@@ -111,7 +113,7 @@ class Bench:
             link.symlink_to(self.lib.resolve())
         subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-Wextra", f"-I{REPO / 'include'}", str(src),
                         "-o", str(self.c_bench), f"-L{libdir}", "-llayersync", "-lsqlite3",
-                        "-lpthread", f"-Wl,-rpath,{libdir}"], check=True)
+                        "-lcurl", "-lpthread", f"-Wl,-rpath,{libdir}"], check=True)
 
     def c_run(self, *args: str, timeout: float = 900) -> dict[str, Any]:
         proc = subprocess.run([str(self.c_bench), *args], capture_output=True, text=True, timeout=timeout)
@@ -449,6 +451,7 @@ class Bench:
             srv.stop()
         self.log(f"s7: layersync push {statistics_median(ls_push):.0f} rec/s, latency p50 {ls_lat_c[0]:.2f} ms "
                  f"(C ABI), {ls_lat[0]:.2f} ms (Python package)")
+        floor = self._floor(writes)
         for peer in ("kinto", "yjs"):
             proc = subprocess.run([str(peers_py), str(HERE / "peers.py"), peer, "--records", str(n),
                                    "--writes", str(writes), "--reps", str(self.reps),
@@ -473,6 +476,64 @@ class Bench:
                               f"ratio = peer/LayerSync (>1 = LayerSync faster)")
             if "pull_rates" in r:
                 self.details[f"s7_{peer}"]["note_pull"] = "pull rate of the peer's second client"
+        self._floor_rows(floor, writes, ls_lat_c[0], ls_lat[0], self.details.get("s7_yjs"))
+
+    def _floor(self, writes: int) -> dict[str, Any]:
+        """Scenario 7's floor: ``ls_bench relay`` against ``relay.py`` (bare FastAPI/uvicorn
+        long-poll relay, the server's uvicorn settings), without and with A's fdatasync,
+        alternating, ``reps`` times each. Informational: what the architecture costs before
+        any of LayerSync's work."""
+        from relay import Relay
+        runs: dict[str, list[dict[str, Any]]] = {"none": [], "fsync": []}
+        relay = Relay(self.tmp / "relay").start()
+        try:
+            # The fdatasync'd file sits under the run's work dir, next to the client stores.
+            data = self.storage("floor") / "fdatasync.dat"
+            for rep in range(self.reps):
+                for how in ("none", "fsync"):
+                    r = self.c_run("relay", relay.url, str(writes), how, str(data), timeout=300)
+                    runs[how].append(r)
+                    self.log(f"s7 floor rep {rep} ({how}): p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us")
+        finally:
+            relay.stop()
+        self.details["s7_floor"] = {"relay": relay.impl, **runs}
+        return {"impl": relay.impl, **runs}
+
+    def _floor_rows(self, floor: dict[str, Any], writes: int, ls_c_ms: float, ls_py_ms: float,
+                    yjs: dict[str, Any] | None) -> None:
+        def p50s(how: str) -> list[float]:
+            return [r["p50_us"] / 1e3 for r in floor[how]]
+
+        def tail(how: str) -> str:
+            runs = floor[how]
+            return (f"p90 {statistics_median([r['p90_us'] for r in runs]) / 1e3:.3f} ms, "
+                    f"p99 {statistics_median([r['p99_us'] for r in runs]) / 1e3:.3f} ms; A's POST round trip "
+                    f"p50 {statistics_median([r['post_p50_us'] for r in runs]):.0f} us")
+
+        bare, durable = statistics_median(p50s("none")), statistics_median(p50s("fsync"))
+        fdatasync_us = statistics_median([r["fdatasync_p50_us"] for r in floor["fsync"]])
+        self.row("7 floor", "floor: bare relay, 2 libcurl clients, no fsync, p50", p50s("none"), "ms",
+                 note=f"floor: bare FastAPI/uvicorn long-poll relay between two libcurl clients, no auth, no "
+                      f"storage (bench/relay.py with the server's uvicorn settings: {floor['impl']}; "
+                      f"ls_bench relay, {writes} writes): {tail('none')}")
+        if yjs is not None:
+            y = yjs["latency_p50_ms"]
+            verdict = (f"LayerSync can beat Yjs only if its own work above this floor stays under "
+                       f"{y - durable:.3f} ms" if y > durable else
+                       "the floor alone is not faster than Yjs: beating Yjs needs a design change, not tuning")
+            yjs_note = (f"Yjs (pycrdt-websocket, no fsync on its path) p50 {y:.3f} ms = floor {y - bare:+.3f} ms "
+                        f"= floor with fdatasync {y - durable:+.3f} ms: {verdict}")
+        else:
+            yjs_note = "Yjs not measured in this run"
+        self.row("7 floor", "floor: same + A's 4 KiB pwrite + fdatasync first, p50", p50s("fsync"), "ms",
+                 note=f"floor with rule 1's least cost (one 4 KiB page overwritten + fdatasync on the disk of "
+                      f"the client stores, p50 {fdatasync_us:.0f} us): {tail('fsync')}. LayerSync minus this "
+                      f"floor (its own overhead): C ABI (FULL) {ls_c_ms:.3f} - {durable:.3f} = "
+                      f"{ls_c_ms - durable:+.3f} ms, Python package {ls_py_ms:.3f} - {durable:.3f} = "
+                      f"{ls_py_ms - durable:+.3f} ms. {yjs_note}")
+        self.details["s7_floor"].update({"p50_ms_none": bare, "p50_ms_fsync": durable,
+                                         "layersync_minus_floor_ms": {"c_abi": ls_c_ms - durable,
+                                                                      "python": ls_py_ms - durable}})
 
     # -- run -------------------------------------------------------------------------------
 
@@ -541,7 +602,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         spread = f"{_fmt(v['min'])}..{_fmt(v['max'])}" if v.get("n", 0) > 1 else ""
         base = f"{_fmt(r['baseline']['median'])}" if r.get("baseline", {}).get("n") else ""
         ratio = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else ""
-        res = {True: "PASS", False: "MISS", None: "skip"}[r["pass"]] if r["metric"] != "(error)" else "ERROR"
+        # pass None: no verdict, either a skipped scenario or an informational row (no target).
+        res = ("ERROR" if r["metric"] == "(error)" else "skip" if r["metric"] == "(skipped)"
+               else {True: "PASS", False: "MISS", None: "info"}[r["pass"]])
         lines.append([r["scenario"], r["metric"], med, spread, base, ratio, r["target"], res])
     widths = [max(len(h), *(min(len(l[i]), 70) for l in lines)) if lines else len(h) for i, h in enumerate(head)]
     def fmt(cells: list[str]) -> str:
