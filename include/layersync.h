@@ -13,7 +13,10 @@
  * - Strings and buffers passed out are owned by the caller and freed with `layersync_free`,
  *   unless the declaration says the handle owns them.
  * - Structs passed in carry a `version` field, set by their `_init` function or `_INIT`
- *   macro, and are only ever extended at the end.
+ *   macro, and are only ever extended at the end. Each extension bumps the struct's version;
+ *   the library keeps accepting the older versions and reads only the fields they have
+ *   (each struct's documentation lists them), so a program built against an older header
+ *   keeps working.
  * - Threading: every function may be called from any thread. All callbacks of one client
  *   run on one serial background thread owned by that client, never while the engine
  *   holds a lock, so a callback may call back into the API (except
@@ -76,14 +79,14 @@ extern "C" {
 #define LAYERSYNC_ERROR_VERSION 1
 
 /**
- * Current version of `layersync_client_options`.
+ * Current version of `layersync_client_options` (2 added `durability`; the library still accepts 1).
  */
-#define LAYERSYNC_CLIENT_OPTIONS_VERSION 1
+#define LAYERSYNC_CLIENT_OPTIONS_VERSION 2
 
 /**
- * Current version of `layersync_client_delegate`.
+ * Current version of `layersync_client_delegate` (2 added `did_reset_layer`; the library still accepts 1).
  */
-#define LAYERSYNC_CLIENT_DELEGATE_VERSION 1
+#define LAYERSYNC_CLIENT_DELEGATE_VERSION 2
 
 /**
  * Current version of `layersync_document_observer`.
@@ -274,6 +277,13 @@ typedef struct layersync_error {
 
 /**
  * Options of `layersync_client_create`. Initialise with `layersync_client_options_init`.
+ *
+ * Versions (`version` says which fields the struct has; `layersync_client_options_init` writes
+ * and `layersync_client_create` reads no others, so a program built against an older header
+ * keeps working):
+ * - 1: `version` through `long_poll_wait_s`.
+ * - 2: adds `durability` (a version-1 struct gets `LAYERSYNC_DURABILITY_FULL`).
+ * Any other `version` makes both functions fail with `INVALID_ARGUMENT`.
  */
 typedef struct layersync_client_options {
     /** Set to `LAYERSYNC_CLIENT_OPTIONS_VERSION`. */
@@ -292,7 +302,7 @@ typedef struct layersync_client_options {
     double request_timeout_s;
     /** Seconds a long-poll asks the server to wait for changes. Default 30. */
     int32_t long_poll_wait_s;
-    /** A `layersync_durability_t`: how local writes made through the API commit. Default `LAYERSYNC_DURABILITY_FULL`; any other value than the enum's makes `layersync_client_create` fail with `INVALID_ARGUMENT`. Layers this client opens that another client of the process already has open keep the stricter of the two settings (docs/durability.md). Added at the end of the struct (offsets of the fields above unchanged; `LAYERSYNC_CLIENT_OPTIONS_VERSION` stays 1 before 1.0). LayerSync's own. */
+    /** A `layersync_durability_t`: how local writes made through the API commit. Default `LAYERSYNC_DURABILITY_FULL`; any other value than the enum's makes `layersync_client_create` fail with `INVALID_ARGUMENT`. Layers this client opens that another client of the process already has open keep the stricter of the two settings (docs/durability.md). Since version 2. LayerSync's own. */
     int32_t durability;
 } layersync_client_options;
 
@@ -380,6 +390,12 @@ typedef void (*layersync_document_result_cb)(void *context, layersync_document *
  * may be NULL. All callbacks run on the client's one serial callback thread, never while
  * the engine holds a lock, so they may call back into the API (but not
  * `layersync_client_destroy`). Initialise with `LAYERSYNC_CLIENT_DELEGATE_INIT`.
+ *
+ * Versions (`version` says which fields the struct has; the library reads no others, so a
+ * program built against an older header keeps working):
+ * - 1: `version` through `is_network_available`.
+ * - 2: adds `did_reset_layer` (a version-1 table has none: the event is not reported to it).
+ * Any other `version` makes `layersync_client_create` fail with `INVALID_ARGUMENT`.
  */
 typedef struct layersync_client_delegate {
     /** Set to `LAYERSYNC_CLIENT_DELEGATE_VERSION`. */
@@ -418,7 +434,7 @@ typedef struct layersync_client_delegate {
     layersync_document_cb request_token;
     /** Host reachability hint, asked after a request failed without an HTTP answer and then every `LAYERSYNC_NETWORK_HINT_RECHECK_S` seconds while it answers false. false: the client behaves as after `layersync_client_set_network_available(client, false)` (no request is made, syncs fail fast with `REQUEST_FAILED` and keep their changes pending, long-polls wait) until a later answer is true, which resumes pending work at once. It never lifts an explicit `set_network_available(false)`; an explicit `set_network_available(true)` clears its last false. NULL: only `layersync_client_set_network_available` tells the client (requests are always attempted otherwise). LayerSync's own. */
     layersync_is_network_available_cb is_network_available;
-    /** The server's layer epoch changed (layer restored or recreated); the local store was re-based onto the new snapshot and unsynced local changes were kept, to be re-sent. `error->code` is `LAYERSYNC_ERROR_SERVER_RESET`, its message says how many changes were re-based. Added at the end of the table (offsets of the fields above unchanged; `LAYERSYNC_CLIENT_DELEGATE_VERSION` stays 1 before 1.0). LayerSync's own. */
+    /** The server's layer epoch changed (layer restored or recreated); the local store was re-based onto the new snapshot and unsynced local changes were kept, to be re-sent. `error->code` is `LAYERSYNC_ERROR_SERVER_RESET`, its message says how many changes were re-based. Since version 2. LayerSync's own. */
     layersync_document_error_cb did_reset_layer;
 } layersync_client_delegate;
 
@@ -513,10 +529,10 @@ const char *layersync_error_code_name(int32_t code);
 /* ---- Client ---- */
 
 /**
- * Fills `options` with defaults for `version`.
+ * Fills the fields of `version` in `options` with their defaults and sets `options->version`; writes no field that `version` does not have.
  *
  * @param options The struct to fill with defaults.
- * @param version `LAYERSYNC_CLIENT_OPTIONS_VERSION`.
+ * @param version `LAYERSYNC_CLIENT_OPTIONS_VERSION` (or an older version, see `layersync_client_options`).
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
  */
 int layersync_client_options_init(layersync_client_options *options, uint32_t version);

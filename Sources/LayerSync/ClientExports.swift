@@ -3,19 +3,26 @@ import LayerSyncCore
 
 // "Client" section of include/layersync.h.
 
-@c @implementation public func layersync_client_options_init(
-    _ options: UnsafeMutablePointer<layersync_client_options>?, _ version: UInt32
-) -> Int32 {
-    guard let options, version == UInt32(LAYERSYNC_CLIENT_OPTIONS_VERSION) else {
-        return ErrorCode.invalidArgument.rawValue
-    }
+/// `layersync_client_options` of the current version with every field at its default.
+private func defaultClientOptions() -> layersync_client_options {
     let defaults = ClientConfiguration(serverURL: "", storagePath: "")
-    options.pointee = layersync_client_options(
-        version: version, server_url: nil, storage_path: nil,
+    return layersync_client_options(
+        version: UInt32(LAYERSYNC_CLIENT_OPTIONS_VERSION), server_url: nil, storage_path: nil,
         allow_insecure_http: defaults.allowInsecureHTTP, sync_delay_s: defaults.syncDelay,
         connect_timeout_s: defaults.connectTimeout, request_timeout_s: defaults.requestTimeout,
         long_poll_wait_s: Int32(defaults.longPollWait),
         durability: defaults.localWriteDurability.cValue)
+}
+
+@c @implementation public func layersync_client_options_init(
+    _ options: UnsafeMutablePointer<layersync_client_options>?, _ version: UInt32
+) -> Int32 {
+    guard let options, let byteCount = VersionedStruct.clientOptionsByteCount(version: version) else {
+        return ErrorCode.invalidArgument.rawValue
+    }
+    var value = defaultClientOptions()
+    value.version = version
+    VersionedStruct.write(value, byteCount: byteCount, to: options)
     return 0
 }
 
@@ -29,26 +36,32 @@ import LayerSyncCore
         guard let outClient else { throw LayerSyncError(.invalidArgument, "out_client must not be NULL") }
         outClient.pointee = nil
         guard let options else { throw LayerSyncError(.invalidArgument, "options must not be NULL") }
-        guard options.pointee.version == UInt32(LAYERSYNC_CLIENT_OPTIONS_VERSION) else {
-            throw LayerSyncError(.invalidArgument, "options.version \(options.pointee.version) is not supported; use layersync_client_options_init")
+        // Only the fields of the caller's version are read; the later ones keep their defaults.
+        let optionsVersion = VersionedStruct.version(of: options)
+        guard let optionsSize = VersionedStruct.clientOptionsByteCount(version: optionsVersion) else {
+            throw LayerSyncError(.invalidArgument, "options.version \(optionsVersion) is not supported (this library knows "
+                                 + "1 to \(LAYERSYNC_CLIENT_OPTIONS_VERSION)); use layersync_client_options_init")
         }
+        let given = VersionedStruct.read(options, byteCount: optionsSize, over: defaultClientOptions())
         var table = layersync_client_delegate()
         if let delegate {
-            guard delegate.pointee.version == UInt32(LAYERSYNC_CLIENT_DELEGATE_VERSION) else {
-                throw LayerSyncError(.invalidArgument, "delegate.version \(delegate.pointee.version) is not supported; use LAYERSYNC_CLIENT_DELEGATE_INIT")
+            let delegateVersion = VersionedStruct.version(of: delegate)
+            guard let delegateSize = VersionedStruct.clientDelegateByteCount(version: delegateVersion) else {
+                throw LayerSyncError(.invalidArgument, "delegate.version \(delegateVersion) is not supported (this library knows "
+                                     + "1 to \(LAYERSYNC_CLIENT_DELEGATE_VERSION)); use LAYERSYNC_CLIENT_DELEGATE_INIT")
             }
-            table = delegate.pointee
+            table = VersionedStruct.read(delegate, byteCount: delegateSize, over: table)
         }
         var configuration = ClientConfiguration(
-            serverURL: try CString.read(options.pointee.server_url, "options.server_url"),
-            storagePath: try CString.read(options.pointee.storage_path, "options.storage_path"))
-        configuration.allowInsecureHTTP = options.pointee.allow_insecure_http
-        configuration.syncDelay = options.pointee.sync_delay_s
-        configuration.connectTimeout = options.pointee.connect_timeout_s
-        configuration.requestTimeout = options.pointee.request_timeout_s
-        configuration.longPollWait = Int(options.pointee.long_poll_wait_s)
-        guard let durability = CommitDurability(cValue: options.pointee.durability) else {
-            throw LayerSyncError(.invalidArgument, "options.durability \(options.pointee.durability) is not a layersync_durability_t "
+            serverURL: try CString.read(given.server_url, "options.server_url"),
+            storagePath: try CString.read(given.storage_path, "options.storage_path"))
+        configuration.allowInsecureHTTP = given.allow_insecure_http
+        configuration.syncDelay = given.sync_delay_s
+        configuration.connectTimeout = given.connect_timeout_s
+        configuration.requestTimeout = given.request_timeout_s
+        configuration.longPollWait = Int(given.long_poll_wait_s)
+        guard let durability = CommitDurability(cValue: given.durability) else {
+            throw LayerSyncError(.invalidArgument, "options.durability \(given.durability) is not a layersync_durability_t "
                                  + "(LAYERSYNC_DURABILITY_FULL = 0 or LAYERSYNC_DURABILITY_NORMAL = 1)")
         }
         configuration.localWriteDurability = durability

@@ -1,7 +1,9 @@
 /* ABI layout of the structs passed in (x86_64 / LP64), frozen at ABI version 1: structs are
  * only ever extended at the end (ARCHITECTURE.md §6), so every offset below must stay as it
- * is. A new field goes after the last one, with its own assertion added here; moving,
- * removing or retyping a field fails this file (CTest abi.layout). */
+ * is. A new field goes after the last one, with its own assertion added here, and bumps the
+ * struct's version (the library reads only the fields of the version a caller sets:
+ * Sources/LayerSync/VersionedStruct.swift, Tests/c/test_struct_versions.c); moving, removing
+ * or retyping a field fails this file (CTest abi.layout). */
 #include <layersync.h>
 
 #include <stddef.h>
@@ -23,6 +25,7 @@ _Static_assert(offsetof(layersync_client_options, sync_delay_s) == 32, "layersyn
 _Static_assert(offsetof(layersync_client_options, connect_timeout_s) == 40, "layersync_client_options.connect_timeout_s moved");
 _Static_assert(offsetof(layersync_client_options, request_timeout_s) == 48, "layersync_client_options.request_timeout_s moved");
 _Static_assert(offsetof(layersync_client_options, long_poll_wait_s) == 56, "layersync_client_options.long_poll_wait_s moved");
+_Static_assert(offsetof(layersync_client_options, durability) == 60, "layersync_client_options.durability moved"); /* version 2 */
 _Static_assert(offsetof(layersync_client_delegate, version) == 0, "layersync_client_delegate.version moved");
 _Static_assert(offsetof(layersync_client_delegate, context) == 8, "layersync_client_delegate.context moved");
 _Static_assert(offsetof(layersync_client_delegate, release_context) == 16, "layersync_client_delegate.release_context moved");
@@ -41,7 +44,7 @@ _Static_assert(offsetof(layersync_client_delegate, did_receive_changes) == 112, 
 _Static_assert(offsetof(layersync_client_delegate, did_reject_changes) == 120, "layersync_client_delegate.did_reject_changes moved");
 _Static_assert(offsetof(layersync_client_delegate, request_token) == 128, "layersync_client_delegate.request_token moved");
 _Static_assert(offsetof(layersync_client_delegate, is_network_available) == 136, "layersync_client_delegate.is_network_available moved");
-_Static_assert(offsetof(layersync_client_delegate, did_reset_layer) == 144, "layersync_client_delegate.did_reset_layer moved");
+_Static_assert(offsetof(layersync_client_delegate, did_reset_layer) == 144, "layersync_client_delegate.did_reset_layer moved"); /* version 2 */
 #endif
 
 int main(void) { return 0; }
