@@ -12,19 +12,26 @@ Widgets: a live widget record keeps its original PDF widget even when changed, b
 changed ``value`` is written into the form field (``/V``; ``/AS`` for buttons). New
 widgets are skipped. ``pspdfkit/file`` records get their file from the original PDF
 or from the document's uploaded attachments (embedded as a new ``/Filespec``).
-Not written: comments and types without a PDF mapping. No appearance streams are generated for new annotations.
+Not written: comments and types without a PDF mapping.
+
+Every new annotation except links gets a normal appearance stream
+(:mod:`layersync_server.pdf_appearance`), since most viewers draw nothing else; kept
+originals keep their own, and so does a changed stamp or file annotation whose look
+did not change (moved, resized, re-noted), as its picture may be an image.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 import pikepdf
 from pikepdf import Array, Dictionary, Name
 
+from layersync_server.pdf_appearance import write_appearance
 from layersync_server.pdf_geometry import PageSpace
 from layersync_server.pdf_import import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT, field_node,
                                          embedded_file_bytes, open_pdf, read_annotations)
@@ -80,10 +87,11 @@ def export_pdf(original: bytes, contents: list[dict],
                     _write_field_value(pdf, a.obj, live[a.id].get("value"))
         _remove(pdf, {(a.page_index, a.annot_index) for a in removed}, [a.obj for a in removed])
         written, skipped = 0, []
+        originals = {a.id: a for a in removed}
         for content in contents:
             if content["id"] in kept:
                 continue
-            if _write(pdf, content, attachments):
+            if _write(pdf, content, attachments, originals.get(content["id"])):
                 written += 1
             else:
                 skipped.append(content["id"])
@@ -172,8 +180,11 @@ def _set(annot: Dictionary, key: str, value) -> None:
         annot[Name(key)] = value
 
 
-def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict) -> bool:
-    """Append one record as an annotation; False when it cannot be written."""
+def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict, original=None) -> bool:
+    """Append one record as an annotation; False when it cannot be written.
+
+    ``original`` is the imported annotation the record changed, if any: see
+    :func:`_original_appearance`."""
     writer = WRITERS.get(content.get("type", ""))
     page_index = content.get("pageIndex")
     if writer is None or not isinstance(page_index, int) or not 0 <= page_index < len(pdf.pages) \
@@ -188,21 +199,47 @@ def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict) -> bool:
     if content.get("creatorName"):
         annot.T = encode_text(content["creatorName"])
     opacity = content.get("opacity")
-    if isinstance(opacity, (int, float)) and opacity != 1:
-        annot.CA = float(opacity)
+    if isinstance(opacity, (int, float)) and opacity != 1 and math.isfinite(opacity):
+        annot.CA = min(1.0, max(0.0, float(opacity)))
     if content.get("note"):
         annot.Contents = encode_text(content["note"])
     try:
         if writer(annot, content, space, attachments) is False:
             return False
-    except (KeyError, TypeError, ValueError, IndexError):
-        return False
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError):
+        return False  # a field of the wrong shape (e.g. "lines" not an object)
+    reused = _original_appearance(original, content)
+    if reused is not None:
+        annot.AP = Dictionary(N=reused)
+    else:
+        try:
+            write_appearance(pdf, annot, content)
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+            pass  # a value the appearance cannot use: the annotation is still written, without /AP
     annots = page.obj.get("/Annots")
     if not isinstance(annots, Array):
         annots = Array()
     annots.append(pdf.make_indirect(annot))
     page.obj[Name.Annots] = annots
     return True
+
+
+#: Record keys that decide how a stamp or file icon looks. Their appearance can be an
+#: image or a custom icon we cannot redraw, so a moved or re-noted one keeps it.
+_LOOK_KEYS = {"pspdfkit/stamp": ("stampType", "title", "subtitle", "color", "imageAttachmentId"),
+              "pspdfkit/file": ("iconName", "color")}
+
+
+def _original_appearance(original, content: dict):
+    """The imported ``/AP /N`` of a changed stamp or file annotation whose look did not
+    change (viewers scale it into the new ``/Rect``), else None."""
+    keys = _LOOK_KEYS.get(str(content.get("type")))
+    if original is None or keys is None or original.content.get("type") != content.get("type") \
+            or any(original.content.get(k) != content.get(k) for k in keys):
+        return None
+    appearance = original.obj.get("/AP")
+    normal = appearance.get("/N") if isinstance(appearance, Dictionary) else None
+    return normal if isinstance(normal, pikepdf.Stream) else None
 
 
 def _w_note(annot, c, space, _):
