@@ -288,6 +288,14 @@ class LayerSyncApp(FastAPI):
     _hot_checked = False
     _others = None  # what serves the other requests (default: the whole app)
 
+    def drain(self) -> None:
+        """First step of a graceful stop (server.py calls it on SIGTERM/SIGINT, once the
+        listening socket is closed): every parked long-poll answers now, as if its wait
+        had run out, and later ones answer without waiting
+        (:meth:`LayerNotifier.drain`). Requests in flight, writes included, go on; the
+        storage stays open until the lifespan's shutdown. Call on the event loop thread."""
+        self.state.ctx.notifier.drain()
+
     def serve_others_through(self, middleware_class, **options) -> None:
         """Send the requests the shortcut does not answer through
         ``middleware_class(<the whole app>, **options)`` (server.py: uvicorn's
@@ -352,12 +360,16 @@ def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncA
                 await asyncio.wait_for(listening.wait(), 10)
         try:
             yield
-        finally:
+        finally:  # after the server answered or closed every connection (server.py)
+            ctx.notifier.drain()  # an ASGI server that did not call app.drain()
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            ctx.storage.close()
+            # off the event loop: SQLite's close waits for a statement another thread
+            # still runs (a write past the shutdown timeout, waiting for a lock), and the
+            # loop must stay free to close the connections meanwhile
+            await run_in_worker(ctx.storage.close)
 
     app = LayerSyncApp(title="LayerSync server", version=__version__, lifespan=lifespan,
                        docs_url=None, redoc_url=None)

@@ -1,8 +1,10 @@
 """``layersync-server`` command line: serve, keygen, mint-token, upload.
 
 Every ``serve`` flag can also come from ``LAYERSYNC_SERVER_<NAME>`` (see
-:mod:`layersync_server.settings`); flags win. Exit status 0 on success, 2 on usage
-errors, 1 on other failures (message on stderr).
+:mod:`layersync_server.settings`); flags win. Exit status 0 on success (for ``serve``:
+stopped by SIGTERM or SIGINT, see :func:`layersync_server.server.serve`), 2 on usage
+errors, 1 on other failures (message on stderr), 3 when ``serve`` fails in uvicorn's
+start-up (lifespan).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-upload-bytes", type=int)
     serve.add_argument("--history-versions", type=int, help="versions kept per record (default 20)")
     serve.add_argument("--jwt-leeway-s", type=int)
+    serve.add_argument("--shutdown-timeout-s", type=float,
+                       help="on SIGTERM/SIGINT, seconds requests in flight may take to finish "
+                            "(default 5); parked long-polls answer at once")
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
 
     keygen = sub.add_parser("keygen", help="write private.pem and public.pem")
@@ -79,7 +84,8 @@ def _serve(args) -> int:
                                  max_upload_bytes=args.max_upload_bytes,
                                  max_wait_s=args.max_wait_s,
                                  history_versions=args.history_versions,
-                                 jwt_leeway_s=args.jwt_leeway_s)
+                                 jwt_leeway_s=args.jwt_leeway_s,
+                                 shutdown_timeout_s=args.shutdown_timeout_s)
     serve(settings, host=args.host, port=args.port, port_file=args.port_file,
           log_level=args.log_level)
     return 0

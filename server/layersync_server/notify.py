@@ -20,6 +20,11 @@ returns. Whenever the handed page can not stand for a re-read (a commit from ano
 process, an admin change without a page, a wake-up after a gap in the change feed,
 a page cut by its limit) the waiter re-reads as before.
 
+Shutdown: :meth:`LayerNotifier.drain` answers every parked long-poll at once, as if
+its wait had run out (an empty page at the revision it read: the client simply polls
+again, elsewhere or later), and makes later waits return at once; server.py calls it
+when SIGTERM/SIGINT arrives, before waiting for open requests.
+
 All methods must be called on the event loop thread, except :meth:`has_waiters`.
 """
 
@@ -67,6 +72,7 @@ class LayerNotifier:
     def __init__(self) -> None:
         self._signals: dict[tuple[str, str], _LayerSignal] = {}
         self._latest: dict[tuple[str, str], int] = {}
+        self._draining = False
 
     def has_waiters(self, document_id: str, layer: str) -> bool:
         """Whether a long-poll waits on the layer now (a hint; safe from any thread)."""
@@ -140,6 +146,18 @@ class LayerNotifier:
                 if not future.done():
                     future.set_result(True)
 
+    def drain(self) -> None:
+        """The server is stopping: answer every parked long-poll now as if its wait had
+        run out (``wait_for_change`` returns ``(False, None)``, so the route answers the
+        page it read before waiting), and from now on return at once instead of waiting.
+        Waits already due to wake (a newer revision is known) still wake. Idempotent."""
+        self._draining = True
+        for signal in list(self._signals.values()):
+            signal.pages = []
+            for future in signal.waiters:
+                if not future.done():
+                    future.set_result(False)
+
     async def wait_past(self, document_id: str, layer: str, since: int, known_revision: int,
                         timeout_s: float) -> bool:
         """Wait until a revision above ``since`` is published, up to ``timeout_s`` seconds.
@@ -171,6 +189,8 @@ class LayerNotifier:
         timer = None
         try:
             if signal.revision <= since:
+                if self._draining:  # stopping: answer now, as if the wait had run out
+                    return False, None
                 timer = loop.call_later(timeout_s, _expire, future)
                 if not await future:
                     return False, None
