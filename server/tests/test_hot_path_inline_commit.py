@@ -185,3 +185,31 @@ def test_busy_after_the_work_rolls_back_and_runs_the_work_again_in_a_worker(ctx,
     with storage.connection() as conn:
         assert not conn.in_transaction
     assert _busy_timeout(storage) == BUSY_TIMEOUT_MS
+
+
+def test_inline_calls_set_the_busy_timeout_once_until_the_thread_waits_again(ctx):
+    """The event loop thread's inline writes and reads (``without_waiting`` blocks, one
+    after another) set the connection's busy timeout to 0 once, not twice per block; the
+    thread's next storage call outside a block has it back at ``BUSY_TIMEOUT_MS``."""
+    storage = ctx.storage
+    storage.ensure_layer("doc", "L")
+    statements: list[str] = []
+    with storage.connection() as conn:
+        conn.set_trace_callback(statements.append)
+    try:
+        for i in range(5):
+            with storage.without_waiting():
+                with storage.write_layer("doc", "L") as writer:
+                    writer.put_record(f"r{i}", {"v": 2, "id": f"r{i}"}, "u")
+                assert storage.list_records("doc", "L", 0, 10, True).layer.revision == i + 1
+                assert _busy_timeout(storage) == 0
+        assert [s for s in statements if "busy_timeout=" in s] == ["PRAGMA busy_timeout=0"]
+        assert _busy_timeout(storage) == BUSY_TIMEOUT_MS
+        with storage.without_waiting():
+            assert _busy_timeout(storage) == 0
+        assert [s for s in statements if "busy_timeout=" in s] == [
+            "PRAGMA busy_timeout=0", f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
+            "PRAGMA busy_timeout=0"]
+    finally:
+        with storage.connection() as conn:
+            conn.set_trace_callback(None)

@@ -538,3 +538,52 @@ def test_pushes_with_a_delete_or_a_big_body_are_written_off_the_event_loop(apps)
                                      headers=auth_headers)).json()["records"][0]["id"] == "big"
 
     asyncio.run(scenario())
+
+
+def test_inline_push_of_a_client_behind_reads_its_answer_page_in_a_worker(apps):
+    """A small push commits on the loop thread, but reads at most INLINE_MAX_RECORDS
+    records of its answer page there: a client owed more (it is behind) gets its push
+    rolled back and made again in a worker, which reads the whole page; the answer is the
+    one FastAPI's route gives, and the change is applied once."""
+    fast, slow, private_pem = apps
+    auth_headers, url = _layer_l(private_pem)
+    storage = fast.state.ctx.storage
+    original = storage.write_layer
+    threads = []
+
+    def noting(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    async def scenario():
+        loop_thread = threading.get_ident()
+        async with _client(fast) as client, _client(slow) as reference:
+            n = INLINE_MAX_RECORDS + 4
+            for start in range(0, n, 4):  # small pushes
+                creates = [change("create", f"r{i}", note()) for i in range(start, start + 4)]
+                pushed = await client.post(url + "/sync", headers=auth_headers,
+                                           json={"changes": creates})
+            revision = pushed.json()["revision"]
+            storage.write_layer = noting
+            try:
+                for since, where in ((revision - 3, ["loop"]), (0, ["loop", "worker"])):
+                    threads.clear()
+                    body = {"since": since, "changes": [change("create", f"new{since}", note())]}
+                    answer = await client.post(url + "/sync", headers=auth_headers, json=body)
+                    assert ["loop" if t == loop_thread else "worker" for t in threads] == where
+                    got = answer.json()
+                    assert len(got["changes"]) == (3 if since else n + 1)  # r0.. and new{since}
+                    assert got["accepted"][0]["revision"] == got["revision"] and not got["has_more"]
+                    own = got["accepted"][0]["revision"]
+                    page = storage.list_records("doc", "L", since, 1000, True, frozenset({own}))
+                    assert got["changes"] == [r.to_wire() for r in page.records]
+                    assert got["next_since"] == page.next_since == own
+                    listed = await reference.get(url + "/changes", headers=auth_headers,
+                                                 params={"since": since, "wait": 0})
+                    assert [r for r in listed.json()["records"] if r["id"] != f"new{since}"] \
+                        == got["changes"]
+            finally:
+                storage.write_layer = original
+        assert storage.get_layer("doc", "L").revision == n + 2
+
+    asyncio.run(scenario())

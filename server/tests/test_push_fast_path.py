@@ -91,13 +91,13 @@ def _second_batch() -> list[str]:
         [_create(f"s{i}", f"t{i}") for i in range(100)]
 
 
-def _push(storage, layer: str, raw: bytes, fast: bool):
+def _push(storage, layer: str, raw: bytes, fast: bool, user_id: str | None = "alice"):
     if fast:
         body, checked, texts = parse_sync_json(raw)
     else:  # the general path: the exact parser, no texts
         body, checked, texts = wire_json._parse_exact(raw), False, None
     with storage.write_layer("d", layer) as writer:
-        result = apply_changes(writer, body["changes"], "alice", checked, texts)
+        result = apply_changes(writer, body["changes"], user_id, checked, texts)
         page = writer.changes_since(body["since"], 1000, frozenset(result.own_revisions))
     return result, page, checked, texts
 
@@ -358,3 +358,81 @@ def test_changes_without_ids_or_with_bad_ids_in_a_checked_body(storage):
     assert fast[0].accepted == general[0].accepted and fast[0].rejected == general[0].rejected
     assert [r["change_id"] for r in fast[0].rejected] == ["b", "c", "d", "f"]
     assert _stored(storage, "fast") == _stored(storage, "general")
+
+
+def test_prefetch_finds_existing_keys_inside_and_at_the_ends_of_a_batch(storage):
+    """:meth:`SqlLayerWriter.prefetch` proves a batch of keys absent with one range probe
+    per table where the backend orders text as Python does; random batches of ids made of
+    one- to four-byte characters, whose ranges hold existing records and logged change
+    ids inside, at either end or not at all, get exactly the general path's outcomes."""
+    rnd = random.Random(11)
+    alphabet = ["a", "b", "z", "A", "~", "é", "ÿ", "\u0800", "\uffee", "\U0001f600"]
+
+    def key():
+        return "".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 3)))
+
+    logged: list[str] = []
+    for round_ in range(40):
+        ids = list(dict.fromkeys(key() for _ in range(rnd.randint(2, 12))))
+        change_ids = [rnd.choice(logged) if logged and rnd.random() < 0.2 else key() + f"-{round_}"
+                      for _ in ids]
+        batch = [_create(c, i) for c, i in zip(change_ids, ids)]
+        fast = _push(storage, "fast", _body(batch), fast=True)
+        general = _push(storage, "general", _body(batch), fast=False)
+        assert fast[2] and fast[3] is not None
+        assert fast[0].accepted == general[0].accepted
+        assert fast[0].rejected == general[0].rejected
+        logged.extend(change_ids)
+    assert _stored(storage, "fast") == _stored(storage, "general")
+    reasons = {r["reason"] for r in fast[0].rejected}
+    assert "exists" in reasons  # existing records were met (and replays of logged ids)
+
+
+def test_a_batch_of_new_ids_is_proved_absent_with_one_probe_per_table(storage):
+    """The range probe (SQLite) or the id lists (PostgreSQL) of :meth:`prefetch`: a
+    batch of new, time-ordered ids costs SQLite one query per table, and a batch whose
+    range holds an existing id (at an end, or inside) is looked up id by id."""
+    ulid = [f"01M8MNQ9{n:06d}XPBRMXJ7DHY" for n in range(0, 3000, 3)]
+    first = [_create(ulid[i + 1], ulid[i]) for i in range(0, 200, 2)]
+    _push(storage, "L", _body(first), fast=True)
+    probes = ordered = getattr(storage, "ORDERED_TEXT_KEYS", False)
+    statements: list[str] = []
+    if ordered:
+        with storage.connection() as conn:
+            conn.set_trace_callback(statements.append)
+    try:
+        cases = [  # (change ids, record ids, records that exist)
+            ([ulid[i + 1] for i in range(400, 600, 2)], [ulid[i] for i in range(400, 600, 2)], []),
+            ([f"x{i}" for i in range(3)], [ulid[0], ulid[500], ulid[502]], [ulid[0]]),  # low end
+            ([f"y{i}" for i in range(3)], [ulid[300], ulid[302], ulid[198]], [ulid[198]]),  # high
+            ([f"z{i}" for i in range(2)], [ulid[1], ulid[301]], []),  # ulid[2] inside, not asked
+        ]
+        for change_ids, record_ids, existing in cases:
+            statements.clear()
+            with storage.write_layer("d", "L") as writer:
+                writer.prefetch(record_ids, change_ids)
+                assert [i for i in record_ids if writer.get_record(i) is not None] == existing
+                assert all(writer.recorded_outcome(c) is None for c in change_ids)
+                selects = [s for s in statements if s.startswith("SELECT")
+                           and ("FROM records" in s or "FROM change_log" in s)]
+            if probes:
+                in_lists = [s for s in selects if " IN (" in s]
+                assert len(selects) == 2 + len(in_lists), selects
+                assert bool(in_lists) == (record_ids != cases[0][1]), selects
+    finally:
+        if ordered:
+            with storage.connection() as conn:
+                conn.set_trace_callback(None)
+
+
+def test_creates_without_a_user_or_root_ids_store_nulls(storage):
+    """A batch of fast-path creates whose user and roots are all null (a token without
+    ``user_id``): PostgreSQL types those all-NULL ``VALUES`` columns as text, and the rows
+    are the general path's."""
+    batch = [_create(f"c{i}", f"r{i}") for i in range(300)]
+    for layer, fast in (("fast", True), ("general", False)):
+        result = _push(storage, layer, _body(batch), fast, user_id=None)[0]
+        assert len(result.accepted) == 300
+    assert _stored(storage, "fast") == _stored(storage, "general")
+    record = storage.get_record("d", "fast", "r7")
+    assert (record.created_by, record.updated_by, record.revision) == (None, None, 8)

@@ -6,6 +6,7 @@ All storage calls are blocking and run in Starlette's threadpool; long-polls wai
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -26,6 +27,7 @@ from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_RE
                                         WireJSONResponse, WireRoute, parse_json,
                                         parse_sync_json)
 from layersync_server.storage import DocumentNotFound, RecordPage
+from layersync_server.storage.base import WriteWouldWait
 
 router = APIRouter(prefix="/sync/v1", tags=["sync"], responses=COMMON_ERROR_RESPONSES,
                    route_class=WireRoute, default_response_class=WireJSONResponse)
@@ -255,6 +257,30 @@ def _bounded_size(raw: bytes, changes: list) -> int | None:
     return len(changes)
 
 
+def _answer_page(writer, since: int, limit: int, exclude: frozenset[int],
+                 maybe_inline: bool) -> RecordPage:
+    """The push answer's page: ``writer.changes_since(since, limit, exclude)``. On the
+    event loop thread (``maybe_inline``: :func:`commit` may run the push there) it reads
+    at most :data:`INLINE_MAX_RECORDS` records: a client that is behind may be owed a
+    whole page, which is read in a worker instead (:class:`WriteWouldWait` makes
+    :func:`commit` roll back and run the push again there), so the answer is the same
+    and the loop never reads a large page."""
+    if maybe_inline and limit > INLINE_MAX_RECORDS and _on_event_loop():
+        page = writer.changes_since(since, INLINE_MAX_RECORDS, exclude)
+        if page.has_more:
+            raise WriteWouldWait()
+        return page  # all of them: the same page as with ``limit``
+    return writer.changes_since(since, limit, exclude)
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # a worker thread
+        return False
+    return True
+
+
 def _is_revision(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REVISION
 
@@ -271,16 +297,18 @@ async def layer_sync(document_id: str, layer: str, request: Request,
     if body["changes"]:
         grant.require(document_id, name, "write")
 
+    bounded = _bounded_size(raw, body["changes"])
+
     def push(writer):
         if body["epoch"] is not None and body["epoch"] != writer.layer.epoch:
             return None
         result = apply_changes(writer, body["changes"], grant.user_id, body["checked"],
                                body["content_texts"])
         # the answer's page, read in the same transaction (no second worker hop/query)
-        return result, writer.changes_since(body["since"], _page_size(ctx, None),
-                                            frozenset(result.own_revisions))
+        return result, _answer_page(writer, body["since"], _page_size(ctx, None),
+                                    frozenset(result.own_revisions), bounded is not None)
 
-    layer_state, pushed = await commit(ctx, document_id, name, push, _bounded_size(raw, body["changes"]))
+    layer_state, pushed = await commit(ctx, document_id, name, push, bounded)
     if pushed is None:
         return _wire({"epoch": layer_state.epoch, "revision": layer_state.revision, "accepted": [],
                       "rejected": [], "changes": [], "has_more": False, "next_since": 0,

@@ -34,6 +34,8 @@ _SQLITE_BUSY = 5  # primary result code (extended codes keep it in the low byte)
 class SqliteStorage(SqlStorage):
     """:class:`Storage` in one SQLite file (WAL). Thread-safe: a connection per thread."""
 
+    ORDERED_TEXT_KEYS = True  # BINARY collation: memcmp of UTF-8
+
     def __init__(self, path: str | Path, history_versions: int = 20):
         super().__init__(history_versions)
         self.path = Path(path)
@@ -49,8 +51,8 @@ class SqliteStorage(SqlStorage):
             self.close()
             raise
 
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
+    def _thread_connection(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use, busy timeout ``BUSY_TIMEOUT_MS``)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
@@ -59,8 +61,19 @@ class SqliteStorage(SqlStorage):
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
+            self._local.waits = True
             with self._lock:
                 self._connections.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        conn = self._thread_connection()
+        local = self._local
+        if not local.waits and not getattr(local, "without_waiting", False):
+            # the busy timeout :meth:`without_waiting` left at 0: back to waiting
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            local.waits = True
         yield conn
 
     @contextlib.contextmanager
@@ -93,20 +106,22 @@ class SqliteStorage(SqlStorage):
         Raises:
             WriteWouldWait: the write transaction was not made; retry it elsewhere.
         """
-        with self.connection() as conn:
-            conn.execute("PRAGMA busy_timeout=0")
-            self._local.without_waiting = True
-            try:
-                yield
-            except sqlite3.OperationalError as exc:
-                if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
-                    raise
-                if conn.in_transaction:  # e.g. a busy COMMIT: the transaction is open
-                    conn.execute("ROLLBACK")
-                raise WriteWouldWait() from exc
-            finally:
-                self._local.without_waiting = False
-                conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn = self._thread_connection()
+        local = self._local
+        if local.waits:  # left at 0 until this thread next uses storage outside a block
+            conn.execute("PRAGMA busy_timeout=0")  # (the event loop thread seldom does)
+            local.waits = False
+        local.without_waiting = True
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
+                raise
+            if conn.in_transaction:  # e.g. a busy COMMIT: the transaction is open
+                conn.execute("ROLLBACK")
+            raise WriteWouldWait() from exc
+        finally:
+            local.without_waiting = False
 
     def execute(self, conn, sql: str, params=()):
         return conn.execute(sql, params)
