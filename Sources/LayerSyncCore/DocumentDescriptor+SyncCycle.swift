@@ -130,12 +130,12 @@ extension DocumentDescriptor {
         let limit = max(1024, context.maxRequestBytes - Self.envelopeBytes)
         var budget = limit
         func limits(inFlight: [PendingChange] = []) -> LayerStore.BatchLimits {
-            LayerStore.BatchLimits(maxBytes: budget, maxChangeBytes: limit, inFlight: Set(inFlight.map(\.sequence)))
+            LayerStore.BatchLimits(maxBytes: budget, maxChangeBytes: limit, inFlight: inFlight)
         }
         var batch = try store.nextBatch(limits())
         // An answer whose request is done but which is not applied yet (applied while the next
-        // request is in flight).
-        var unapplied: SyncAnswer?
+        // request is in flight), with the changes that request sent.
+        var unapplied: (answer: SyncAnswer, sent: [PendingChange])?
         // A cycle runs until nothing is pending, however many rounds that takes; it only gives
         // up when rounds stop making progress (no change left the queue, `since` did not move).
         var progress = (pending: Int.max, since: Int64.min)
@@ -153,9 +153,9 @@ extension DocumentDescriptor {
                 report(try store.dropChange(change, reason: "payload_too_large"))
             }
             let slice = batch.batch
-            if slice.isEmpty, let answer = unapplied {
+            if slice.isEmpty, let (answer, sent) = unapplied {
                 // The last request ran ahead of its predecessor's answer: apply that one now.
-                let round = try applyAnswer(answer, next: limits(), token: token, cancellation: cancellation)
+                let round = try applyAnswer(answer, sent: sent, next: limits(), token: token, cancellation: cancellation)
                 if round.pending == 0 { return round.storedSyncTime }
                 unapplied = nil
                 batch = round.next ?? ([], [])
@@ -164,7 +164,7 @@ extension DocumentDescriptor {
             // Send `slice` (an empty one too: every cycle asks the server for its changes at least
             // once). Meanwhile apply the previous answer and freeze the batch after `slice`, unless
             // there is nothing to overlap (a single batch: no extra thread hop).
-            let body = try syncBody(slice, since: unapplied?.revision)
+            let body = try syncBody(slice, since: unapplied?.answer.revision)
             let pending = try store.pendingCount()
             let overlap = !slice.isEmpty && (unapplied != nil || pending > slice.count)
             var sent: Result<SyncAnswer, LayerSyncError>
@@ -174,8 +174,9 @@ extension DocumentDescriptor {
                 let (result, work) = overlapped({ [self] () throws(LayerSyncError) -> SyncAnswer in
                     try postSync(body, token: token, cancellation: cancellation)
                 }, { [self] () throws(LayerSyncError) -> LayerStore.Batch? in
-                    guard let previous else { return try store.nextBatch(limits(inFlight: slice)) }
-                    return try applyAnswer(previous, next: limits(inFlight: slice), token: token, cancellation: cancellation).next
+                    guard let (answer, sent) = previous else { return try store.nextBatch(limits(inFlight: slice)) }
+                    return try applyAnswer(answer, sent: sent, next: limits(inFlight: slice), token: token,
+                                           cancellation: cancellation).next
                 })
                 sent = result
                 prepared = try work.get()  // a store failure ends the cycle; the answer in flight is retried later
@@ -210,16 +211,16 @@ extension DocumentDescriptor {
             guard let prepared, !answer.hasMore else {
                 // Applied now: there is no next request to overlap with, or the answer's changes
                 // continue in pages (`has_more`).
-                let round = try applyAnswer(answer, next: limits(), token: token, cancellation: cancellation)
+                let round = try applyAnswer(answer, sent: slice, next: limits(), token: token, cancellation: cancellation)
                 if round.pending == 0 || slice.isEmpty && batch.oversized.isEmpty { return round.storedSyncTime }
                 if answer.hasMore { batch = try store.nextBatch(limits()) } else { batch = round.next ?? ([], []) }
                 continue
             }
             // Pipelined: the prepared batch goes out next, and this answer is applied meanwhile.
-            unapplied = answer
+            unapplied = (answer, slice)
             batch = prepared
         }
-        if let answer = unapplied { _ = try applyAnswer(answer, next: nil, token: token, cancellation: cancellation) }
+        if let (answer, sent) = unapplied { _ = try applyAnswer(answer, sent: sent, next: nil, token: token, cancellation: cancellation) }
         let left = try store.pendingCount()
         guard left == 0 else {
             throw LayerSyncError(.invalidServerData, "the server's answers made no progress for \(Self.maximumStalledRounds) "
@@ -232,12 +233,13 @@ extension DocumentDescriptor {
     /// what changed, and updates the activity state.
     /// - Parameters:
     ///   - answer: The answer.
+    ///   - sent: The changes of the request answered (or more).
     ///   - next: Limits of the batch to freeze in the same transaction, if any.
     /// - Returns: The store's round (pending count, next batch, whether `last_sync_time` was stored).
-    private func applyAnswer(_ answer: SyncAnswer, next: LayerStore.BatchLimits?, token: String,
+    private func applyAnswer(_ answer: SyncAnswer, sent: [PendingChange], next: LayerStore.BatchLimits?, token: String,
                              cancellation: TransferCancellation) throws(LayerSyncError) -> LayerStore.SyncRound {
         setActivity(.receivingChanges)
-        var round = try store.applySyncAnswer(answer, since: answer.hasMore ? nil : answer.revision,
+        var round = try store.applySyncAnswer(answer, sent: sent, since: answer.hasMore ? nil : answer.revision,
                                               lastSyncTime: answer.hasMore ? nil : Self.wallClockSeconds(),
                                               next: answer.hasMore ? nil : next)
         if answer.hasMore {

@@ -17,6 +17,9 @@ extension LayerStore {
         /// Queue positions of changes in a request still in flight: skipped, together with
         /// every later change of their records.
         var inFlight: Set<Int64> = []
+        /// The records of the changes in `inFlight`, when known (then the scan reads no record
+        /// id of an in-flight row); `nil` to read them from the rows.
+        var inFlightRecords: Set<String>?
 
         init(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = LayerStore.defaultBatchCount,
              inFlight: Set<Int64> = []) {
@@ -24,6 +27,14 @@ extension LayerStore {
             self.maxChangeBytes = maxChangeBytes ?? maxBytes
             self.maxCount = maxCount
             self.inFlight = inFlight
+        }
+
+        /// Limits with the changes of a request in flight given as they were sent.
+        init(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = LayerStore.defaultBatchCount,
+             inFlight changes: [PendingChange]) {
+            self.init(maxBytes: maxBytes, maxChangeBytes: maxChangeBytes, maxCount: maxCount,
+                      inFlight: Set(changes.map(\.sequence)))
+            inFlightRecords = Set(changes.map(\.recordID))
         }
     }
 
@@ -62,19 +73,28 @@ extension LayerStore {
 
     /// The body of ``nextBatch(_:)`` (inside a transaction).
     static func takeBatch(_ db: SQLiteDatabase, _ limits: BatchLimits) throws(LayerSyncError) -> Batch {
-        var seen: Set<String> = []
+        var seen: Set<String> = limits.inFlightRecords ?? []
+        seen.reserveCapacity(seen.count + min(limits.maxCount, 4096))
         var batch: [PendingChange] = []
         var oversized: [PendingChange] = []
         var toFreeze: [(sequence: Int64, base: Int64?)] = []
         var bytes = 0
         // Rows are read one at a time (columns on demand) and the scan stops when the batch
-        // is full, so a batch costs what it holds, not the length of the queue.
+        // is full, so a batch costs what it holds, not the length of the queue. The record's
+        // server revision (the base) is looked up only for a change not frozen yet (an in-flight
+        // one is) that has a base: a create's payload has none, and it is frozen without one.
         try db.forEachRow("""
-            SELECT p.seq, p.record_id, p.change_id, p.op, p.attempted, p.payload, p.base_revision, r.server_revision, p.content
-            FROM pending_changes p LEFT JOIN records r ON r.id = p.record_id ORDER BY p.seq
+            SELECT p.seq, p.record_id, p.change_id, p.op, p.attempted, p.payload, p.base_revision,
+                CASE WHEN p.attempted = 1 OR p.op = 'create' THEN NULL ELSE (SELECT r.server_revision FROM records r WHERE r.id = p.record_id) END,
+                p.content
+            FROM pending_changes p ORDER BY p.seq
             """) { row throws(LayerSyncError) in
-            guard let sequence = row.integer(0), let recordID = row.text(1) else { return true }
-            guard seen.insert(recordID).inserted, !limits.inFlight.contains(sequence) else { return true }
+            guard let sequence = row.integer(0) else { return true }
+            if limits.inFlight.contains(sequence) {
+                if limits.inFlightRecords == nil, let recordID = row.text(1) { seen.insert(recordID) }
+                return true
+            }
+            guard let recordID = row.text(1), seen.insert(recordID).inserted else { return true }
             guard let changeID = row.text(2), let operation = row.text(3).flatMap(PendingChange.Operation.init(rawValue:)) else {
                 return true
             }
@@ -83,13 +103,13 @@ extension LayerStore {
             // Earlier versions stored the payload of a sent change (column `payload`); it is now
             // recomputed from the row, whose fields never change once it was sent.
             let stored = attempted ? row.text(5) : nil
-            let payload = stored ?? row.withText(8) { content in
+            let (payload, contentRange) = stored.map { ($0, nil) } ?? row.withText(8) { content in
                 changePayload(changeID: changeID, recordID: recordID, operation: operation,
                               content: row.isNull(8) ? nil : content, baseRevision: base)
             }
             let size = payload.utf8.count
             let change = PendingChange(sequence: sequence, changeID: changeID, recordID: recordID,
-                                       operation: operation, payload: payload)
+                                       operation: operation, payload: payload, contentRange: contentRange)
             if size > limits.maxChangeBytes {
                 oversized.append(change)
                 return true
@@ -117,7 +137,7 @@ extension LayerStore {
     /// The first queued change of a record is frozen exactly as ``takeBatch(_:_:)`` would have
     /// frozen it (`attempted` = 1, `base_revision` = the record's server revision, which cannot
     /// have changed since: a server version arriving for a record with an unsent change
-    /// supersedes the change). A change queued behind another one of its record can only have
+    /// supersedes the change; none for a create, whose payload has no base). A change queued behind another one of its record can only have
     /// been sent after that one was resolved — by then with a base revision not known here — so
     /// it is sealed without a base (`attempted` = 2: never coalesced into, frozen with its base
     /// when its turn comes, like an unsent change; see ``PendingChange``).
@@ -131,8 +151,8 @@ extension LayerStore {
         guard try !db.query("SELECT 1 FROM pending_changes WHERE attempted = 0 LIMIT 1").isEmpty else { return }
         try db.transaction(.full) { () throws(LayerSyncError) in
             try db.query("""
-                UPDATE pending_changes AS p SET attempted = 1,
-                    base_revision = (SELECT r.server_revision FROM records r WHERE r.id = p.record_id)
+                UPDATE pending_changes AS p SET attempted = 1, base_revision = CASE WHEN p.op = 'create' THEN NULL
+                    ELSE (SELECT r.server_revision FROM records r WHERE r.id = p.record_id) END
                 WHERE p.attempted = 0
                     AND NOT EXISTS (SELECT 1 FROM pending_changes q WHERE q.record_id = p.record_id AND q.seq < p.seq)
                 """)
@@ -145,8 +165,11 @@ extension LayerStore {
     /// `nil` for none) that is valid JSON goes in as it is — the engine stores compact JSON, so
     /// this is what parsing and re-writing it would give, without the cost; anything else is
     /// sent as `null`, which the server rejects for this change alone.
+    /// - Returns: The payload, and where the stored content is in it (UTF-8 offsets; `nil` when
+    ///   it is not there as stored).
     static func changePayload(changeID: String, recordID: String, operation: PendingChange.Operation,
-                              content: UnsafeBufferPointer<UInt8>?, baseRevision: Int64?) -> String {
+                              content: UnsafeBufferPointer<UInt8>?, baseRevision: Int64?) -> (String, Range<Int>?) {
+        var contentRange: Range<Int>?
         var output: [UInt8] = []
         output.reserveCapacity(96 + changeID.utf8.count + recordID.utf8.count + (content?.count ?? 0))
         output.append(contentsOf: #"{"change_id":"#.utf8)
@@ -162,13 +185,16 @@ extension LayerStore {
         if operation != .delete, let content {
             output.append(contentsOf: #","content":"#.utf8)
             if JSONValue.isValid(bytes: content) {
+                contentRange = output.count..<output.count + content.count
                 output.append(contentsOf: content)
             } else {
                 output.append(contentsOf: "null".utf8)
             }
         }
         output.append(UInt8(ascii: "}"))
-        return String(decoding: output, as: UTF8.self)
+        let payload = String(decoding: output, as: UTF8.self)
+        // Bytes that are not UTF-8 were replaced, and the offsets no longer hold.
+        return (payload, payload.utf8.count == output.count ? contentRange : nil)
     }
 
     /// Drops a change that can never be sent (over the server's size limit) and reverts
@@ -214,35 +240,91 @@ extension LayerStore {
     /// - Parameters:
     ///   - accepted: Accepted changes.
     ///   - rejected: Rejected changes.
+    ///   - sent: The changes of the request answered, as sent (optional): a change found there
+    ///     is looked up by its queue position, not by its change id (which has no index: that
+    ///     is a scan, for an answer about a change the request did not carry).
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
-    func applyAnswers(accepted: [AcceptedChange], rejected: [RejectedChangeAnswer]) throws(LayerSyncError) -> ServerChangeOutcome {
+    func applyAnswers(accepted: [AcceptedChange], rejected: [RejectedChangeAnswer],
+                      sent: [PendingChange] = []) throws(LayerSyncError) -> ServerChangeOutcome {
         try localEdit(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
-            let removed = try Self.applyAnswers(db, accepted: accepted, rejected: rejected, into: &outcome)
+            let removed = try Self.applyAnswers(db, accepted: accepted, rejected: rejected, sent: sent, into: &outcome)
             return (outcome, pendingDelta: -removed)
         }
     }
 
-    /// The body of ``applyAnswers(accepted:rejected:)`` (inside a transaction).
+    /// Finds answered change ids among the changes of the request: answers list them in request
+    /// order, so each is looked for right after the previous one (a rejected change in between
+    /// is skipped), and through a dictionary built on the first miss.
+    private struct SentChanges {
+        let sent: [PendingChange]
+        var next = 0
+        var index: [String: Int]?
+
+        /// The change with `changeID` if it was sent in the request, else `nil`.
+        mutating func change(_ changeID: String) -> PendingChange? {
+            for position in next..<min(next + 4, sent.count) where sent[position].changeID == changeID {
+                next = position + 1
+                return sent[position]
+            }
+            if index == nil {
+                index = Dictionary(sent.indices.map { (sent[$0].changeID, $0) }, uniquingKeysWith: { first, _ in first })
+            }
+            return index?[changeID].map { sent[$0] }
+        }
+    }
+
+    /// The body of ``applyAnswers(accepted:rejected:sent:)`` (inside a transaction).
     /// - Returns: How many rows left `pending_changes`.
     static func applyAnswers(_ db: SQLiteDatabase, accepted: [AcceptedChange], rejected: [RejectedChangeAnswer],
-                             into outcome: inout ServerChangeOutcome) throws(LayerSyncError) -> Int {
+                             sent: [PendingChange] = [], into outcome: inout ServerChangeOutcome) throws(LayerSyncError) -> Int {
         var removed = 0
+        var lookup = SentChanges(sent: sent)
         for answer in accepted {
-            // The sent content becomes the record's server version at the new revision, copied
-            // inside SQLite. (A statement that writes one row by its key: SQLite needs no
-            // statement journal for it, unlike an UPDATE ... FROM.)
-            try db.query("""
-                UPDATE records SET server_revision = ?2, (server_content, server_deleted) = (
-                    SELECT CASE op WHEN 'delete' THEN NULL ELSE content END, op = 'delete'
-                    FROM pending_changes WHERE change_id = ?1)
-                WHERE id = ?3 AND (server_revision IS NULL OR server_revision <= ?2)
-                    AND EXISTS (SELECT 1 FROM pending_changes WHERE change_id = ?1)
-                """, [.text(answer.changeID), .integer(answer.revision), .text(answer.recordID)])
-            let updated = db.changes
-            try db.query("DELETE FROM pending_changes WHERE change_id = ?", [.text(answer.changeID)])
-            guard db.changes > 0 else { continue }  // not (or no longer) queued: nothing to do
+            // The sent content becomes the record's server version at the new revision. A change
+            // of the request is found by its queue position (its change id checked too) and its
+            // content taken from its payload, which holds the row's content as stored (a frozen
+            // row never changes); any other is looked up by its change id (a scan) and its content
+            // copied inside SQLite. (Statements that write one row by its key: SQLite needs no
+            // statement journal for them, unlike an UPDATE ... FROM.)
+            let change = lookup.change(answer.changeID)
+            let updated: Int
+            if let change, change.operation == .delete || change.contentRange != nil {
+                try db.query("DELETE FROM pending_changes WHERE seq = ? AND change_id = ?",
+                             [.integer(change.sequence), .text(answer.changeID)])
+                guard db.changes > 0 else { continue }  // no longer queued: nothing to do
+                let content: SQLiteDatabase.Value = change.operation == .delete ? .null
+                    : change.contentRange.map { .textBytes(change.payload, $0) } ?? .null
+                try db.query("""
+                    UPDATE records SET server_revision = ?1, server_content = ?2, server_deleted = ?3
+                    WHERE id = ?4 AND (server_revision IS NULL OR server_revision <= ?1)
+                    """, [.integer(answer.revision), content, .integer(change.operation == .delete ? 1 : 0), .text(answer.recordID)])
+                updated = db.changes
+            } else if let change {
+                try db.query("""
+                    UPDATE records SET server_revision = ?2, (server_content, server_deleted) = (
+                        SELECT CASE op WHEN 'delete' THEN NULL ELSE content END, op = 'delete'
+                        FROM pending_changes WHERE seq = ?4 AND change_id = ?1)
+                    WHERE id = ?3 AND (server_revision IS NULL OR server_revision <= ?2)
+                        AND EXISTS (SELECT 1 FROM pending_changes WHERE seq = ?4 AND change_id = ?1)
+                    """, [.text(answer.changeID), .integer(answer.revision), .text(answer.recordID), .integer(change.sequence)])
+                updated = db.changes
+                try db.query("DELETE FROM pending_changes WHERE seq = ? AND change_id = ?",
+                             [.integer(change.sequence), .text(answer.changeID)])
+                guard db.changes > 0 else { continue }  // no longer queued: nothing to do
+            } else {
+                try db.query("""
+                    UPDATE records SET server_revision = ?2, (server_content, server_deleted) = (
+                        SELECT CASE op WHEN 'delete' THEN NULL ELSE content END, op = 'delete'
+                        FROM pending_changes WHERE change_id = ?1)
+                    WHERE id = ?3 AND (server_revision IS NULL OR server_revision <= ?2)
+                        AND EXISTS (SELECT 1 FROM pending_changes WHERE change_id = ?1)
+                    """, [.text(answer.changeID), .integer(answer.revision), .text(answer.recordID)])
+                updated = db.changes
+                try db.query("DELETE FROM pending_changes WHERE change_id = ?", [.text(answer.changeID)])
+                guard db.changes > 0 else { continue }  // not (or no longer) queued: nothing to do
+            }
             removed += 1
             guard updated == 0 else { continue }
             // A newer server version (another writer, after ours) is already known: it stands.
@@ -255,8 +337,14 @@ extension LayerStore {
             }
         }
         for answer in rejected {
-            guard let row = try db.query("SELECT content FROM pending_changes WHERE change_id = ?",
-                                         [.text(answer.changeID)]).first else { continue }
+            let rows: [[SQLiteDatabase.Value]]
+            if let sequence = lookup.change(answer.changeID)?.sequence {
+                rows = try db.query("SELECT content FROM pending_changes WHERE seq = ? AND change_id = ?",
+                                    [.integer(sequence), .text(answer.changeID)])
+            } else {
+                rows = try db.query("SELECT content FROM pending_changes WHERE change_id = ?", [.text(answer.changeID)])
+            }
+            guard let row = rows.first else { continue }
             outcome.rejections.append(RejectedChange(recordID: answer.recordID, reason: answer.reason,
                                                      localJSON: row[0].text, serverJSON: answer.serverRecord?.contentText))
             try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(answer.recordID)])
@@ -314,7 +402,7 @@ extension LayerStore {
         return removed
     }
 
-    /// What ``applySyncAnswer(_:since:lastSyncTime:next:)`` did.
+    /// What ``applySyncAnswer(_:sent:since:lastSyncTime:next:)`` did.
     struct SyncRound: Sendable {
         /// What changed locally.
         var outcome: ServerChangeOutcome
@@ -327,20 +415,22 @@ extension LayerStore {
     }
 
     /// One round of the sync cycle in one transaction (one commit): applies a sync answer's
-    /// `accepted`, `rejected` and `changes` (``applyAnswers(accepted:rejected:)``,
+    /// `accepted`, `rejected` and `changes` (``applyAnswers(accepted:rejected:sent:)``,
     /// ``applyServerRecords(_:since:)``), stores `lastSyncTime` when nothing is left to send,
     /// and otherwise freezes the next batch (``nextBatch(_:)``).
     /// - Parameters:
     ///   - answer: The sync answer.
+    ///   - sent: The changes of the request answered, as sent (see ``applyAnswers(accepted:rejected:sent:)``).
     ///   - since: The revision to raise `since` to, if any.
     ///   - lastSyncTime: Stored as meta `last_sync_time` if nothing is pending afterwards.
     ///   - next: The limits of the next batch, or `nil` for none.
     /// - Throws: `.databaseAccessFailed` (nothing is applied then).
-    func applySyncAnswer(_ answer: SyncAnswer, since: Int64?, lastSyncTime: Double?,
+    func applySyncAnswer(_ answer: SyncAnswer, sent: [PendingChange] = [], since: Int64?, lastSyncTime: Double?,
                          next: BatchLimits?) throws(LayerSyncError) -> SyncRound {
         try localEdit(.relaxed, freezing: next != nil) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
-            var removed = try Self.applyAnswers(db, accepted: answer.accepted, rejected: answer.rejected, into: &outcome)
+            var removed = try Self.applyAnswers(db, accepted: answer.accepted, rejected: answer.rejected, sent: sent,
+                                                into: &outcome)
             removed += try Self.applyServerRecords(db, answer.changes, since: since, into: &outcome)
             let pending = try pendingCount(db, delta: -removed)
             var round = SyncRound(outcome: outcome, pending: pending, next: nil, storedSyncTime: false)

@@ -17,8 +17,9 @@ import Glibc
 /// Within a process every opener of the same directory shares one instance
 /// (``open(directory:localWriteDurability:)``); a second process gets `.storageLocked`.
 ///
-/// Tables (schema version 4, `PRAGMA user_version`; version 1 lacked `records_fts`,
-/// version 2 `attachments`, version 3 indexed records for search by triggers on every write):
+/// Tables (schema version 5, `PRAGMA user_version`; version 1 lacked `records_fts`,
+/// version 2 `attachments`, version 3 indexed records for search by triggers on every write,
+/// version 4 had a UNIQUE index on `pending_changes.change_id`):
 /// - `records`: `content` is the local view (NULL when deleted locally);
 ///   `server_revision`/`server_content`/`server_deleted` the last known server version
 ///   (`server_revision` NULL = the server has never confirmed this record).
@@ -34,7 +35,7 @@ import Glibc
 ///   in the document's `attachments/` directory), `uploaded` 0 until the server has them.
 final class LayerStore: Sendable {
     /// Schema version stored in `PRAGMA user_version`.
-    static let schemaVersion: Int64 = 4
+    static let schemaVersion: Int64 = 5
 
     /// The layer directory.
     let directory: String
@@ -126,7 +127,7 @@ final class LayerStore: Sendable {
     /// so that it is on disk before the batch is sent; else the mode ``withDatabase(_:_:)``
     /// set. Call under the `database` lock.
     func freezeDurability(_ db: SQLiteDatabase, freezing: Bool) -> CommitDurability {
-        freezing && hasUnsyncedLocalWrites(db) ? .full : db.durability ?? .full
+        freezing && hasUnsyncedLocalWrites(db) ? .full : db.autocommitDurability
     }
 
     /// Whether a `.relaxed` API write that rewrote a queued change has committed since the
@@ -298,6 +299,37 @@ final class LayerStore: Sendable {
                     """)
             }
         }
+        if version < 5 {
+            // Version 5: `pending_changes.change_id` loses its UNIQUE index. The sync cycle finds
+            // an answered change by its queue position (it keeps the changes it sent), so the
+            // index only cost a B-tree insert per queued change and a delete per answered one.
+            // Change ids are fresh ULIDs, never reused; an answer is still applied at most once
+            // (its row, checked by position and change id, is gone afterwards). The table is
+            // rebuilt with its rows, their positions and its AUTOINCREMENT counter (a position
+            // is never used twice).
+            try db.transaction { () throws(LayerSyncError) in
+                try db.execute("""
+                    CREATE TABLE pending_changes_v5(
+                        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                        change_id TEXT NOT NULL,
+                        record_id TEXT NOT NULL,
+                        op TEXT NOT NULL CHECK (op IN ('create','update','delete')),
+                        content TEXT,
+                        attempted INTEGER NOT NULL DEFAULT 0,
+                        base_revision INTEGER,
+                        payload TEXT);
+                    INSERT INTO sqlite_sequence(name, seq)
+                        SELECT 'pending_changes_v5', seq FROM sqlite_sequence WHERE name = 'pending_changes';
+                    INSERT INTO pending_changes_v5(seq, change_id, record_id, op, content, attempted, base_revision, payload)
+                        SELECT seq, change_id, record_id, op, content, attempted, base_revision, payload
+                        FROM pending_changes ORDER BY seq;
+                    DROP TABLE pending_changes;
+                    ALTER TABLE pending_changes_v5 RENAME TO pending_changes;
+                    CREATE INDEX pending_changes_record ON pending_changes(record_id, seq);
+                    PRAGMA user_version = 5;
+                    """)
+            }
+        }
     }
 
     /// Runs `body` with the connection, under the store's lock.
@@ -324,7 +356,8 @@ final class LayerStore: Sendable {
                 }
             }
             do throws(LayerSyncError) {
-                try db.setDurability(mode)
+                // Set as the connection's mode only by a write (a read leaves it as it is).
+                db.autocommitDurability = mode
                 return .success(try body(db))
             } catch {
                 return .failure(error)
@@ -347,8 +380,8 @@ final class LayerStore: Sendable {
                                   _ body: (SQLiteDatabase) throws(LayerSyncError) -> T) throws(LayerSyncError) -> T {
         try withDatabase(durability) { db throws(LayerSyncError) in
             defer { invalidateCache() }
-            // `db.durability`: the mode withDatabase just set (`durability` or the local one).
-            return try db.transaction(db.durability ?? .full) { () throws(LayerSyncError) in try body(db) }
+            // `db.autocommitDurability`: the mode withDatabase just chose (`durability` or the local one).
+            return try db.transaction(db.autocommitDurability) { () throws(LayerSyncError) in try body(db) }
         }
     }
 

@@ -28,6 +28,10 @@ struct PendingChange: Sendable, Equatable {
     var operation: Operation
     /// The change as JSON text: `{"change_id","op","id"[,"base_revision"][,"content"]}`.
     var payload: String
+    /// Where the change's content is in `payload` (offsets of its UTF-8 bytes) when it went in
+    /// as stored; `nil` otherwise (no content, content sent as `null`, or a payload an earlier
+    /// version stored). Lets an accepted change record its content without reading the row again.
+    var contentRange: Range<Int>? = nil
 }
 
 /// What applying a server answer changed locally.

@@ -8,14 +8,24 @@ final class SQLiteDatabase {
         case null
         case integer(Int64)
         case text(String)
+        /// Part of a string (offsets of its UTF-8 bytes), bound as text without making a String of it.
+        case textBytes(String, Range<Int>)
     }
 
     private var handle: OpaquePointer?
     private var statements: [String: OpaquePointer] = [:]
+    /// ``statements`` again, keyed by where the SQL text's bytes are: an SQL string literal
+    /// keeps its address, so a hit costs an integer hash instead of hashing the whole text
+    /// (the text is still compared, which for the same literal is an identity check).
+    private var statementsByAddress: [UInt: (sql: String, statement: OpaquePointer)] = [:]
     /// The file path.
     let path: String
     /// The connection's `PRAGMA synchronous` as last set by ``setDurability(_:)``; `nil` until then.
     private(set) var durability: CommitDurability?
+    /// How a write outside ``transaction(_:_:)`` commits (an autocommit statement): set by
+    /// ``LayerStore/withDatabase(_:_:)`` for its body, applied (``setDurability(_:)``) only when
+    /// such a statement writes, so that reads never switch the connection's mode.
+    var autocommitDurability: CommitDurability = .full
     /// Write transactions committed so far, by the durability they committed with (counted by
     /// a commit hook, so autocommit statements count too). For tests, and for ``LayerStore`` to
     /// tell whether a FULL commit has followed a relaxed API write.
@@ -161,6 +171,9 @@ final class SQLiteDatabase {
     func forEachRow(_ sql: String, _ bindings: [Value] = [],
                     _ body: (borrowing Row) throws(LayerSyncError) -> Bool) throws(LayerSyncError) {
         let statement = try prepared(sql)
+        if autocommitDurability != durability, sqlite3_stmt_readonly(statement) == 0, sqlite3_get_autocommit(handle) != 0 {
+            try setDurability(autocommitDurability)  // an autocommit write: it commits with this mode
+        }
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
@@ -185,6 +198,17 @@ final class SQLiteDatabase {
             case .text(let text):
                 // SQLITE_TRANSIENT: SQLite copies the bytes before returning.
                 rc = sqlite3_bind_text(statement, index, text, -1, unsafeBitCast(-1, to: sqlite3_destructor_type.self))
+            case .textBytes(let text, let range):
+                var copy = text
+                rc = copy.withUTF8 { bytes in
+                    let part = UnsafeBufferPointer(rebasing: bytes[range.clamped(to: 0..<bytes.count)])
+                    return part.withMemoryRebound(to: CChar.self) { chars in
+                        // A NULL pointer would bind NULL, not an empty text.
+                        guard let start = chars.baseAddress, !chars.isEmpty else { return sqlite3_bind_text(statement, index, "", 0, nil) }
+                        return sqlite3_bind_text(statement, index, start, Int32(chars.count),
+                                                 unsafeBitCast(-1, to: sqlite3_destructor_type.self))
+                    }
+                }
             }
             guard rc == SQLITE_OK else { throw failure(rc, sql) }
         }
@@ -198,7 +222,7 @@ final class SQLiteDatabase {
     func setDurability(_ durability: CommitDurability) throws(LayerSyncError) {
         guard durability != self.durability else { return }
         self.durability = nil  // unknown if the pragma fails
-        try query(durability == .full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL")
+        try execute(durability == .full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL")
         self.durability = durability
     }
 
@@ -226,11 +250,25 @@ final class SQLiteDatabase {
     var changes: Int { Int(sqlite3_changes(handle)) }
 
     private func prepared(_ sql: String) throws(LayerSyncError) -> OpaquePointer {
-        if let statement = statements[sql] { return statement }
-        var statement: OpaquePointer?
-        let rc = sqlite3_prepare_v2(handle, sql, -1, &statement, nil)
-        guard rc == SQLITE_OK, let statement else { throw failure(rc, sql) }
-        statements[sql] = statement
+        // Only a string whose bytes live outside it (not a small one, stored inline and copied
+        // with it) has an address worth remembering.
+        let address = sql.utf8.count > 15 ? sql.utf8.withContiguousStorageIfAvailable { UInt(bitPattern: $0.baseAddress) } ?? nil : nil
+        if let address, let cached = statementsByAddress[address], cached.sql == sql { return cached.statement }
+        let statement: OpaquePointer
+        if let known = statements[sql] {
+            statement = known
+        } else {
+            var made: OpaquePointer?
+            let rc = sqlite3_prepare_v2(handle, sql, -1, &made, nil)
+            guard rc == SQLITE_OK, let made else { throw failure(rc, sql) }
+            statements[sql] = made
+            statement = made
+        }
+        if let address {
+            // SQL built at run time adds an address per call: start over now and then.
+            if statementsByAddress.count >= 2 * statements.count + 64 { statementsByAddress.removeAll(keepingCapacity: true) }
+            statementsByAddress[address] = (sql, statement)  // holding `sql` keeps its address from being reused
+        }
         return statement
     }
 }

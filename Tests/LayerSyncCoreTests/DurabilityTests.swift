@@ -15,7 +15,7 @@ import Testing
     }
 
     /// The connection's commit counts and its `PRAGMA synchronous` as SQLite reports it (read
-    /// directly, not through `withDatabase`, which would set the mode first).
+    /// directly, not through `withDatabase`).
     private static func commits(_ store: LayerStore) throws -> (counts: SQLiteDatabase.CommitCounts, synchronous: Int64?) {
         let result: (SQLiteDatabase.CommitCounts, Int64?)? = store.database.withLock { db in
             guard let db else { return nil }
@@ -82,6 +82,12 @@ import Testing
             _ = try store.finishSnapshot(epoch: "e", revision: 6, reportChanges: true)
         }
         try check.expect(.relaxed, "last_sync_time") { try store.setMeta("last_sync_time", "1", durability: .relaxed) }
+        // Reads leave the connection's mode as it is (API reads, which would commit FULL, between
+        // engine writes: no FULL -> NORMAL -> FULL flips in a sync round); the next write sets it.
+        _ = try store.record(id: "a")
+        _ = try store.since()
+        _ = try store.epoch()
+        #expect(try Self.commits(store).synchronous == Self.normal)
         try check.expect(.full, "setMeta") { try store.setMeta("user_id", "alice") }
         // Reads commit nothing, whatever the mode.
         _ = try store.record(id: "a")
@@ -138,7 +144,7 @@ import Testing
     }
 
     /// The pipelined cycle freezes its next batch while applying a sync answer
-    /// (``LayerStore/applySyncAnswer(_:since:lastSyncTime:next:)``): that freeze follows the same
+    /// (``LayerStore/applySyncAnswer(_:sent:since:lastSyncTime:next:)``): that freeze follows the same
     /// rule as ``LayerStore/nextBatch(_:)`` (an fsync first when a relaxed rewrite of a queued
     /// change is not durable yet).
     @Test func withNormalDurabilityTheFreezeWhileApplyingAnAnswerFsyncsAfterARelaxedRewrite() throws {

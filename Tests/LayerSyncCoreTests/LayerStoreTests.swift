@@ -192,6 +192,42 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(try store.pendingCount() == 0)
     }
 
+    @Test func anAnswerAppliedWithTheSentChangesRecordsWhatWasSent() throws {
+        // The sync cycle passes the changes of the request (`sent`): their rows are found by queue
+        // position and the sent content is taken from the payload. What lands must be what the
+        // row-based path records.
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "u", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),
+                                     ServerRecord(id: "d", revision: 2, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                    epoch: "e1", revision: 2)
+        let created = #"{"id":"c","t":"é \"q\" 👋"}"#
+        try store.createRecord(id: "c", content: created)
+        try store.updateRecord(id: "u", content: #"{"n":1}"#)
+        try store.deleteRecord(id: "d")
+        try store.createRecord(id: "x", content: "{not json")  // sent with content null
+        let sent = try store.nextBatch(maxBytes: 10_000).batch
+        #expect(sent.map(\.recordID) == ["c", "u", "d", "x"])
+        #expect(sent.map { $0.contentRange != nil } == [true, true, false, false])
+        try store.updateRecord(id: "c", content: #"{"id":"c","t":"later"}"#)  // queued behind the sent create
+        // Out of request order, one answer twice, one for a change id that was not sent.
+        let accepted: [LayerStore.AcceptedChange] = [
+            .init(changeID: sent[2].changeID, recordID: "d", revision: 5), .init(changeID: sent[0].changeID, recordID: "c", revision: 3),
+            .init(changeID: sent[1].changeID, recordID: "u", revision: 4), .init(changeID: sent[1].changeID, recordID: "u", revision: 4),
+            .init(changeID: sent[3].changeID, recordID: "x", revision: 6), .init(changeID: "01NOTSENT", recordID: "u", revision: 9),
+        ]
+        let outcome = try store.applyAnswers(accepted: accepted, rejected: [], sent: sent)
+        #expect(outcome.changes.isEmpty && outcome.rejections.isEmpty)
+        let rows = try store.withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT id, server_revision, server_content, server_deleted FROM records ORDER BY id").map { row in
+                [row[0].text, row[1].integer.map(String.init), row[2].text, row[3].integer.map(String.init)]
+            }
+        }
+        #expect(rows == [["c", "3", created, "0"], ["d", "5", nil, "1"], ["u", "4", #"{"n":1}"#, "0"], ["x", "6", "{not json", "0"]])
+        #expect(try pendingRows(store) == [["update", #"{"id":"c","t":"later"}"#, "0", "c"]])
+        #expect(try store.pendingCount() == 1)
+        #expect(try store.record(id: "c") == #"{"id":"c","t":"later"}"#)
+    }
+
     @Test func aNewEpochKeepsAndRebasesPendingChanges() throws {
         let store = try LayerStore.open(directory: temporaryDirectory())
         _ = try store.applySnapshot([ServerRecord(id: "a", revision: 5, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),
@@ -280,6 +316,66 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(try store.since() == 7)
         #expect(try store.searchRecords(query: "version", limit: 10).count == 1)
         #expect(try store.searchRecords(query: "pending", limit: 10).count == 1)
+    }
+
+    /// A store written by schema version 4 (UNIQUE index on `pending_changes.change_id`) is
+    /// migrated to version 5: the queue keeps its rows, their positions and its AUTOINCREMENT
+    /// counter (a position is never used twice), loses the index, and syncs as before.
+    @Test func aVersion4StoreLosesTheChangeIDIndexAndKeepsItsQueue() throws {
+        let directory = temporaryDirectory("v4")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let note = #"{"id":"a","type":"pspdfkit/note","note":"four"}"#
+        do {
+            let db = try SQLiteDatabase(path: directory + "/layer.sqlite")
+            try db.execute("""
+                PRAGMA journal_mode=WAL;
+                CREATE TABLE records(id TEXT PRIMARY KEY NOT NULL, content TEXT, server_revision INTEGER,
+                    server_content TEXT, server_deleted INTEGER NOT NULL DEFAULT 0, fts_stale INTEGER NOT NULL DEFAULT 1);
+                CREATE INDEX records_fts_stale ON records(fts_stale) WHERE fts_stale = 1;
+                CREATE TRIGGER records_fts_mark AFTER UPDATE OF content ON records WHEN NEW.fts_stale = 0 BEGIN
+                    UPDATE records SET fts_stale = 1 WHERE rowid = NEW.rowid;
+                END;
+                CREATE TABLE pending_changes(seq INTEGER PRIMARY KEY AUTOINCREMENT, change_id TEXT NOT NULL UNIQUE,
+                    record_id TEXT NOT NULL, op TEXT NOT NULL CHECK (op IN ('create','update','delete')), content TEXT,
+                    attempted INTEGER NOT NULL DEFAULT 0, base_revision INTEGER, payload TEXT);
+                CREATE INDEX pending_changes_record ON pending_changes(record_id, seq);
+                CREATE TABLE meta(key TEXT PRIMARY KEY NOT NULL, value TEXT);
+                CREATE VIRTUAL TABLE records_fts USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+                CREATE TABLE attachments(id TEXT PRIMARY KEY NOT NULL, content_type TEXT NOT NULL, uploaded INTEGER NOT NULL DEFAULT 0);
+                CREATE TABLE snapshot_staging(id TEXT PRIMARY KEY NOT NULL, revision INTEGER NOT NULL, content TEXT, deleted INTEGER NOT NULL);
+                INSERT INTO meta VALUES ('client_id', '01JYS36MGS2A3E1H83BK1ZRQVX'), ('downloaded', '1'), ('since', '7'), ('epoch', 'e');
+                INSERT INTO records(id, content, server_revision, server_content) VALUES ('a', '\(note)', 7, '{"id":"a"}');
+                INSERT INTO records(id, content) VALUES ('b', '{"id":"b"}');
+                INSERT INTO pending_changes(seq, change_id, record_id, op, content, attempted, base_revision)
+                    VALUES (3, '01JYS36MGS2A3E1H83BK1ZRQV3', 'a', 'update', '\(note)', 1, 7);
+                INSERT INTO pending_changes(seq, change_id, record_id, op, content) VALUES (4, '01JYS36MGS2A3E1H83BK1ZRQV4', 'b', 'create', '{"id":"b"}');
+                INSERT INTO pending_changes(seq, change_id, record_id, op, content) VALUES (9, '01JYS36MGS2A3E1H83BK1ZRQV9', 'c', 'create', '{}');
+                DELETE FROM pending_changes WHERE seq = 9;
+                PRAGMA user_version = 4;
+                """)
+        }
+        let store = try LayerStore.open(directory: directory)
+        let schema = try store.withDatabase { db throws(LayerSyncError) in
+            (try db.query("PRAGMA user_version").first?.first?.integer,
+             try db.query("SELECT name FROM pragma_index_list('pending_changes') ORDER BY name").compactMap { $0.first?.text },
+             try db.query("SELECT seq, change_id, op, attempted, base_revision FROM pending_changes ORDER BY seq").map { row in
+                 row.map { $0.integer.map(String.init) ?? $0.text }
+             })
+        }
+        #expect(schema.0 == 5)
+        #expect(schema.1 == ["pending_changes_record"])
+        // Opening sealed the unsent create (attempted 1, a create has no base).
+        #expect(schema.2 == [["3", "01JYS36MGS2A3E1H83BK1ZRQV3", "update", "1", "7"], ["4", "01JYS36MGS2A3E1H83BK1ZRQV4", "create", "1", nil]])
+        // The next queued change gets a position after every one ever used.
+        try store.createRecord(id: "d", content: #"{"id":"d"}"#)
+        let sent = try store.nextBatch(maxBytes: 10_000).batch
+        #expect(sent.map(\.sequence) == [3, 4, 10])
+        #expect(try JSONValue.parse(sent[0].payload)["content"]?["note"] == .string("four"))
+        _ = try store.applyAnswers(accepted: sent.enumerated().map { .init(changeID: $1.changeID, recordID: $1.recordID, revision: 8 + Int64($0)) },
+                                   rejected: [], sent: sent)
+        #expect(try store.pendingCount() == 0)
+        #expect(try store.knownServerRevision(id: "a") == 8)
+        #expect(try store.record(id: "a") == note)
     }
 
     /// A store from a newer library opens in the needs-reset mode: not used, not damaged.
