@@ -62,8 +62,8 @@ final class TestServer: @unchecked Sendable {
         throw TestFailure("layersync-server did not become ready")
     }
 
-    /// Stops the server process at once (SIGKILL: uvicorn's graceful SIGTERM shutdown waits
-    /// for open client connections, and an abrupt stop is what "unreachable" tests want).
+    /// Stops the server process at once (SIGKILL: an abrupt stop, with no answer to parked
+    /// long-polls, is what "unreachable" tests want; SIGTERM would end them cleanly).
     func stop() {
         guard let process, process.isRunning else { return }
         kill(process.processIdentifier, SIGKILL)
