@@ -13,10 +13,15 @@
  * - Strings and buffers passed out are owned by the caller and freed with `layersync_free`,
  *   unless the declaration says the handle owns them.
  * - Structs passed in carry a `version` field, set by their `_init` function or `_INIT`
- *   macro, and are only ever extended at the end. Each extension bumps the struct's version;
- *   the library keeps accepting the older versions and reads only the fields they have
- *   (each struct's documentation lists them), so a program built against an older header
- *   keeps working.
+ *   macro, and are only ever extended at the end. Each extension bumps the struct's version,
+ *   and from then on the library accepts the older versions too and touches only the fields
+ *   they have, so a program built against an older header keeps working. Today that holds
+ *   for `layersync_client_options` and `layersync_client_delegate` (version 2; their
+ *   documentation lists the fields of each version). `layersync_error`,
+ *   `layersync_document_observer` and `layersync_attachment` have only ever had version 1:
+ *   the observer and attachment structs must carry exactly that version (another gives
+ *   `INVALID_ARGUMENT`), and the library writes the whole of `layersync_error`. Each will
+ *   accept its older versions from its first extension on.
  * - Threading: every function may be called from any thread. All callbacks of one client
  *   run on one serial background thread owned by that client, never while the engine
  *   holds a lock, so a callback may call back into the API (except

@@ -240,13 +240,13 @@ extension LayerStore {
     /// - Parameters:
     ///   - accepted: Accepted changes.
     ///   - rejected: Rejected changes.
-    ///   - sent: The changes of the request answered, as sent (optional): a change found there
-    ///     is looked up by its queue position, not by its change id (which has no index: that
-    ///     is a scan, for an answer about a change the request did not carry).
+    ///   - sent: The changes of the request answered, as sent: a change found there is looked up
+    ///     by its queue position, not by its change id (which has no index: an answer about a
+    ///     change the request did not carry costs a scan of the queue).
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
     func applyAnswers(accepted: [AcceptedChange], rejected: [RejectedChangeAnswer],
-                      sent: [PendingChange] = []) throws(LayerSyncError) -> ServerChangeOutcome {
+                      sent: [PendingChange]) throws(LayerSyncError) -> ServerChangeOutcome {
         try localEdit(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
             let removed = try Self.applyAnswers(db, accepted: accepted, rejected: rejected, sent: sent, into: &outcome)
@@ -278,16 +278,17 @@ extension LayerStore {
     /// The body of ``applyAnswers(accepted:rejected:sent:)`` (inside a transaction).
     /// - Returns: How many rows left `pending_changes`.
     static func applyAnswers(_ db: SQLiteDatabase, accepted: [AcceptedChange], rejected: [RejectedChangeAnswer],
-                             sent: [PendingChange] = [], into outcome: inout ServerChangeOutcome) throws(LayerSyncError) -> Int {
+                             sent: [PendingChange], into outcome: inout ServerChangeOutcome) throws(LayerSyncError) -> Int {
         var removed = 0
         var lookup = SentChanges(sent: sent)
         for answer in accepted {
-            // The sent content becomes the record's server version at the new revision. A change
-            // of the request is found by its queue position (its change id checked too) and its
-            // content taken from its payload, which holds the row's content as stored (a frozen
-            // row never changes); any other is looked up by its change id (a scan) and its content
-            // copied inside SQLite. (Statements that write one row by its key: SQLite needs no
-            // statement journal for them, unlike an UPDATE ... FROM.)
+            // The sent content becomes the record's server version at the new revision. The row
+            // is found by its queue position (its change id checked too: a row a rebase deleted is
+            // skipped). A change of the request has its position and, when its payload holds the
+            // row's content as stored (a frozen row never changes), its content from there; any
+            // other's position is looked up by its change id (a scan) and its content copied inside
+            // SQLite. (Statements that write one row by its key: SQLite needs no statement journal
+            // for them, unlike an UPDATE ... FROM.)
             let change = lookup.change(answer.changeID)
             let updated: Int
             if let change, change.operation == .delete || change.contentRange != nil {
@@ -301,29 +302,21 @@ extension LayerStore {
                     WHERE id = ?4 AND (server_revision IS NULL OR server_revision <= ?1)
                     """, [.integer(answer.revision), content, .integer(change.operation == .delete ? 1 : 0), .text(answer.recordID)])
                 updated = db.changes
-            } else if let change {
+            } else {
+                guard let sequence = try queuedSequence(db, answer.changeID, sent: change) else {
+                    continue  // not (or no longer) queued: nothing to do
+                }
                 try db.query("""
                     UPDATE records SET server_revision = ?2, (server_content, server_deleted) = (
                         SELECT CASE op WHEN 'delete' THEN NULL ELSE content END, op = 'delete'
                         FROM pending_changes WHERE seq = ?4 AND change_id = ?1)
                     WHERE id = ?3 AND (server_revision IS NULL OR server_revision <= ?2)
                         AND EXISTS (SELECT 1 FROM pending_changes WHERE seq = ?4 AND change_id = ?1)
-                    """, [.text(answer.changeID), .integer(answer.revision), .text(answer.recordID), .integer(change.sequence)])
+                    """, [.text(answer.changeID), .integer(answer.revision), .text(answer.recordID), .integer(sequence)])
                 updated = db.changes
                 try db.query("DELETE FROM pending_changes WHERE seq = ? AND change_id = ?",
-                             [.integer(change.sequence), .text(answer.changeID)])
+                             [.integer(sequence), .text(answer.changeID)])
                 guard db.changes > 0 else { continue }  // no longer queued: nothing to do
-            } else {
-                try db.query("""
-                    UPDATE records SET server_revision = ?2, (server_content, server_deleted) = (
-                        SELECT CASE op WHEN 'delete' THEN NULL ELSE content END, op = 'delete'
-                        FROM pending_changes WHERE change_id = ?1)
-                    WHERE id = ?3 AND (server_revision IS NULL OR server_revision <= ?2)
-                        AND EXISTS (SELECT 1 FROM pending_changes WHERE change_id = ?1)
-                    """, [.text(answer.changeID), .integer(answer.revision), .text(answer.recordID)])
-                updated = db.changes
-                try db.query("DELETE FROM pending_changes WHERE change_id = ?", [.text(answer.changeID)])
-                guard db.changes > 0 else { continue }  // not (or no longer) queued: nothing to do
             }
             removed += 1
             guard updated == 0 else { continue }
@@ -337,14 +330,10 @@ extension LayerStore {
             }
         }
         for answer in rejected {
-            let rows: [[SQLiteDatabase.Value]]
-            if let sequence = lookup.change(answer.changeID)?.sequence {
-                rows = try db.query("SELECT content FROM pending_changes WHERE seq = ? AND change_id = ?",
-                                    [.integer(sequence), .text(answer.changeID)])
-            } else {
-                rows = try db.query("SELECT content FROM pending_changes WHERE change_id = ?", [.text(answer.changeID)])
-            }
-            guard let row = rows.first else { continue }
+            guard let sequence = try queuedSequence(db, answer.changeID, sent: lookup.change(answer.changeID)),
+                  let row = try db.query("SELECT content FROM pending_changes WHERE seq = ? AND change_id = ?",
+                                         [.integer(sequence), .text(answer.changeID)]).first
+            else { continue }  // not (or no longer) queued: nothing to do
             outcome.rejections.append(RejectedChange(recordID: answer.recordID, reason: answer.reason,
                                                      localJSON: row[0].text, serverJSON: answer.serverRecord?.contentText))
             try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(answer.recordID)])
@@ -352,6 +341,16 @@ extension LayerStore {
             try adopt(db, id: answer.recordID, server: answer.serverRecord, into: &outcome)
         }
         return removed
+    }
+
+    /// The queue position of the change `changeID`: the sent change's if the request carried it
+    /// (not checked here: the statements using it match `change_id` too), else looked up, or
+    /// `nil` if it is not queued. The lookup scans the queue (`change_id` has no index since
+    /// schema 5).
+    private static func queuedSequence(_ db: SQLiteDatabase, _ changeID: String,
+                                       sent: PendingChange?) throws(LayerSyncError) -> Int64? {
+        if let sent { return sent.sequence }
+        return try db.query("SELECT seq FROM pending_changes WHERE change_id = ? LIMIT 1", [.text(changeID)]).first?.first?.integer
     }
 
     /// Applies server records (sync `changes`, delta pages, long-poll answers) and raises
@@ -425,7 +424,7 @@ extension LayerStore {
     ///   - lastSyncTime: Stored as meta `last_sync_time` if nothing is pending afterwards.
     ///   - next: The limits of the next batch, or `nil` for none.
     /// - Throws: `.databaseAccessFailed` (nothing is applied then).
-    func applySyncAnswer(_ answer: SyncAnswer, sent: [PendingChange] = [], since: Int64?, lastSyncTime: Double?,
+    func applySyncAnswer(_ answer: SyncAnswer, sent: [PendingChange], since: Int64?, lastSyncTime: Double?,
                          next: BatchLimits?) throws(LayerSyncError) -> SyncRound {
         try localEdit(.relaxed, freezing: next != nil) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()

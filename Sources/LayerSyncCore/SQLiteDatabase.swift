@@ -9,6 +9,8 @@ final class SQLiteDatabase {
         case integer(Int64)
         case text(String)
         /// Part of a string (offsets of its UTF-8 bytes), bound as text without making a String of it.
+        /// The range must lie within the string's UTF-8 bytes (a precondition: a wrong range is a
+        /// bug, never a shorter text).
         case textBytes(String, Range<Int>)
     }
 
@@ -201,7 +203,9 @@ final class SQLiteDatabase {
             case .textBytes(let text, let range):
                 var copy = text
                 rc = copy.withUTF8 { bytes in
-                    let part = UnsafeBufferPointer(rebasing: bytes[range.clamped(to: 0..<bytes.count)])
+                    precondition(range.lowerBound >= 0 && range.upperBound <= bytes.count,
+                                 "textBytes range \(range) outside the text's \(bytes.count) UTF-8 bytes")
+                    let part = UnsafeBufferPointer(rebasing: bytes[range])
                     return part.withMemoryRebound(to: CChar.self) { chars in
                         // A NULL pointer would bind NULL, not an empty text.
                         guard let start = chars.baseAddress, !chars.isEmpty else { return sqlite3_bind_text(statement, index, "", 0, nil) }

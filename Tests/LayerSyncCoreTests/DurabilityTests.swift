@@ -64,7 +64,7 @@ import Testing
         try check.expect(.relaxed, "nextBatch (freeze)") {}
         try check.expect(.full, "updateRecord") { try store.updateRecord(id: "a", content: #"{"n":2}"#) }
         try check.expect(.relaxed, "applyAnswers") {
-            _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 3)], rejected: [])
+            _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 3)], rejected: [], sent: sent)
         }
         try check.expect(.relaxed, "applyServerRecords") {
             _ = try store.applyServerRecords([ServerRecord(id: "b", revision: 4, deleted: false, content: try JSONValue.parse("{}"))], since: 4)
@@ -107,7 +107,7 @@ import Testing
         try check.expect(.full, "nextBatch (freeze) after relaxed API writes") { sent = try store.nextBatch(maxBytes: 10_000).batch }
         #expect(sent.map(\.recordID) == ["a"])
         try check.expect(.relaxed, "applyAnswers") {
-            _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 3)], rejected: [])
+            _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 3)], rejected: [], sent: sent)
         }
         try check.expect(.relaxed, "applyServerRecords") {
             _ = try store.applyServerRecords([ServerRecord(id: "b", revision: 4, deleted: false, content: try JSONValue.parse("{}"))], since: 4)
@@ -163,7 +163,7 @@ import Testing
             let answer = SyncAnswer(epoch: "e", revision: 7, epochChanged: false,
                                     accepted: [.init(changeID: inFlight[0].changeID, recordID: "f", revision: 7)],
                                     rejected: [], changes: [], hasMore: false, nextSince: 7)
-            let round = try store.applySyncAnswer(answer, since: 7, lastSyncTime: nil,
+            let round = try store.applySyncAnswer(answer, sent: inFlight, since: 7, lastSyncTime: nil,
                                                   next: LayerStore.BatchLimits(maxBytes: 10_000))
             #expect(round.next?.batch.map(\.recordID) == ["g"])
             gInFlight = Set(round.next?.batch.map(\.sequence) ?? [])
@@ -187,7 +187,7 @@ import Testing
             let answer = SyncAnswer(epoch: "e", revision: 9, epochChanged: false,
                                     accepted: [.init(changeID: h[0].changeID, recordID: "h", revision: 9)],
                                     rejected: [], changes: [], hasMore: false, nextSince: 9)
-            let round = try store.applySyncAnswer(answer, since: 9, lastSyncTime: nil,
+            let round = try store.applySyncAnswer(answer, sent: h, since: 9, lastSyncTime: nil,
                                                   next: LayerStore.BatchLimits(maxBytes: 10_000, inFlight: gInFlight))
             #expect(round.next?.batch.map(\.recordID).contains("h") == true)
         }
@@ -255,7 +255,7 @@ import Testing
         let batch = try store.nextBatch(maxBytes: 100_000).batch
         #expect(batch.map(\.recordID) == ["queued", "known", "new"])
         #expect(try JSONValue.parse(batch[1].payload)["base_revision"] == .number("5"))
-        _ = try store.applyAnswers(accepted: [.init(changeID: batch[0].changeID, recordID: "queued", revision: 7)], rejected: [])
+        _ = try store.applyAnswers(accepted: [.init(changeID: batch[0].changeID, recordID: "queued", revision: 7)], rejected: [], sent: batch)
         let next = try store.nextBatch(maxBytes: 100_000, maxCount: 1).batch
         let payload = try JSONValue.parse(try #require(next.first).payload)
         #expect(payload["op"] == .string("update") && payload["base_revision"] == .number("7") && payload["content"]?["q"] == .number("2"))

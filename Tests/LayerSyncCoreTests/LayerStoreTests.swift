@@ -84,7 +84,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
         let retry = try store.nextBatch(maxBytes: 10_000).batch
         #expect(retry == first)  // same change id, same bytes; the update waits for the create's answer
         // Accepting the create lets the update go out with the create's revision as base.
-        _ = try store.applyAnswers(accepted: [.init(changeID: first[0].changeID, recordID: "a", revision: 7)], rejected: [])
+        _ = try store.applyAnswers(accepted: [.init(changeID: first[0].changeID, recordID: "a", revision: 7)], rejected: [], sent: first)
         let next = try store.nextBatch(maxBytes: 10_000).batch
         #expect(next.count == 1)
         let payload = try JSONValue.parse(next[0].payload)
@@ -150,7 +150,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
         try store.markAttachmentUploaded(id: String(repeating: "ab", count: 32))
         try check(1)
         let sent = try store.nextBatch(maxBytes: 10_000).batch
-        _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 2)], rejected: [])
+        _ = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 2)], rejected: [], sent: sent)
         try check(0)
         try store.deleteRecord(id: "a")
         try check(1)
@@ -186,7 +186,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
         let early = try store.applyServerRecords([ServerRecord(id: "a", revision: 2, deleted: false, content: try JSONValue.parse(#"{"n":1}"#))], since: 2)
         #expect(early.rejections.isEmpty)
         #expect(try store.pendingCount() == 1)
-        let answer = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 2)], rejected: [])
+        let answer = try store.applyAnswers(accepted: [.init(changeID: sent[0].changeID, recordID: "a", revision: 2)], rejected: [], sent: sent)
         #expect(answer.rejections.isEmpty && answer.changes.isEmpty)
         #expect(try store.record(id: "a") == #"{"n":1}"#)
         #expect(try store.pendingCount() == 0)
@@ -226,6 +226,39 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(try pendingRows(store) == [["update", #"{"id":"c","t":"later"}"#, "0", "c"]])
         #expect(try store.pendingCount() == 1)
         #expect(try store.record(id: "c") == #"{"id":"c","t":"later"}"#)
+    }
+
+    @Test func anAnswerAboutChangesTheRequestDidNotCarryFindsThemByChangeIDAtMostOnce() throws {
+        // Answered changes missing from `sent` are looked up by change id (a scan), then written
+        // by queue position like the others: the same result, and an answer applied twice does
+        // nothing the second time.
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "r", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                    epoch: "e1", revision: 1)
+        try store.createRecord(id: "c", content: #"{"n":1}"#)
+        try store.updateRecord(id: "r", content: #"{"n":"mine"}"#)
+        let sent = try store.nextBatch(maxBytes: 10_000).batch
+        #expect(sent.map(\.recordID) == ["c", "r"])
+        try store.updateRecord(id: "c", content: #"{"n":2}"#)  // queued behind the sent create
+        let theirs = ServerRecord(id: "r", revision: 3, deleted: false, content: try JSONValue.parse(#"{"n":"theirs"}"#))
+        let accepted: [LayerStore.AcceptedChange] = [.init(changeID: sent[0].changeID, recordID: "c", revision: 2)]
+        let rejected: [LayerStore.RejectedChangeAnswer] = [.init(changeID: sent[1].changeID, recordID: "r", reason: "conflict",
+                                                                 serverRecord: theirs)]
+        let outcome = try store.applyAnswers(accepted: accepted, rejected: rejected, sent: [])
+        #expect(outcome.rejections.map { [$0.recordID, $0.reason, $0.localJSON, $0.serverJSON] }
+                == [["r", "conflict", #"{"n":"mine"}"#, #"{"n":"theirs"}"#]])
+        let server = try store.withDatabase { db throws(LayerSyncError) in
+            try db.query("SELECT id, server_revision, server_content FROM records ORDER BY id").map { row in
+                [row[0].text, row[1].integer.map(String.init), row[2].text]
+            }
+        }
+        #expect(server == [["c", "2", #"{"n":1}"#], ["r", "3", #"{"n":"theirs"}"#]])
+        #expect(try store.record(id: "r") == #"{"n":"theirs"}"#)
+        #expect(try pendingRows(store) == [["update", #"{"n":2}"#, "0", "c"]])
+        let again = try store.applyAnswers(accepted: accepted, rejected: rejected, sent: [])
+        #expect(again.changes.isEmpty && again.rejections.isEmpty)
+        #expect(try pendingRows(store) == [["update", #"{"n":2}"#, "0", "c"]])
+        #expect(try store.knownServerRevision(id: "c") == 2)
     }
 
     @Test func aNewEpochKeepsAndRebasesPendingChanges() throws {
