@@ -134,18 +134,16 @@ class Relay:
         raise RuntimeError(f"relay did not start within {timeout_s} s:\n" + self.log_path.read_text("utf-8", "replace"))
 
     def stop(self) -> None:
+        # The harness's helper (bench/common.py puts the bindings on the path); imported
+        # here, so the relay's own process (`python relay.py`) needs neither.
+        from layersync.devserver import stop_process
+
         proc, self.process = self.process, None
         if proc is None:
             return
         if proc.stdin is not None:
             proc.stdin.close()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop_process(proc)
 
     def __enter__(self) -> "Relay":
         return self.start()

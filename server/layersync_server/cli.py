@@ -1,10 +1,14 @@
 """``layersync-server`` command line: serve, keygen, mint-token, upload.
 
 Every ``serve`` flag can also come from ``LAYERSYNC_SERVER_<NAME>`` (see
-:mod:`layersync_server.settings`); flags win. Exit status 0 on success (for ``serve``:
-stopped by SIGTERM or SIGINT, see :func:`layersync_server.server.serve`), 2 on usage
-errors, 1 on other failures (message on stderr), 3 when ``serve`` fails in uvicorn's
-start-up (lifespan).
+:mod:`layersync_server.settings`); flags win. Exit status:
+
+- 0 on success; for ``serve``: stopped cleanly by SIGTERM or SIGINT;
+- 1 on other failures (message on stderr); for ``serve`` also a forced stop: requests
+  still in flight at ``--shutdown-timeout-s`` (abandoned), a second SIGINT, or a stop
+  the watchdog ended (error on stderr; see :mod:`layersync_server.server`);
+- 2 on usage errors;
+- 3 when ``serve`` fails in uvicorn's start-up (lifespan).
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--jwt-leeway-s", type=int)
     serve.add_argument("--shutdown-timeout-s", type=float,
                        help="on SIGTERM/SIGINT, seconds requests in flight may take to finish "
-                            "(default 5); parked long-polls answer at once")
+                            "(default 5); parked long-polls answer at once; past it they "
+                            "are abandoned and the exit status is 1")
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
 
     keygen = sub.add_parser("keygen", help="write private.pem and public.pem")
@@ -76,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args) -> int:
-    from layersync_server.server import serve  # imports uvicorn; keep other commands light
+    # imports uvicorn; keep other commands light
+    from layersync_server.server import FORCED_EXIT_STATUS, exit_now, serve
     settings = Settings.from_env(config_file=args.config, db_path=args.db,
                                  public_key_path=args.public_key,
                                  admin_token=args.admin_token,
@@ -86,9 +92,13 @@ def _serve(args) -> int:
                                  history_versions=args.history_versions,
                                  jwt_leeway_s=args.jwt_leeway_s,
                                  shutdown_timeout_s=args.shutdown_timeout_s)
-    serve(settings, host=args.host, port=args.port, port_file=args.port_file,
-          log_level=args.log_level)
-    return 0
+    if serve(settings, host=args.host, port=args.port, port_file=args.port_file,
+             log_level=args.log_level):
+        return 0
+    # Forced: worker threads may still run abandoned requests, and the interpreter's exit
+    # would wait for them (the stop's watchdog is cancelled once serve() returns).
+    exit_now(FORCED_EXIT_STATUS)
+    return FORCED_EXIT_STATUS  # not reached
 
 
 def _keygen(args) -> int:

@@ -43,10 +43,12 @@ class Settings:
         history_versions: versions kept per record for history/rollback/restore.
         shutdown_timeout_s: on SIGTERM/SIGINT, how long requests in flight (a sync
             commit, an upload) may take to finish, seconds; parked long-polls answer at
-            once and idle connections close at once, so a stop takes about 0.1 s
-            unless a request is in flight. Past it the remaining connections are closed
-            (their requests answer 500), and if worker threads are still busy two
-            seconds later the process exits without waiting for them (server.py).
+            once and idle connections close at once (how long a stop takes:
+            :mod:`layersync_server.server`). Past it the remaining requests are
+            cancelled (answered 500 or cut) and the stop counts as forced (exit status
+            1); if the server has still not stopped
+            :data:`~layersync_server.server.EXIT_GRACE_S` later, the process exits
+            without waiting for its worker threads (server.py).
         protocol_min / protocol_max: supported ``LayerSync-Protocol`` range.
     """
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import threading
@@ -284,6 +285,24 @@ def _client(app) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=30)
 
 
+@contextlib.contextmanager
+def _write_layer_threads(storage):
+    """While open, each ``storage.write_layer`` call appends the id of the thread that
+    made it to the yielded list (the real method still runs)."""
+    original = storage.write_layer
+    threads: list[int] = []
+
+    def noting(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    storage.write_layer = noting
+    try:
+        yield threads
+    finally:
+        storage.write_layer = original
+
+
 def test_long_poll_answered_from_the_handed_page_equals_the_re_read(apps):
     fast, _, private_pem = apps
     auth_headers, url = _layer_l(private_pem)
@@ -504,18 +523,11 @@ def test_pushes_with_a_delete_or_a_big_body_are_written_off_the_event_loop(apps)
     fast, _, private_pem = apps
     auth_headers, url = _layer_l(private_pem)
     storage = fast.state.ctx.storage
-    original = storage.write_layer
-    threads = []
-
-    def noting(*args, **kwargs):
-        threads.append(threading.get_ident())
-        return original(*args, **kwargs)
 
     async def scenario():
         loop_thread = threading.get_ident()
         async with _client(fast) as client:
-            storage.write_layer = noting
-            try:
+            with _write_layer_threads(storage) as threads:
                 async def push(changes):
                     threads.clear()
                     answer = await client.post(url + "/sync", headers=auth_headers, json={"changes": changes})
@@ -532,8 +544,6 @@ def test_pushes_with_a_delete_or_a_big_body_are_written_off_the_event_loop(apps)
                 big = note("x" * (INLINE_MAX_BODY_BYTES + 1))
                 where, _ = await push([change("create", "big", big)])
                 assert where == ["worker"]
-            finally:
-                storage.write_layer = original
             assert (await client.get(url + "/records", params={"since": 0},
                                      headers=auth_headers)).json()["records"][0]["id"] == "big"
 
@@ -548,12 +558,6 @@ def test_inline_push_of_a_client_behind_reads_its_answer_page_in_a_worker(apps):
     fast, slow, private_pem = apps
     auth_headers, url = _layer_l(private_pem)
     storage = fast.state.ctx.storage
-    original = storage.write_layer
-    threads = []
-
-    def noting(*args, **kwargs):
-        threads.append(threading.get_ident())
-        return original(*args, **kwargs)
 
     async def scenario():
         loop_thread = threading.get_ident()
@@ -564,8 +568,7 @@ def test_inline_push_of_a_client_behind_reads_its_answer_page_in_a_worker(apps):
                 pushed = await client.post(url + "/sync", headers=auth_headers,
                                            json={"changes": creates})
             revision = pushed.json()["revision"]
-            storage.write_layer = noting
-            try:
+            with _write_layer_threads(storage) as threads:
                 for since, where in ((revision - 3, ["loop"]), (0, ["loop", "worker"])):
                     threads.clear()
                     body = {"since": since, "changes": [change("create", f"new{since}", note())]}
@@ -582,8 +585,6 @@ def test_inline_push_of_a_client_behind_reads_its_answer_page_in_a_worker(apps):
                                                  params={"since": since, "wait": 0})
                     assert [r for r in listed.json()["records"] if r["id"] != f"new{since}"] \
                         == got["changes"]
-            finally:
-                storage.write_layer = original
         assert storage.get_layer("doc", "L").revision == n + 2
 
     asyncio.run(scenario())

@@ -1,8 +1,11 @@
 """Stopping ``layersync-server serve`` with SIGTERM or SIGINT (server.py, module docs):
 a parked long-poll answers at once (200, an empty page at the layer's revision), idle
 keep-alive connections close, a write in flight finishes and gets its answer, the
-storage is closed, and the process exits with status 0 within ``shutdown_timeout_s``
-plus :data:`~layersync_server.server.EXIT_GRACE_S`, even when a worker thread is stuck.
+storage is closed, and the process exits with status 0; a forced stop (requests still
+in flight at ``shutdown_timeout_s``, or a worker thread stuck past
+:data:`~layersync_server.server.EXIT_GRACE_S` more) exits with status 1, still within
+that bound; and :func:`~layersync_server.server.serve` called by a program returns and
+leaves it running.
 
 Every test starts its own server process and talks to it over raw sockets, so it sees
 exactly which bytes arrive, and when the connection ends.
@@ -26,7 +29,7 @@ import pytest
 
 from conftest import Server, change, note, start_server, stop_server
 from layersync_server.notify import LayerNotifier
-from layersync_server.server import EXIT_GRACE_S
+from layersync_server.server import EXIT_GRACE_S, FORCED_EXIT_STATUS
 from layersync_server.settings import Settings
 
 #: The long-polls these tests park ask to wait this long (and the server allows it).
@@ -206,11 +209,12 @@ def test_signal_answers_long_polls_finishes_writes_and_exits_0(request, tmp_path
 def test_a_stuck_write_does_not_hold_the_exit_past_the_bound(tmp_path, keys):
     """A sync commit waiting for the SQLite write lock (held by another process, here
     the test) can not finish and its worker thread can not be cancelled: the process
-    still exits, status 0, within ``shutdown_timeout_s`` + ``EXIT_GRACE_S``; what was
-    committed before is intact."""
+    still exits within ``shutdown_timeout_s`` + ``EXIT_GRACE_S``, with status 1 and an
+    error logged (a forced stop); what was committed before is intact."""
     db = str(tmp_path / "store.sqlite")
     timeout_s = 0.5
-    process, server = start_server(tmp_path, db, *keys, stderr_path=tmp_path / "stderr.log",
+    stderr_path = tmp_path / "stderr.log"
+    process, server = start_server(tmp_path, db, *keys, stderr_path=stderr_path,
                                    env={"LAYERSYNC_SERVER_SHUTDOWN_TIMEOUT_S": str(timeout_s)})
     lock = sqlite3.connect(db, isolation_level=None)
     try:
@@ -228,10 +232,11 @@ def test_a_stuck_write_does_not_hold_the_exit_past_the_bound(tmp_path, keys):
         signalled = time.monotonic()
         bound_s = timeout_s + EXIT_GRACE_S + 1.5
         try:
-            assert process.wait(timeout=bound_s + 10) == 0
+            assert process.wait(timeout=bound_s + 10) == FORCED_EXIT_STATUS
         finally:
             exited_s = time.monotonic() - signalled
         assert exited_s < bound_s, f"exited {exited_s:.2f} s after SIGTERM"
+        assert "timeout graceful shutdown exceeded" in stderr_path.read_text()
         data, _ = _read_until_closed(write, timeout_s=5)  # answered 500, or just closed
         assert not data or _parse_head(data)[0] == 500, data
         write.close()
@@ -247,6 +252,72 @@ def test_a_stuck_write_does_not_hold_the_exit_past_the_bound(tmp_path, keys):
         assert "before" in _ids(server, doc)
     finally:
         stop_server(process, server)
+
+
+def test_a_request_still_in_flight_at_the_timeout_makes_the_exit_status_1(tmp_path, keys):
+    """A write whose body never finishes arriving (a stalled client) is abandoned at
+    ``shutdown_timeout_s``: the server stops right then, without the watchdog, and
+    says so with status 1 and uvicorn's error line."""
+    timeout_s = 0.5
+    stderr_path = tmp_path / "stderr.log"
+    process, server = start_server(tmp_path, str(tmp_path / "store.sqlite"), *keys,
+                                   "--shutdown-timeout-s", str(timeout_s),
+                                   stderr_path=stderr_path)
+    try:
+        doc = server.new_document()
+        body = json.dumps({"client_id": "t", "since": 0,
+                           "changes": [change("create", "stalled", note())]}).encode()
+        with _connect(server) as write:
+            write.sendall(_request_head("POST", f"{server.layer_url(doc)}/sync",
+                                        server.auth(doc), len(body)) + body[:len(body) // 2])
+            time.sleep(0.3)  # the request is in flight, reading its body
+            process.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            assert process.wait(timeout=timeout_s + EXIT_GRACE_S + 10) == FORCED_EXIT_STATUS
+            exited_s = time.monotonic() - signalled
+        assert exited_s < timeout_s + EXIT_GRACE_S, f"exited {exited_s:.2f} s after SIGTERM"
+        log = stderr_path.read_text()
+        assert "timeout graceful shutdown exceeded" in log, log
+        assert "still stopping" not in log, log  # not the watchdog
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        server.http.close()
+
+
+_SERVE_THEN_KEEP_RUNNING = """
+import os, signal, sys, threading, time
+from pathlib import Path
+from layersync_server.server import EXIT_GRACE_S, serve
+from layersync_server.settings import Settings
+
+db, port_file, timeout_s = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+
+def stop_once_listening():
+    while not port_file.exists():
+        time.sleep(0.02)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=stop_once_listening, daemon=True).start()
+clean = serve(Settings(db_path=db, shutdown_timeout_s=timeout_s), port_file=port_file)
+print("serve returned", clean, flush=True)
+time.sleep(timeout_s + EXIT_GRACE_S + 1)  # past the stop's watchdog
+print("still running", flush=True)
+"""
+
+
+def test_serve_returns_and_its_caller_keeps_running(tmp_path):
+    """serve() is documented to stop and return: the watchdog of its stop must not end
+    the program that called it afterwards."""
+    timeout_s = 0.5
+    result = subprocess.run([sys.executable, "-c", _SERVE_THEN_KEEP_RUNNING,
+                             str(tmp_path / "x.sqlite"), str(tmp_path / "port"), str(timeout_s)],
+                            capture_output=True, text=True, timeout=60)
+    lines = result.stdout.splitlines()
+    assert lines[1:] == ["serve returned True", "still running"], (result.stdout, result.stderr)
+    assert result.returncode == 0, result.stderr
+    assert "still stopping" not in result.stderr
 
 
 def test_notifier_drain_answers_waiters_as_timed_out_and_later_waits_at_once():

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ReferenceServer", "find_server_command"]
+__all__ = ["ReferenceServer", "find_server_command", "stop_process"]
 
 _LISTENING = re.compile(r"layersync-server listening on (http://\S+)")
 
@@ -40,6 +40,19 @@ def find_server_command() -> list[str]:
     if found:
         return [found]
     return [sys.executable, "-m", "layersync_server"]
+
+
+def stop_process(proc: subprocess.Popen[Any] | None, timeout_s: float = 10.0) -> None:
+    """Ends a child process and reaps it: SIGTERM, then SIGKILL if it is still running
+    ``timeout_s`` later. Nothing to do if it is ``None`` or has exited."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout_s)
 
 
 class ReferenceServer:
@@ -109,14 +122,7 @@ class ReferenceServer:
     def stop(self) -> None:
         """Stops the server (SIGTERM, then SIGKILL after 10 s). Idempotent."""
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc)
 
     def __enter__(self) -> "ReferenceServer":
         return self.start()
