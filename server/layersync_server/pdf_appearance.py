@@ -16,6 +16,10 @@ the page. Free text draws in its own box (``/BBox [0 0 w h]``) and turns by the
 record's ``rotation`` through ``/Matrix``. Opacity (``/CA``) and blend modes go into
 an ``/ExtGState``, the way Acrobat, PDFium and pdf.js write their own appearances.
 
+Drawing takes time and space in proportion to the record, never to a coordinate's
+value (markup is cut to the page, a squiggly's zigzag has a bounded number of points)
+nor to the square of a text's length (wrapping is linear and stops below the box).
+
 Text uses the standard Helvetica fonts (``/Type1``, ``/WinAnsiEncoding``, not
 embedded): characters outside Windows-1252 are drawn as ``?``; the annotation's
 ``/Contents`` keeps the exact text.
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Callable
 
 import pikepdf
@@ -65,6 +71,10 @@ _BLEND_MODES = {"normal": "/Normal", "multiply": "/Multiply", "screen": "/Screen
 _KAPPA = 0.5523  # Bézier control distance of a quarter circle, in radii
 _BLACK, _YELLOW = [0.0, 0.0, 0.0], [1.0, 1.0, 0.0]
 _STAMP_BLUE = [0.17, 0.31, 0.66]
+#: Bounds that keep an appearance's cost proportional to the record's size, never to a
+#: coordinate's value: points of one squiggly zigzag, of all zigzags of an annotation,
+#: and characters of a stamp's title or subtitle (a longer one ends in "…").
+_ZIGZAG_POINTS, _ZIGZAG_TOTAL_POINTS, _STAMP_CHARS = 2000, 10000, 200
 
 
 def _n(value: float) -> str:
@@ -375,14 +385,41 @@ def _paint_ink(canvas, annot, content, rect, opacity):
             canvas.op("S")
 
 
+def _visible_box(annot: Dictionary, rect: list[float]) -> tuple[float, float, float, float] | None:
+    """The part of ``rect`` inside the page's MediaBox (inherited or not), where all
+    that is ever shown lies. None when they do not overlap."""
+    x0, x1 = sorted((rect[0], rect[2]))
+    y0, y1 = sorted((rect[1], rect[3]))
+    page = annot.get("/P")
+    if isinstance(page, Dictionary):
+        try:
+            box = [float(v) for v in pikepdf.Page(page).mediabox]
+        except (TypeError, ValueError, pikepdf.PdfError):
+            box = []
+        if len(box) == 4 and all(map(math.isfinite, box)):
+            x0, y0 = max(x0, min(box[0], box[2])), max(y0, min(box[1], box[3]))
+            x1, y1 = min(x1, max(box[0], box[2])), min(y1, max(box[1], box[3]))
+    return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else None
+
+
 def _quads(annot: Dictionary, rect: list[float]) -> list[tuple[float, float, float, float]]:
-    """Each quadrilateral of ``/QuadPoints`` as ``(x0, y0, x1, y1)``; the Rect without them."""
+    """Each quadrilateral of ``/QuadPoints`` as ``(x0, y0, x1, y1)``, the Rect without
+    them; each cut to the visible part of the Rect (:func:`_visible_box`), and left out
+    when nothing of it is visible, so that no drawing grows with a coordinate's value."""
+    visible = _visible_box(annot, rect)
+    if visible is None:
+        return []
     numbers = _numbers(annot.get("/QuadPoints"))
+    if len(numbers) < 8:
+        return [visible]
     boxes = []
     for i in range(0, len(numbers) - 7, 8):
         xs, ys = numbers[i:i + 8:2], numbers[i + 1:i + 8:2]
-        boxes.append((min(xs), min(ys), max(xs), max(ys)))
-    return boxes or [(rect[0], rect[1], rect[2], rect[3])]
+        x0, y0 = max(min(xs), visible[0]), max(min(ys), visible[1])
+        x1, y1 = min(max(xs), visible[2]), min(max(ys), visible[3])
+        if x0 < x1 and y0 < y1:
+            boxes.append((x0, y0, x1, y1))
+    return boxes
 
 
 def _paint_markup(canvas, annot, content, rect, opacity):
@@ -390,7 +427,10 @@ def _paint_markup(canvas, annot, content, rect, opacity):
     color = _color(annot.get("/C")) or (_YELLOW if subtype == "/Highlight" else _BLACK)
     default_blend = "multiply" if subtype == "/Highlight" else "normal"
     canvas.graphics_state(opacity, _BLEND_MODES.get(content.get("blendMode") or default_blend))
-    for x0, y0, x1, y1 in _quads(annot, rect):
+    quads = _quads(annot, rect)
+    # a zigzag has at most _ZIGZAG_POINTS points, all of them together _ZIGZAG_TOTAL_POINTS
+    min_step = sum(x1 - x0 for x0, _, x1, _ in quads) / _ZIGZAG_TOTAL_POINTS
+    for x0, y0, x1, y1 in quads:
         height = y1 - y0
         if subtype == "/Highlight":
             canvas.fill_color(color).op("re", x0, y0, x1 - x0, height).op("f")
@@ -405,13 +445,12 @@ def _paint_markup(canvas, annot, content, rect, opacity):
             canvas.polyline([(x0, y), (x1, y)]).op("S")
         else:  # /Squiggly: a zigzag along the bottom
             amplitude = max(1.0, height / 10)
-            step = amplitude * 1.5
+            step = max(amplitude * 1.5, (x1 - x0) / _ZIGZAG_POINTS, min_step)
             base = y0 + thickness / 2
-            points, x, up = [(x0, base)], x0, True
-            while x < x1:
-                x = min(x + step, x1)
-                points.append((x, base + (amplitude if up else 0)))
-                up = not up
+            points = [(x0, base)]
+            count = math.ceil((x1 - x0) / step)
+            for i in range(1, count + 1):
+                points.append((min(x0 + i * step, x1), base + (amplitude if i % 2 else 0)))
             canvas.op("j", 1).polyline(points).op("S")
 
 
@@ -450,27 +489,46 @@ def _font_for(content: dict) -> str:
                           (True, True): "-BoldOblique"}[(bold, italic)]
 
 
-def _wrap_text(text: str, font: str, size: float, width: float) -> list[bytes]:
+def _words(data: bytes):
+    """``(start, end without its space, end)`` of each word of ``data``, split after
+    every space (a space run gives empty words; one empty word after a final space)."""
+    start = 0
+    while (space := data.find(b" ", start)) >= 0:
+        yield start, space, space + 1
+        start = space + 1
+    yield start, len(data), len(data)
+
+
+def _wrap_text(text: str, font: str, size: float, width: float, max_lines: int | None = None) -> list[bytes]:
     """``text`` as Windows-1252 lines no wider than ``width`` points: breaks at newlines
-    and spaces, and inside a word only when the word alone is too wide."""
+    and spaces, and inside a word only when the word alone is too wide. At most
+    ``max_lines`` lines (the first ones). Linear in the length of ``text``: each
+    paragraph's widths are summed once, a line's end is found by bisection."""
+    widths = _WIDTHS["Helvetica-Bold" if "Bold" in font else "Helvetica"]
+    limit = width * 1000 / size  # in 1/1000 em, like the widths
     lines: list[bytes] = []
     for paragraph in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        line = b""
-        for word in re.split(rb"(?<= )", _winansi(paragraph)):
-            candidate = line + word
-            if line and _text_width(candidate.rstrip(b" "), font, size) > width:
-                lines.append(line.rstrip(b" "))
-                line = b""
-                candidate = word
-            while len(candidate) > 1 and _text_width(candidate.rstrip(b" "), font, size) > width:
-                cut = len(candidate) - 1
-                while cut > 1 and _text_width(candidate[:cut], font, size) > width:
-                    cut -= 1
-                lines.append(candidate[:cut])
-                candidate = candidate[cut:]
-            line = candidate
-        lines.append(line.rstrip(b" "))
-    return lines
+        data = _winansi(paragraph)
+        ends = [0, *accumulate(widths[b - 32] for b in data)]  # ends[i]: width of data[:i]
+        start = core = 0  # the line so far is data[start:...], data[start:core] without trailing spaces
+        for word_start, word_core, word_end in _words(data):
+            if max_lines is not None and len(lines) >= max_lines:
+                return lines[:max_lines]
+            line_core = word_core if word_core > word_start else core  # with this word
+            if word_start > start and ends[line_core] - ends[start] > limit:
+                lines.append(data[start:core])
+                start = core = word_start
+                line_core = word_core
+            while word_end - start > 1 and ends[line_core] - ends[start] > limit:
+                if max_lines is not None and len(lines) >= max_lines:
+                    return lines[:max_lines]
+                # the longest part that fits (at least one character)
+                cut = max(start + 1, bisect_right(ends, ends[start] + limit, start + 1, word_end) - 1)
+                lines.append(data[start:cut])
+                start = cut
+            core = max(line_core, start)
+        lines.append(data[start:core])
+    return lines if max_lines is None else lines[:max_lines]
 
 
 def _hex_rgb(value) -> list[float] | None:
@@ -481,7 +539,9 @@ def _hex_rgb(value) -> list[float] | None:
 
 def _paint_free_text(canvas, annot, content, rect, opacity):
     """Background (``/C``), border and the text in its box; the box turns by the
-    record's ``rotation`` (degrees counter-clockwise, multiples of 90)."""
+    record's ``rotation`` (degrees counter-clockwise, multiples of 90). Text more than
+    about twice as long as its box holds starts at the top whatever its
+    ``verticalAlign``, and only its first lines, those the box shows, are drawn."""
     rotation = content.get("rotation")
     rotation = int(rotation) // 90 * 90 % 360 if isinstance(rotation, (int, float)) else 0
     width, height = rect[2] - rect[0], rect[3] - rect[1]
@@ -506,11 +566,19 @@ def _paint_free_text(canvas, annot, content, rect, opacity):
     text = text.get("value") if isinstance(text, dict) else text
     font = _font_for(content)
     pad = border_width + 2
-    lines = _wrap_text(text if isinstance(text, str) else "", font, size, max(1.0, width - 2 * pad))
     factor = content.get("lineHeightFactor")
     leading = size * (float(factor) if isinstance(factor, (int, float)) and factor > 0 else 1.19)
+    # lines that can show when the text starts at the top: those below are clipped away.
+    # Wrapping stops a little after twice that; text that long starts at the top.
+    shown = (height - 1.5 * pad) / leading
+    shown = max(0, math.ceil(shown)) if math.isfinite(shown) and shown < 1e9 else None
+    wrap_limit = None if shown is None else 2 * shown + 2
+    lines = _wrap_text(text if isinstance(text, str) else "", font, size, max(1.0, width - 2 * pad),
+                       None if wrap_limit is None else wrap_limit + 1)
     block = (len(lines) - 1) * leading + size * (_FONT_ASCENT + _FONT_DESCENT)
     free = height - 2 * pad - block
+    if wrap_limit is not None and len(lines) > wrap_limit:
+        lines, free = lines[:shown], 0.0
     top = height - pad - {"center": free / 2, "bottom": free}.get(content.get("verticalAlign"), 0)
     canvas.op("q").op("re", pad / 2, pad / 2, max(0.0, width - pad), max(0.0, height - pad)).op("W").op("n")
     canvas.op("BT").font(font, size).fill_color(_hex_rgb(content.get("fontColor")) or _BLACK)
@@ -532,6 +600,14 @@ def _stamp_label(content: dict) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", kind).upper()
 
 
+def _stamp_row(text: str) -> bytes:
+    """One row of a stamp in Windows-1252: at most ``_STAMP_CHARS`` characters, a
+    longer text cut and ended with "…" (it shrinks to fit the stamp: more could not be read)."""
+    if len(text) > _STAMP_CHARS:
+        text = text[:_STAMP_CHARS - 1] + "\u2026"
+    return _winansi(text)
+
+
 def _paint_stamp(canvas, annot, content, rect, opacity):
     """A rounded frame with the stamp's title (or its ``stampType`` in words) and its
     subtitle, in the stamp's colour."""
@@ -545,9 +621,9 @@ def _paint_stamp(canvas, annot, content, rect, opacity):
     canvas.stroke_color(color).fill_color(color).op("w", line)
     canvas.rounded_rect(x0 + line / 2, y0 + line / 2, x1 - line / 2, y1 - line / 2, height * 0.15).op("S")
     subtitle = content.get("subtitle")
-    rows = [(_winansi(_stamp_label(content)), "Helvetica-Bold")]
+    rows = [(_stamp_row(_stamp_label(content)), "Helvetica-Bold")]
     if isinstance(subtitle, str) and subtitle.strip():
-        rows.append((_winansi(subtitle.strip()), "Helvetica"))
+        rows.append((_stamp_row(subtitle.strip()), "Helvetica"))
     inner_w, inner_h = width - 4 * line - height * 0.3, height - 4 * line  # clear of the corners
     shares = [0.62, 0.38] if len(rows) == 2 else [1.0]
     baseline = y1 - 2 * line

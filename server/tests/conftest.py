@@ -8,6 +8,7 @@ document ids, so tests do not interfere.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pikepdf
 import pytest
 
 from layersync_server.storage import NewDocument, open_storage
@@ -185,6 +187,20 @@ def server(request, tmp_path_factory, keys) -> Server:
     process, instance = start_server(tmp, db, *keys)
     yield instance
     stop_server(process, instance)
+
+
+def synthetic_pdf(pages) -> bytes:
+    """A PDF of blank pages, one per ``(MediaBox, /Rotate)`` in ``pages`` (a MediaBox
+    may start anywhere, not only at 0,0)."""
+    pdf = pikepdf.new()
+    for box, rotate in pages:
+        pdf.add_blank_page(page_size=(box[2] - box[0], box[3] - box[1]))
+        page = pdf.pages[-1]
+        page.obj.MediaBox = pikepdf.Array(box)
+        page.obj.Rotate = rotate
+    out = io.BytesIO()
+    pdf.save(out)
+    return out.getvalue()
 
 
 def note(text: str = "hello", **extra) -> dict:

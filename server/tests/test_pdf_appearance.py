@@ -6,21 +6,29 @@ with PDFium (Chrome's renderer, via pypdfium2), and compare pixels with the same
 exported from an empty layer: inside each new annotation's rectangle the page changed
 and shows roughly the annotation's colour; outside every rectangle nothing changed.
 Pages include a ``/Rotate 90`` page whose MediaBox does not start at 0,0.
+
+Drawing costs time and bytes in proportion to the record, never to a coordinate's
+value or to the square of a text's length: records a writer could use to make every
+export hang (a 100,000-character word, a 10^12 pt wide squiggly) are drawn at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import re
+import signal
 import uuid
 
 import pikepdf
 import pypdfium2
 import pytest
 
-from conftest import CORPUS
+from conftest import CORPUS, synthetic_pdf
 
 INSTANT_JSON = CORPUS.parent / "instant-json"
+from layersync_server.pdf_appearance import write_appearance
 from layersync_server.pdf_values import decode_text
 
 SCALE = 2  # pixels per point
@@ -86,18 +94,6 @@ RECORDS = [
 ]
 
 
-def _synthetic_pdf() -> bytes:
-    pdf = pikepdf.new()
-    for box, rotate in PAGES:
-        pdf.add_blank_page(page_size=(box[2] - box[0], box[3] - box[1]))
-        page = pdf.pages[-1]
-        page.obj.MediaBox = pikepdf.Array(box)
-        page.obj.Rotate = rotate
-    out = io.BytesIO()
-    pdf.save(out)
-    return out.getvalue()
-
-
 def _get(server, path: str, **params) -> bytes:
     response = server.http.get(path, params=params, headers=server.admin())
     assert response.status_code == 200, response.text
@@ -146,7 +142,7 @@ def _close(color, want, tolerance=48) -> bool:
 def exported(server):
     """(pages rendered without the layer, pages rendered with it, exported pikepdf.Pdf)."""
     doc = "ap-" + uuid.uuid4().hex
-    assert server.upload(_synthetic_pdf(), doc).status_code == 200
+    assert server.upload(synthetic_pdf(PAGES), doc).status_code == 200
     applied = server.http.post(f"/api/documents/{doc}/apply_instant_json", headers=server.admin(),
                                json={"annotations": [r for r, _, _ in RECORDS]})
     assert applied.status_code == 200, applied.text
@@ -298,3 +294,106 @@ def test_moved_stamp_keeps_its_picture_and_a_restyled_one_is_redrawn(server):
     restyled = export_after(dict(stamp, bbox=[100, 100, 165.4, 133.7], color="#0000FF"))
     drawn = restyled[stamp["id"]].AP.N.read_bytes()
     assert drawn != pictures["/Stamp"] and b"0 0 1 RG" in drawn
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """Raise TimeoutError inside the body once it has run ``seconds``, so that drawing
+    whose work grows without bound fails the test quickly instead of hanging it."""
+    def expire(signum, frame):
+        raise TimeoutError(f"still drawing after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _appearance(subtype: str, rect: list[float], content: dict, page_box=(0, 0, 612, 792),
+                **entries) -> bytes:
+    """The ``/AP /N`` content stream drawn (within 2 s) for a ``subtype`` annotation with
+    ``rect`` and dictionary ``entries`` on a page whose MediaBox is ``page_box``."""
+    pdf = pikepdf.new()
+    pdf.add_blank_page()
+    page = pdf.pages[0].obj
+    page.MediaBox = pikepdf.Array(page_box)
+    annot = pikepdf.Dictionary(Type=pikepdf.Name.Annot, Subtype=pikepdf.Name(subtype),
+                               Rect=pikepdf.Array(rect), P=page, **entries)
+    with _deadline(2.0):
+        assert write_appearance(pdf, annot, content)
+    return annot.AP.N.read_bytes()
+
+
+def _shown_text(stream: bytes) -> list[bytes]:
+    return re.findall(rb"\((.*?)\) Tj", stream)
+
+
+def _free_text(value: str) -> dict:
+    return {"type": "pspdfkit/text", "fontSize": 12, "text": {"format": "plain", "value": value}}
+
+
+def test_a_100k_character_word_wraps_in_linear_time_and_only_fills_its_box():
+    """Breaking a word wider than its box used to re-measure every prefix of it for each
+    line (hours for 32k characters); lines below the box were all drawn, clipped."""
+    stream = _appearance("/FreeText", [10, 10, 200, 110], _free_text("W" * 100_000))
+    lines = _shown_text(stream)
+    # 190 pt wide, 100 pt high: 16 "W"s (11.3 pt each at 12 pt) on each of 7 visible lines
+    assert 5 <= len(lines) <= 8 and all(0 < len(line) <= 16 for line in lines), lines
+    assert b"".join(lines) == b"W" * sum(map(len, lines))
+    assert len(stream) < 2_000
+
+
+def test_many_words_on_one_wide_line_wrap_in_linear_time():
+    """Each word added to a line used to re-measure the whole line: quadratic in a
+    line's length when the box is wide."""
+    text = "ab " * 50_000
+    stream = _appearance("/FreeText", [0, 0, 1e7, 100], _free_text(text))
+    assert _shown_text(stream) == [text.rstrip().encode()]
+    assert len(stream) < len(text) + 1_000
+
+
+def test_free_text_draws_no_lines_below_its_box():
+    text = "word " * 20_000  # 20,000 lines in a box 50 pt wide
+    stream = _appearance("/FreeText", [10, 10, 60, 110], _free_text(text))
+    lines = _shown_text(stream)
+    assert 5 <= len(lines) <= 8 and set(lines) == {b"word"}
+    assert len(stream) < 1_000
+
+
+def _zigzag(stream: bytes) -> list[tuple[float, float]]:
+    return [tuple(map(float, m)) for m in re.findall(rb"([-\d.]+) ([-\d.]+) [ml]\n", stream)]
+
+
+@pytest.mark.parametrize("width", [1e7, 1e12])
+def test_squiggly_on_a_huge_rect_is_drawn_on_the_page_only(width):
+    """The zigzag's length used to follow the rect: 18 s and 16 MB at 10^7 pt, out of
+    memory at 10^12. What lies outside the page is never shown."""
+    stream = _appearance("/Squiggly", [0, 100, width, 120], {},
+                         QuadPoints=pikepdf.Array([0, 120, width, 120, 0, 100, width, 100]))
+    points = _zigzag(stream)
+    assert 150 <= len(points) <= 250  # 612 pt in steps of 3 pt (1.5 times the 2 pt amplitude)
+    assert all(0 <= x <= 612 and 100 <= y <= 120 for x, y in points)
+    assert max(x for x, _ in points) == 612
+    assert len(stream) < 10_000
+
+
+def test_squiggly_zigzag_is_capped_on_a_huge_page_and_over_many_quads():
+    huge = _appearance("/Squiggly", [0, 0, 1e12, 20], {}, page_box=(0, 0, 1e12, 100),
+                       QuadPoints=pikepdf.Array([0, 20, 1e12, 20, 0, 0, 1e12, 0]))
+    assert len(_zigzag(huge)) <= 2_001
+    quads = [v for i in range(3_000) for v in (0, 120, 600, 120, 0, 100, 600, 100)]
+    many = _appearance("/Squiggly", [0, 100, 600, 120], {}, QuadPoints=pikepdf.Array(quads))
+    points = _zigzag(many)
+    assert len(points) <= 10_000 + 2 * 3_000  # not 400 for each of the 3,000 quads
+    assert sum(1 for x, y in points if x == 0) == 3_000  # every quad is still drawn
+
+
+def test_a_long_stamp_title_is_cut():
+    stream = _appearance("/Stamp", [10, 10, 210, 70], {"title": "W" * 100_000,
+                                                       "subtitle": "long " * 20_000})
+    rows = _shown_text(stream)
+    assert len(rows) == 2 and all(row.endswith(b"\\205") for row in rows)  # "…" in WinAnsi
+    assert len(stream) < 2_000

@@ -18,7 +18,7 @@ import uuid
 import pikepdf
 import pytest
 
-from conftest import CORPUS
+from conftest import CORPUS, synthetic_pdf
 
 TEXT_KEYS = ("text", "note", "description", "fileName", "creatorName", "value", "formFieldName")
 TEXTS = ["👋 Hello 🌍 — ✓", "你好世界", "مرحبا بالعالم", "ᱡᱚᱦᱟᱨ ᱡᱮᱜᱮᱛ", "Ĉu vi? «ça» ﬁ", "plain"]
@@ -94,21 +94,13 @@ def test_corpus_pdf_round_trips(server, name):
     _compare(copies, reimported)
 
 
-def _synthetic_pdf() -> bytes:
-    pdf = pikepdf.new()
-    for box, rotate in (([100, 200, 712, 992], 90), ([-50, -60, 562, 732], 0), ([0, 0, 300, 400], 270)):
-        pdf.add_blank_page(page_size=(box[2] - box[0], box[3] - box[1]))
-        page = pdf.pages[-1]
-        page.obj.MediaBox = pikepdf.Array(box)
-        page.obj.Rotate = rotate
-    out = io.BytesIO()
-    pdf.save(out)
-    return out.getvalue()
+#: (MediaBox, /Rotate) of the synthetic PDF's pages
+SYNTHETIC_PAGES = [([100, 200, 712, 992], 90), ([-50, -60, 562, 732], 0), ([0, 0, 300, 400], 270)]
 
 
 def test_synthetic_pdf_with_offset_boxes_rotation_scripts_and_attachment(server):
     doc = "syn-" + uuid.uuid4().hex
-    assert server.upload(_synthetic_pdf(), doc).status_code == 200
+    assert server.upload(synthetic_pdf(SYNTHETIC_PAGES), doc).status_code == 200
     payload = "attachment ✓ bytes\x00\xff".encode("utf-8") + bytes(range(256))
     sha = hashlib.sha256(payload).hexdigest()
     put = server.http.put(f"/sync/v1/documents/{doc}/attachments/{sha}", content=payload,
