@@ -22,9 +22,11 @@ public final class SyncClient: Sendable {
     /// answer was `false` (the C header's `LAYERSYNC_NETWORK_HINT_RECHECK_S`).
     public static let networkHintRecheckSeconds = 5.0
 
-    /// Asks of the reachability hint that are queued or scheduled (at most one of each).
+    /// Asks of the reachability hint that are queued or scheduled: at most one ask queued per
+    /// explicit host word (``NetworkAvailability/hostWords``) and one recheck scheduled.
     private struct HintAsks {
-        var askQueued = false
+        /// The host word the queued ask was queued under; `nil` while none is queued.
+        var askQueuedUnder: UInt64?
         var recheckScheduled = false
     }
     private let hintAsks = Mutex(HintAsks())
@@ -136,6 +138,7 @@ public final class SyncClient: Sendable {
     public func setNetworkAvailable(_ available: Bool) {
         let resumed = context.server.updateNetworkAvailability { flags in
             flags.hostSaysAvailable = available
+            flags.hostWords &+= 1  // asks queued before this call are void (askHint)
             if available { flags.hintSaysOffline = false }
         }
         if resumed { resumeNetworkWork() }
@@ -151,31 +154,47 @@ public final class SyncClient: Sendable {
     /// A request got no HTTP answer: ask the hint, unless its last answer already was `false`
     /// (then the periodic recheck runs). Any thread; only queues.
     private func noteTransportFailure() {
-        guard !context.server.networkAvailability.hintSaysOffline else { return }
-        queueHintAsk()
+        let flags = context.server.networkAvailability
+        guard !flags.hintSaysOffline else { return }
+        queueHintAsk(under: flags.hostWords)
     }
 
-    /// Queues one ask of the hint on the event queue (none if one is queued already). An ask
-    /// queued by a failed request runs before the failure's own event (`didFailSync`, …) is
-    /// delivered, since both go through the same FIFO.
-    private func queueHintAsk() {
+    /// Queues one ask of the hint on the event queue (none if one is queued already under the
+    /// same host word). An ask queued by a failed request runs before the failure's own event
+    /// (`didFailSync`, …) is delivered, since both go through the same FIFO.
+    /// - Parameter word: ``NetworkAvailability/hostWords`` when the failure (or recheck) happened.
+    private func queueHintAsk(under word: UInt64) {
         guard let hint = context.configuration.reachabilityHint, !context.isShutDown else { return }
         let queue = hintAsks.withLock { asks in
-            defer { asks.askQueued = true }
-            return !asks.askQueued
+            guard asks.askQueuedUnder != word else { return false }
+            asks.askQueuedUnder = word
+            return true
         }
         guard queue else { return }
-        context.events.perform { [weak self] in self?.askHint(hint) }
+        context.events.perform { [weak self] in self?.askHint(hint, under: word) }
     }
 
     /// Calls the hint (on the event queue, no engine lock held) and applies its answer.
-    private func askHint(_ hint: @Sendable () -> Bool) {
-        hintAsks.withLock { $0.askQueued = false }  // a failure during the call queues a new ask
+    ///
+    /// An ask queued before the host's latest explicit ``setNetworkAvailable(_:)`` is dropped
+    /// without calling the hint, and an answer given while the host spoke is dropped too: that
+    /// call is fresher than the failure the ask was for (docs/threading.md §8 rule 5). Without
+    /// this, a request that failed just before `setNetworkAvailable(true)` could take the
+    /// network away again after it, with nothing left to give it back while the hint says false.
+    private func askHint(_ hint: @Sendable () -> Bool, under word: UInt64) {
+        // A failure during the call queues a new ask.
+        hintAsks.withLock { asks in if asks.askQueuedUnder == word { asks.askQueuedUnder = nil } }
         guard !context.isShutDown else { return }
-        let reachable = hint()
-        let resumed = context.server.updateNetworkAvailability { $0.hintSaysOffline = !reachable }
-        if resumed { resumeNetworkWork() }
-        if !reachable { scheduleHintRecheck() }
+        if context.server.networkAvailability.hostWords == word {
+            let reachable = hint()
+            let resumed = context.server.updateNetworkAvailability { flags in
+                if flags.hostWords == word { flags.hintSaysOffline = !reachable }
+            }
+            if resumed { resumeNetworkWork() }
+        }
+        // While the flag says offline (this answer, or an earlier one a dropped ask left in
+        // place: an explicit false does not clear it), the hint is asked again periodically.
+        if context.server.networkAvailability.hintSaysOffline { scheduleHintRecheck() }
     }
 
     /// Asks the hint again in ``networkHintRecheckSeconds`` if its answer is still `false` then.
@@ -188,7 +207,8 @@ public final class SyncClient: Sendable {
         DispatchQueue.global().asyncAfter(deadline: .now() + Self.networkHintRecheckSeconds) { [weak self] in
             guard let self else { return }
             hintAsks.withLock { $0.recheckScheduled = false }
-            if context.server.networkAvailability.hintSaysOffline { queueHintAsk() }
+            let flags = context.server.networkAvailability
+            if flags.hintSaysOffline { queueHintAsk(under: flags.hostWords) }
         }
     }
 

@@ -24,6 +24,8 @@ final class NetworkHintTests {
         let answer = Atomic<Bool>(true)
         private let state = Mutex<(calls: Int, trueAnswers: Int, offQueue: Int)>((0, 0, 0))
         let client = Mutex<SyncClient?>(nil)
+        /// While set, the next call signals `entered` and waits for `release` before answering.
+        let hold = Mutex<(entered: DispatchSemaphore, release: DispatchSemaphore)?>(nil)
 
         var calls: Int { state.withLock { $0.calls } }
         var trueAnswers: Int { state.withLock { $0.trueAnswers } }
@@ -32,6 +34,10 @@ final class NetworkHintTests {
 
         var function: @Sendable () -> Bool {
             { [self] in
+                if let held = hold.withLock({ held in defer { held = nil }; return held }) {
+                    held.entered.signal()
+                    held.release.wait()
+                }
                 let onQueue = client.withLock { $0?.isOnEventQueue } ?? false
                 let reply = answer.load(ordering: .acquiring)
                 state.withLock { state in
@@ -174,6 +180,89 @@ final class NetworkHintTests {
         #expect(resumed == nil, "\(String(describing: resumed))")
         #expect(try server.serverAnnotations(documentID: "doc")[id] != nil)
         #expect(hint.callsOffTheEventQueue == 0)
+        try a.client.shutdown()
+    }
+
+    /// The host's explicit `true` is fresher than any ask of the hint queued before it
+    /// (docs/threading.md §8 rule 5): here one ask is running (its answer comes after the call)
+    /// and one is queued behind it, both for failures before the call. Neither may take the
+    /// network away again; the queued one is not even asked. (Without this, `c.network_hint`
+    /// C failed now and then: a long-poll retry failed just before the explicit true, and the
+    /// hint's late false held the client offline for good while the hint kept saying false.)
+    @Test func asksForFailuresBeforeAnExplicitTrueCannotUndoIt() throws {
+        try server.upload(documentID: "doc")
+        let hint = Hint()
+        let a = try makeClient("a", hint: hint)
+        network(down: true)
+        hint.answer.store(false, ordering: .releasing)
+        let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        hint.hold.withLock { $0 = (entered, release) }
+        let id = try note(a, "explicit true while the hint answers")
+        let start = a.events.count
+
+        try a.document.sync()
+        #expect(entered.wait(timeout: .now() + 30) == .success, "the failed request did not ask the hint")
+        // A second failure while the first ask runs (the event queue is held in the hint):
+        // it queues a second ask before its own didFailSync.
+        try a.document.sync()
+        a.document.waitUntilIdle()
+        network(down: false)
+        a.client.setNetworkAvailable(true)
+        release.signal()  // the first ask answers false, after the explicit true
+
+        let ends = a.events.wait(after: start) { _ -> [LayerSyncError?]? in
+            let ends = a.events.all[start...].compactMap { event -> LayerSyncError?? in
+                if case .didFinishSync(let d) = event, d === a.document { return .some(nil) }
+                if case .didFailSync(let d, let error) = event, d === a.document { return .some(error) }
+                return nil
+            }
+            return ends.count >= 2 ? ends : nil
+        }
+        let failures = try #require(ends, "the two syncs did not end")
+        for failure in failures {
+            #expect(failure?.code == .requestFailed && !Self.noRequestMade(failure), "\(String(describing: failure))")
+        }
+        #expect(hint.calls == 1, "the ask queued before the explicit true called the hint")
+        #expect(a.client.context.server.isNetworkAvailable, "a stale false answer took the network away")
+        let after = try sync(a)
+        #expect(after == nil, "\(String(describing: after))")
+        #expect(try server.serverAnnotations(documentID: "doc")[id] != nil)
+
+        // The next failure after the explicit word asks the hint again, and its false holds.
+        network(down: true)
+        _ = try note(a, "asked again")
+        #expect(try sync(a)?.code == .requestFailed)
+        #expect(hint.calls == 2)
+        #expect(Self.noRequestMade(try sync(a)))
+        try a.client.shutdown()
+    }
+
+    /// An answer dropped because the host spoke during the call (here: an explicit false) leaves
+    /// the hint's last false in place, and the hint is still asked again periodically (rule 1).
+    @Test func aDroppedAnswerKeepsThePeriodicAsk() throws {
+        try server.upload(documentID: "doc")
+        let hint = Hint()
+        let a = try makeClient("a", hint: hint)
+        network(down: true)
+        hint.answer.store(false, ordering: .releasing)
+        _ = try note(a, "dropped answer")
+        #expect(try sync(a)?.code == .requestFailed)
+        a.client.setNetworkAvailable(false)
+        let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        hint.hold.withLock { $0 = (entered, release) }
+        #expect(entered.wait(timeout: .now() + 30) == .success, "no periodic ask")
+        a.client.setNetworkAvailable(false)  // the host speaks while the hint answers
+        hint.answer.store(true, ordering: .releasing)
+        release.signal()
+        // Had the dropped true been applied, the flag would be clear and nothing asked again.
+        #expect(hint.wait { $0.trueAnswers >= 2 }, "the periodic ask stopped after a dropped answer")
+        let server = a.client.context.server
+        #expect(hint.wait { _ in !server.networkAvailability.hintSaysOffline }, "the periodic true was not applied")
+        network(down: false)
+        let start = a.events.count
+        a.client.setNetworkAvailable(true)
+        let resumed = try #require(a.events.waitForSyncEnd(a.document, after: start))
+        #expect(resumed == nil, "\(String(describing: resumed))")
         try a.client.shutdown()
     }
 

@@ -380,6 +380,12 @@ int main(void)
     CHECK(!layersync_document_has_unsynced_changes(document));
 
     /* ---- C. An explicit true overrides the hint's last false ---------------------------- */
+    /* The long-poll (checked in A) stops first: its retry of a cut connection can fail through
+     * the resetting proxy as late as just after the explicit true below, and that later failure
+     * would rightly ask the hint again, which still answers false here. Asks queued before the
+     * explicit true are dropped by the engine (NetworkHintTests.asksForFailuresBeforeAnExplicit-
+     * TrueCannotUndoIt); one queued after it is a new question, so C must not race one. */
+    CHECK_OK(layersync_document_stop_listening(document, &error), &error);
     char *fourth = create_note(document, "explicitly online");
     set_answer(&events, &hint, false);
     proxy_set_mode(&proxy, PROXY_RESET);
