@@ -350,3 +350,27 @@ def test_shutdown_timeout_setting(tmp_path):
                              "--db", str(tmp_path / "x.sqlite"), "--shutdown-timeout-s", "-1"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "shutdown_timeout_s" in result.stderr
+
+
+def test_postgres_close_also_closes_a_connection_in_use_when_it_is_handed_back(pg_url):
+    """A forced stop closes the storage while a worker still holds a connection: that
+    connection is closed when handed back, not kept in the pool (where nothing would
+    ever close it); connections opened after the close are pooled again."""
+    from layersync_server.storage import open_storage
+    storage = open_storage(pg_url)
+    try:
+        with storage.connection() as idle:
+            pass
+        with storage.connection() as in_use:
+            assert in_use is idle  # pooled: the idle connection is reused
+            storage.close()
+            assert idle.closed is False  # still in use: closing it now would break the worker
+            in_use.execute("SELECT 1")
+        assert in_use.closed, "a connection in use at close() went back into the pool"
+        with storage.connection() as fresh:
+            assert fresh is not in_use and fresh.execute("SELECT 1").fetchone()
+        with storage.connection() as again:
+            assert again is fresh  # after the close, connections are pooled as before
+    finally:
+        storage.close()
+    assert fresh.closed

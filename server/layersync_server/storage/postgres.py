@@ -37,13 +37,17 @@ CHANNEL = "layersync_changes"
 
 
 class _Pool:
-    """A bounded pool of autocommit connections; broken ones are dropped."""
+    """A bounded pool of autocommit connections; broken ones are dropped.
+
+    :meth:`close` closes the idle connections at once and each one in use when it is
+    handed back; a later :meth:`connection` opens new ones (as SQLite's storage reopens)."""
 
     def __init__(self, url: str, size: int):
         self._url = url
         self._idle: list[psycopg.Connection] = []
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
+        self._closes = 0  # close() calls so far: a connection taken before the latest is not kept
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
@@ -52,23 +56,27 @@ class _Pool:
         try:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
+                taken_at = self._closes
             if conn is None or conn.closed:
                 conn = psycopg.connect(self._url, autocommit=True, row_factory=dict_row)
             try:
                 yield conn
             finally:
-                if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with self._lock:
+                    keep = (taken_at == self._closes and not conn.closed
+                            and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+                    if keep:
+                        self._idle.append(conn)
+                if not keep:
                     with contextlib.suppress(Exception):
                         conn.close()
-                else:
-                    with self._lock:
-                        self._idle.append(conn)
         finally:
             self._slots.release()
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
+            self._closes += 1
         for conn in idle:
             with contextlib.suppress(Exception):
                 conn.close()
