@@ -600,8 +600,9 @@ int layersync_client_document_for_jwt(layersync_client *client, const char *jwt,
  * API). The explicit call always wins over the delegate's `is_network_available` hint: false
  * holds until the next call with true, whatever the hint answers; true resumes pending work at
  * once and also clears a false the hint answered before (the hint is asked again after the next
- * request that fails without an HTTP answer; an answer to an ask queued before this call, even
- * one given during it, is dropped). Initially the network counts as available.
+ * request started after this call that fails without an HTTP answer; an answer to an ask
+ * queued before this call, even one given during it, is dropped, and a request started before
+ * it does not ask). Initially the network counts as available.
  *
  * @param client The client.
  * @param available false: make no requests, fail syncs with `REQUEST_FAILED` and keep edits pending; true: resume.

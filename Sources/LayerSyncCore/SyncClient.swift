@@ -59,7 +59,7 @@ public final class SyncClient: Sendable {
                                 layout: layout, events: events)
         if configuration.reachabilityHint != nil {
             // Runs on the failing request's thread: only queues an ask, never waits for it.
-            context.server.onTransportFailure { [weak self] in self?.noteTransportFailure() }
+            context.server.onTransportFailure { [weak self] word in self?.noteTransportFailure(startedUnder: word) }
         }
         let context = self.context
         DispatchQueue.global().async {
@@ -133,7 +133,7 @@ public final class SyncClient: Sendable {
     /// The explicit word always wins over ``ClientConfiguration/reachabilityHint``: `false`
     /// holds until the next `setNetworkAvailable(true)` whatever the hint answers; `true` also
     /// clears a `false` the hint answered before (the hint is asked again after the next
-    /// request that fails without an HTTP answer).
+    /// request started after this call that fails without an HTTP answer).
     /// - Parameter available: Whether requests may be attempted.
     public func setNetworkAvailable(_ available: Bool) {
         let resumed = context.server.updateNetworkAvailability { flags in
@@ -152,11 +152,13 @@ public final class SyncClient: Sendable {
     // MARK: Reachability hint
 
     /// A request got no HTTP answer: ask the hint, unless its last answer already was `false`
-    /// (then the periodic recheck runs). Any thread; only queues.
-    private func noteTransportFailure() {
+    /// (then the periodic recheck runs), or unless the host spoke since the request started (its
+    /// failure is older than that word, rule 5). Any thread; only queues.
+    /// - Parameter word: ``NetworkAvailability/hostWords`` when the failed request was started.
+    private func noteTransportFailure(startedUnder word: UInt64) {
         let flags = context.server.networkAvailability
-        guard !flags.hintSaysOffline else { return }
-        queueHintAsk(under: flags.hostWords)
+        guard !flags.hintSaysOffline, flags.hostWords == word else { return }
+        queueHintAsk(under: word)
     }
 
     /// Queues one ask of the hint on the event queue (none if one is queued already under the
@@ -166,7 +168,9 @@ public final class SyncClient: Sendable {
     private func queueHintAsk(under word: UInt64) {
         guard let hint = context.configuration.reachabilityHint, !context.isShutDown else { return }
         let queue = hintAsks.withLock { asks in
-            guard asks.askQueuedUnder != word else { return false }
+            // An ask under an older word than the queued one would only be dropped; letting it
+            // overwrite the mark would let a second ask under the newer word queue behind.
+            if let queued = asks.askQueuedUnder, queued >= word { return false }
             asks.askQueuedUnder = word
             return true
         }

@@ -49,7 +49,7 @@ final class SyncServer: Sendable {
     let url: ServerURL
     private let requestTimeout: Double
     private let availability = Mutex(NetworkAvailability())
-    private let transportFailureHandler = Mutex<(@Sendable () -> Void)?>(nil)
+    private let transportFailureHandler = Mutex<(@Sendable (UInt64) -> Void)?>(nil)
 
     /// Creates the endpoint set.
     /// - Parameters:
@@ -81,8 +81,9 @@ final class SyncServer: Sendable {
     /// Installs the function called when a request got no HTTP answer (connect refused, reset,
     /// timeout, DNS: `.requestFailed` from ``HTTPSession``). It runs on the failing request's
     /// thread, before the error is thrown, so it must return at once and never wait for the
-    /// event thread.
-    func onTransportFailure(_ handler: @escaping @Sendable () -> Void) {
+    /// event thread. Its argument is ``NetworkAvailability/hostWords`` when the request was
+    /// started: a request in flight across an explicit call failed for the superseded word.
+    func onTransportFailure(_ handler: @escaping @Sendable (UInt64) -> Void) {
         transportFailureHandler.withLock { $0 = handler }
     }
 
@@ -308,7 +309,7 @@ final class SyncServer: Sendable {
             response = try session.perform(request, cancellation: cancellation)
         } catch {
             // No HTTP answer at all (HTTPSession throws `.requestFailed` only then).
-            if error.code == .requestFailed, let handler = transportFailureHandler.withLock({ $0 }) { handler() }
+            if error.code == .requestFailed, let handler = transportFailureHandler.withLock({ $0 }) { handler(flags.hostWords) }
             throw error
         }
         if (200..<300).contains(response.status) { return response }

@@ -237,6 +237,40 @@ final class NetworkHintTests {
         try a.client.shutdown()
     }
 
+    /// A request started before the host's explicit true whose transport failure is seen only
+    /// after it (in flight across the call: a timeout, a long-poll of the outage) failed for the
+    /// superseded word too: the hint is not asked for it and the network stays usable (rule 5).
+    @Test func aRequestInFlightAcrossAnExplicitTrueCannotUndoIt() throws {
+        try server.upload(documentID: "doc")
+        let hint = Hint()
+        let a = try makeClient("a", hint: hint)
+        hint.answer.store(false, ordering: .releasing)  // a hint that lags behind the host
+        let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        // POST #1 waits in the proxy, then is cut; #2 (libcurl's own retry on a fresh
+        // connection, inside the same request) is cut too; later ones pass.
+        let posts = Atomic<Int>(0)
+        proxy.setRule { head in
+            guard head.hasPrefix("POST") else { return .forward }
+            let n = posts.add(1, ordering: .acquiringAndReleasing).newValue
+            if n == 1 { entered.signal(); _ = release.wait(timeout: .now() + 20) }
+            return n <= 2 ? .dropResponse : .forward
+        }
+        let id = try note(a, "in flight across the explicit true")
+        let start = a.events.count
+        try a.document.sync()
+        #expect(entered.wait(timeout: .now() + 30) == .success, "the sync request did not reach the proxy")
+        a.client.setNetworkAvailable(true)
+        release.signal()  // the request started before the call fails after it
+        let end = try #require(a.events.waitForSyncEnd(a.document, after: start))
+        #expect(end?.code == .requestFailed && !Self.noRequestMade(end), "\(String(describing: end))")
+        #expect(hint.calls == 0, "a failure of a request started before the explicit true asked the hint")
+        #expect(a.client.context.server.isNetworkAvailable, "a request started before the explicit true took the network away")
+        let after = try sync(a)
+        #expect(after == nil, "\(String(describing: after))")
+        #expect(try server.serverAnnotations(documentID: "doc")[id] != nil)
+        try a.client.shutdown()
+    }
+
     /// An answer dropped because the host spoke during the call (here: an explicit false) leaves
     /// the hint's last false in place, and the hint is still asked again periodically (rule 1).
     @Test func aDroppedAnswerKeepsThePeriodicAsk() throws {

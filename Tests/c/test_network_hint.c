@@ -380,11 +380,10 @@ int main(void)
     CHECK(!layersync_document_has_unsynced_changes(document));
 
     /* ---- C. An explicit true overrides the hint's last false ---------------------------- */
-    /* The long-poll (checked in A) stops first: its retry of a cut connection can fail through
-     * the resetting proxy as late as just after the explicit true below, and that later failure
-     * would rightly ask the hint again, which still answers false here. Asks queued before the
-     * explicit true are dropped by the engine (NetworkHintTests.asksForFailuresBeforeAnExplicit-
-     * TrueCannotUndoIt); one queued after it is a new question, so C must not race one. */
+    /* The long-poll (checked in A) stops first, so that C exercises only the sync: a long-poll
+     * retry started before the explicit true below may fail just after it; the engine ignores
+     * such a failure (NetworkHintTests.aRequestInFlightAcrossAnExplicitTrueCannotUndoIt), but a
+     * retry started after the true would be a new question for the hint, which says false. */
     CHECK_OK(layersync_document_stop_listening(document, &error), &error);
     char *fourth = create_note(document, "explicitly online");
     set_answer(&events, &hint, false);
