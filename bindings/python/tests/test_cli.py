@@ -167,8 +167,15 @@ def _read_line(proc: subprocess.Popen[str], stream: Any, timeout: float) -> str:
 def test_listen_prints_changes_until_ctrl_c(cli_env, downloaded, tmp_path):
     env = cli_env
     assert run("download", env=env).returncode == 0
-    proc = subprocess.Popen([*COMMAND, "listen", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **env})
+    # An ignored SIGINT stays ignored across exec, and Python then installs no KeyboardInterrupt
+    # handler: under `nohup` or a non-interactive shell's background job (`make test &`) the
+    # child would never see the Ctrl-C below. A caught SIGINT becomes SIG_DFL in the child.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([*COMMAND, "listen", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, **env})
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         started = json.loads(_read_line(proc, proc.stderr, WAIT_S))
         assert started["event"] == "listening"
