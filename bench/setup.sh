@@ -10,10 +10,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 stamp="$VENV/.bench-setup"
-hash=$(sha256sum peers-requirements.txt | cut -d" " -f1)
+# peers-constraints.txt pins the versions of a passing run (LAYERSYNC_UNPINNED=1: newest).
+CONSTRAINTS=(-c peers-constraints.txt)
+[ "${LAYERSYNC_UNPINNED:-}" = 1 ] && CONSTRAINTS=()
+hash=$( (cat peers-requirements.txt peers-constraints.txt; echo "unpinned=${LAYERSYNC_UNPINNED:-}") | sha256sum | cut -d" " -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -r peers-requirements.txt
+  "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -r peers-requirements.txt
   echo "$hash" > "$stamp"
 fi
 "$VENV/bin/python" -c "import kinto, kinto_http, pycrdt, pycrdt.websocket; print('peers ok')"

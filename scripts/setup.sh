@@ -23,13 +23,20 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 stamp="$VENV/.layersync-setup"
-req_hash=$( (cat server/pyproject.toml bindings/python/pyproject.toml scripts/requirements-dev.txt 2>/dev/null || true) | sha256sum | cut -d" " -f1)
+# scripts/constraints.txt pins every package to the versions of a passing run, so a fresh
+# machine tests what CI tested (the server relies on some uvicorn/Starlette internals);
+# LAYERSYNC_UNPINNED=1 installs the newest versions the ranges allow instead
+# (scripts/refresh-constraints.sh does that to refresh the pins).
+CONSTRAINTS=(-c scripts/constraints.txt)
+[ "${LAYERSYNC_UNPINNED:-}" = 1 ] && CONSTRAINTS=()
+req_hash=$( (cat server/pyproject.toml bindings/python/pyproject.toml scripts/requirements-dev.txt \
+             scripts/constraints.txt 2>/dev/null || true; echo "unpinned=${LAYERSYNC_UNPINNED:-}") | sha256sum | cut -d" " -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
   echo "setup: installing Python packages into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -r scripts/requirements-dev.txt
+  "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -r scripts/requirements-dev.txt
   for pkg in server bindings/python; do
-    if [ -f "$pkg/pyproject.toml" ]; then "$VENV/bin/python" -m pip install -q -e "$pkg"; fi
+    if [ -f "$pkg/pyproject.toml" ]; then "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -e "$pkg"; fi
   done
   echo "$req_hash" > "$stamp"
 fi
