@@ -286,6 +286,40 @@ def test_a_request_still_in_flight_at_the_timeout_makes_the_exit_status_1(tmp_pa
         server.http.close()
 
 
+def test_a_second_sigint_stops_without_waiting_and_exits_1(tmp_path, keys):
+    """Ctrl-C twice: the first starts the graceful stop, which waits for a stalled write;
+    the second ends the waiting at once (uvicorn's force_exit), the storage is not
+    closed, and the process says so and exits with status 1, long before the timeout."""
+    stderr_path = tmp_path / "stderr.log"
+    process, server = start_server(tmp_path, str(tmp_path / "store.sqlite"), *keys,
+                                   "--shutdown-timeout-s", "60", stderr_path=stderr_path)
+    try:
+        doc = server.new_document()
+        body = json.dumps({"client_id": "t", "since": 0,
+                           "changes": [change("create", "stalled", note())]}).encode()
+        with _connect(server) as write:
+            write.sendall(_request_head("POST", f"{server.layer_url(doc)}/sync",
+                                        server.auth(doc), len(body)) + body[:len(body) // 2])
+            time.sleep(0.3)  # the request is in flight, reading its body
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+            assert process.poll() is None  # the first Ctrl-C waits for the write
+            process.send_signal(signal.SIGINT)
+            signalled = time.monotonic()
+            assert process.wait(timeout=30) == FORCED_EXIT_STATUS
+            exited_s = time.monotonic() - signalled
+        # Well before the 60 s the graceful stop would wait (a loose bound, for loaded CI).
+        assert exited_s < 10, f"exited {exited_s:.2f} s after the second SIGINT"
+        log = stderr_path.read_text()
+        assert "(second SIGINT)" in log, log
+        assert "still stopping" not in log, log  # not the watchdog
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        server.http.close()
+
+
 _SERVE_THEN_KEEP_RUNNING = """
 import os, signal, sys, threading, time
 from pathlib import Path
