@@ -70,6 +70,18 @@ static void test_c_example(const ls_server *server)
     CHECK_MSG(strstr(out, "synced\n") != NULL, "sync printed: %s", out);
     free(out);
 
+    /* The settings from the environment, named as in the Python CLI; a missing one is usage (2). */
+    CHECK(setenv("LAYERSYNC_SERVER", server->url, 1) == 0 && setenv("LAYERSYNC_STORAGE", store_a, 1) == 0);
+    char *env_list[] = {LAYERSYNC_EXAMPLE_C, "list", NULL};
+    int rc = ls_run(env_list, &out);
+    CHECK_MSG(rc == 2 && out[0] == '\0', "list without a JWT anywhere: status %d, printed %s", rc, out);
+    free(out);
+    CHECK(setenv("LAYERSYNC_JWT", alice, 1) == 0);
+    rc = ls_run(env_list, &out);
+    CHECK_MSG(rc == 0 && strstr(out, id) != NULL, "list from $LAYERSYNC_*: status %d, printed %s", rc, out);
+    free(out);
+    CHECK(unsetenv("LAYERSYNC_SERVER") == 0 && unsetenv("LAYERSYNC_STORAGE") == 0 && unsetenv("LAYERSYNC_JWT") == 0);
+
     /* bob's store downloads (and has alice's note), then listens in a child process. */
     CHECK_MSG(run_example(server, store_b, bob, "list", NULL, &out) == 0, "list (bob) failed: %s", out);
     CHECK_MSG(strstr(out, id) != NULL, "bob's first list misses %s: %s", id, out);

@@ -10,8 +10,9 @@
  *   listen [N]      prints the server's changes as they arrive, until SIGINT/SIGTERM
  *                   (or after N change events); exits 0
  *
- * --server, --storage and --jwt default to $LAYERSYNC_SERVER_URL, $LAYERSYNC_STORAGE and
- * $LAYERSYNC_JWT. Every command except `download` downloads first when needed. The local
+ * --server, --storage and --jwt default to $LAYERSYNC_SERVER, $LAYERSYNC_STORAGE and
+ * $LAYERSYNC_JWT, as in the Python package's `layersync` CLI (the former $LAYERSYNC_SERVER_URL
+ * is still read when $LAYERSYNC_SERVER is unset). Every command except `download` downloads first when needed. The local
  * store survives between runs: `add` in one run and `sync` in the next is fine.
  *
  * How it uses the library (docs/threading.md): the delegate's callbacks run on the client's
@@ -282,12 +283,22 @@ static int listen_changes(struct app *app, layersync_document *document, int max
 static void usage(void)
 {
     fprintf(stderr, "usage: layersync-example [--server URL] [--storage DIR] [--jwt JWT] "
-                    "download | list [FILTER] | add JSON | sync | listen [N]\n");
+                    "download | list [FILTER] | add JSON | sync | listen [N]\n"
+                    "  --server, --storage, --jwt default to $LAYERSYNC_SERVER, $LAYERSYNC_STORAGE, $LAYERSYNC_JWT\n");
+}
+
+/* Says which of the three settings is missing (exit status 2). */
+static int missing_setting(const char *flag, const char *variable)
+{
+    fprintf(stderr, "layersync-example: %s is required (or set $%s)\n", flag, variable);
+    usage();
+    return 2;
 }
 
 int main(int argc, char **argv)
 {
-    const char *server = getenv("LAYERSYNC_SERVER_URL");
+    const char *server = getenv("LAYERSYNC_SERVER");
+    if (server == NULL) server = getenv("LAYERSYNC_SERVER_URL");
     const char *storage = getenv("LAYERSYNC_STORAGE");
     const char *jwt = getenv("LAYERSYNC_JWT");
     int i = 1;
@@ -297,10 +308,18 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--jwt") == 0) jwt = argv[i + 1];
         else break;
     }
-    if (i >= argc || server == NULL || storage == NULL || jwt == NULL) {
+    if (i < argc && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
+        usage();
+        return 0;
+    }
+    if (i >= argc) {
+        fprintf(stderr, "layersync-example: no command given\n");
         usage();
         return 2;
     }
+    if (server == NULL) return missing_setting("--server URL", "LAYERSYNC_SERVER");
+    if (storage == NULL) return missing_setting("--storage DIR", "LAYERSYNC_STORAGE");
+    if (jwt == NULL) return missing_setting("--jwt JWT", "LAYERSYNC_JWT");
     const char *command = argv[i];
     const char *arg = i + 1 < argc ? argv[i + 1] : NULL;
 

@@ -1,4 +1,4 @@
-"""``layersync-server`` command line: serve, keygen, mint-token, upload.
+"""``layersync-server`` command line: serve, keygen, mint-token, upload, export.
 
 Every ``serve`` flag can also come from ``LAYERSYNC_SERVER_<NAME>`` (see
 :mod:`layersync_server.settings`); flags win. Exit status:
@@ -77,6 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     upload.add_argument("--admin-token", default=_env("ADMIN_TOKEN"), required=_env("ADMIN_TOKEN") is None)
     upload.add_argument("--document-id")
     upload.add_argument("--title")
+
+    export = sub.add_parser("export", help="download a PDF with a layer's synced annotations written in "
+                                           "(admin API), or its Instant JSON with --json")
+    export.add_argument("document_id")
+    export.add_argument("--url", required=True, help="server base URL")
+    export.add_argument("--admin-token", default=_env("ADMIN_TOKEN"), required=_env("ADMIN_TOKEN") is None)
+    export.add_argument("--layer", default="", help="layer name (default: the default layer)")
+    export.add_argument("--json", action="store_true", help="the layer as Instant JSON instead of a PDF")
+    export.add_argument("-o", "--output", type=Path, required=True, help="file to write ('-': stdout)")
     return parser
 
 
@@ -122,24 +131,62 @@ def _mint(args) -> int:
     return 0
 
 
-def _upload(args) -> int:
-    query = {k: v for k, v in (("document_id", args.document_id), ("title", args.title)) if v}
-    url = args.url.rstrip("/") + "/api/documents" + ("?" + urllib.parse.urlencode(query) if query else "")
-    request = urllib.request.Request(url, data=args.file.read_bytes(), method="POST", headers={
-        "Content-Type": "application/pdf", "Authorization": f'Token token="{args.admin_token}"'})
+def _admin_request(args, path: str, query: dict, **kwargs):
+    """An admin API request (``Authorization: Token token="..."``, docs/protocol.md): the
+    response's headers and body, or ``None`` after printing the server's error envelope
+    (``code: message``) on stderr for an HTTP error status."""
+    query = {k: v for k, v in query.items() if v}
+    url = args.url.rstrip("/") + path + ("?" + urllib.parse.urlencode(query) if query else "")
+    headers = {"Authorization": f'Token token="{args.admin_token}"', **kwargs.pop("headers", {})}
     try:
-        with urllib.request.urlopen(request) as response:
-            print(response.read().decode("utf-8"))
-        return 0
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers, **kwargs)) as response:
+            return response.headers, response.read()
     except urllib.error.HTTPError as exc:
-        print(exc.read().decode("utf-8", "replace"), file=sys.stderr)
+        body = exc.read().decode("utf-8", "replace")
+        try:
+            error = json.loads(body)["error"]
+            body = f"{error['code']}: {error['message']} (HTTP {exc.code})"
+        except (ValueError, KeyError, TypeError):
+            body = f"HTTP {exc.code}: {body}"
+        print(f"layersync-server: {body}", file=sys.stderr)
+        return None
+
+
+def _upload(args) -> int:
+    answer = _admin_request(args, "/api/documents", {"document_id": args.document_id, "title": args.title},
+                            data=args.file.read_bytes(), method="POST",
+                            headers={"Content-Type": "application/pdf"})
+    if answer is None:
         return 1
+    print(answer[1].decode("utf-8"))
+    return 0
+
+
+def _export(args) -> int:
+    document = urllib.parse.quote(args.document_id, safe="")
+    answer = _admin_request(args, f"/api/documents/{document}/" + ("document.json" if args.json else "pdf"),
+                            {"layer": args.layer})
+    if answer is None:
+        return 1
+    headers, body = answer
+    if str(args.output) == "-":
+        sys.stdout.buffer.write(body)
+        sys.stdout.buffer.flush()
+    else:
+        tmp = args.output.with_name(args.output.name + ".part")
+        tmp.write_bytes(body)
+        os.replace(tmp, args.output)  # never a half-written file under the final name
+    report = headers.get("LayerSync-Export")  # kept/written/removed/skipped (PDF only)
+    print(f"wrote {len(body)} bytes" + (f" to {args.output}" if str(args.output) != "-" else "")
+          + (f"; {report}" if report else ""), file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
-    handler = {"serve": _serve, "keygen": _keygen, "mint-token": _mint, "upload": _upload}[args.command]
+    handler = {"serve": _serve, "keygen": _keygen, "mint-token": _mint, "upload": _upload,
+               "export": _export}[args.command]
     try:
         return handler(args)
     except (OSError, ValueError) as exc:

@@ -1,4 +1,4 @@
-"""CLI: keygen, mint-token and upload as subprocesses (serve is exercised by conftest)."""
+"""CLI: keygen, mint-token, upload and export as subprocesses (serve is exercised by conftest)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from conftest import ADMIN_TOKEN, CORPUS
+from conftest import ADMIN_TOKEN, CORPUS, change, note
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
@@ -48,6 +48,32 @@ def test_upload_command(server):
     bad = _cli("upload", "--url", server.url, "--admin-token", "wrong",
                str(CORPUS / "pdfjs-issue13447.pdf"))
     assert bad.returncode == 1 and "access_denied" in bad.stderr
+
+
+def test_export_command_writes_the_pdf_with_synced_annotations_and_the_instant_json(server, tmp_path):
+    import pikepdf
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    synced = server.sync(doc, [change("create", "cli-export-note", note("exported by the CLI"))])
+    assert synced.status_code == 200, synced.text
+    out = tmp_path / "out.pdf"
+    result = _cli("export", doc, "--url", server.url, "--admin-token", ADMIN_TOKEN, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "written=1" in result.stderr and not (tmp_path / "out.pdf.part").exists()
+    with pikepdf.open(out) as pdf:
+        names = {str(a.get("/NM")) for page in pdf.pages for a in page.get("/Annots", [])}
+        texts = {str(a.get("/Contents")) for page in pdf.pages for a in page.get("/Annots", [])}
+    assert "cli-export-note" in names and "exported by the CLI" in texts
+    as_json = _cli("export", doc, "--url", server.url, "--admin-token", ADMIN_TOKEN, "--json", "-o", "-")
+    assert as_json.returncode == 0, as_json.stderr
+    exported = json.loads(as_json.stdout)
+    assert "cli-export-note" in {a["id"] for a in exported["annotations"]}
+
+    missing = _cli("export", "no-such-doc", "--url", server.url, "--admin-token", ADMIN_TOKEN,
+                   "-o", str(tmp_path / "missing.pdf"))
+    assert missing.returncode == 1 and "HTTP 404" in missing.stderr, missing.stderr
+    assert not (tmp_path / "missing.pdf").exists()
+    bad = _cli("export", doc, "--url", server.url, "--admin-token", "wrong", "-o", str(tmp_path / "x.pdf"))
+    assert bad.returncode == 1 and "access_denied" in bad.stderr and "HTTP 403" in bad.stderr
 
 
 def test_listening_socket_is_tcp_so_asyncio_disables_nagle():

@@ -168,11 +168,18 @@ def _json_arg(text: str) -> Any:
     if text == "-":
         text = sys.stdin.read()
     elif text.startswith("@"):
-        text = Path(text[1:]).read_text("utf-8")
+        try:
+            text = Path(text[1:]).read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _UsageError(f"cannot read the JSON file: {exc}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _UsageError(f"not JSON: {exc}") from None
+        try:  # a file name given without its @
+            hint = f" (to read the file, write @{text})" if len(text) < 4096 and Path(text).is_file() else ""
+        except (OSError, ValueError):  # name too long, NUL byte
+            hint = ""
+        raise _UsageError(f"not JSON: {exc}{hint}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -73,6 +73,19 @@ def test_usage_errors_exit_2(cli_env):
     assert no_jwt.returncode == cli.EXIT_USAGE and "JWT" in no_jwt.stderr
     bad_json = run("annotations", "add", "{not json", env=cli_env)
     assert bad_json.returncode == cli.EXIT_USAGE and "not JSON" in bad_json.stderr
+    assert "write @" not in bad_json.stderr
+
+
+def test_a_json_file_argument_errors_name_the_file_and_the_missing_at(cli_env, tmp_path):
+    note_file = tmp_path / "note.json"
+    note_file.write_text(json.dumps(NOTE))
+    missing = run("annotations", "add", f"@{tmp_path / 'missing.json'}", env=cli_env)
+    assert missing.returncode == cli.EXIT_USAGE, missing.stderr
+    assert "cannot read the JSON file" in missing.stderr and "missing.json" in missing.stderr
+    without_at = run("annotations", "add", str(note_file), env=cli_env)
+    assert without_at.returncode == cli.EXIT_USAGE and f"write @{note_file}" in without_at.stderr
+    long_text = run("annotations", "add", "x" * 5000, env=cli_env)  # not a file name either
+    assert long_text.returncode == cli.EXIT_USAGE and "not JSON" in long_text.stderr
 
 
 def test_download_edit_sync_export(cli_env, server):
