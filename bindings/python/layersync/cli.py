@@ -571,6 +571,8 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             shown = dict(status)
             when = shown.pop("last_sync_time")
             shown["last_sync"] = "never" if when is None else time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(when))
+            if not shown.get("layer"):
+                shown["layer"] = "(default)"  # the default layer's name is empty (--json keeps "")
             width = max(len(k) for k in shown) + 2
             human = "\n".join(f"{k:<{width}}{'' if v is None else v}" for k, v in shown.items())
             out.data(status, human)

@@ -95,7 +95,9 @@ def test_download_edit_sync_export(cli_env, server):
     assert json.loads(status.stdout) | {} == json.loads(status.stdout)
     assert json.loads(status.stdout)["downloaded"] is False
     assert json.loads(status.stdout)["last_sync_time"] is None
-    assert re.search(r"^last_sync +never$", run("status", env=env).stdout, re.M)
+    human = run("status", env=env).stdout
+    assert re.search(r"^last_sync +never$", human, re.M)
+    assert re.search(r"^layer +\(default\)$", human, re.M) and json.loads(status.stdout)["layer"] == ""
 
     down = run("download", "--progress", env=env)
     assert down.returncode == 0, down.stderr
