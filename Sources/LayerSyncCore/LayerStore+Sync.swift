@@ -197,8 +197,16 @@ extension LayerStore {
         return (payload, payload.utf8.count == output.count ? contentRange : nil)
     }
 
-    /// Drops a change that can never be sent (over the server's size limit) and reverts
-    /// its record to the last known server version.
+    /// Drops a change that can never be sent (over the server's size limit), alone
+    /// (ARCHITECTURE.md §4 rule 5), and reports it with the version it carried.
+    ///
+    /// Later edits of the record, made while the change was in flight and queued behind it,
+    /// stay queued and are sent in its place: they are the user's newest version (often the
+    /// fix of what was too large). When the dropped change was a create, which never reached
+    /// the server, the next of them becomes the create (a delete behind it has nothing left to
+    /// delete and goes too). No change behind a queued one has ever been sent (it waits until
+    /// that one is resolved), so rewriting it is safe. Only when nothing of the record is left
+    /// queued does the record revert to the last known server version.
     /// - Parameters:
     ///   - change: The change.
     ///   - reason: The rejection reason to report.
@@ -211,8 +219,19 @@ extension LayerStore {
             let server = try Self.serverVersion(db, id: change.recordID)
             outcome.rejections.append(RejectedChange(recordID: change.recordID, reason: reason, localJSON: local,
                                                      serverJSON: server?.contentText))
-            try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(change.recordID)])
-            try Self.adopt(db, id: change.recordID, server: server, into: &outcome)
+            try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(change.sequence)])
+            var behind = try db.query("SELECT seq, op FROM pending_changes WHERE record_id = ? ORDER BY seq",
+                                      [.text(change.recordID)])
+            if change.operation == .create {
+                while let next = behind.first, next[1].text == PendingChange.Operation.delete.rawValue, let seq = next[0].integer {
+                    try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(seq)])
+                    behind.removeFirst()
+                }
+                if let next = behind.first, next[1].text == PendingChange.Operation.update.rawValue, let seq = next[0].integer {
+                    try db.query("UPDATE pending_changes SET op = 'create', base_revision = NULL WHERE seq = ?", [.integer(seq)])
+                }
+            }
+            if behind.isEmpty { try Self.adopt(db, id: change.recordID, server: server, into: &outcome) }
             return outcome
         }
     }
@@ -331,9 +350,13 @@ extension LayerStore {
         }
         for answer in rejected {
             guard let sequence = try queuedSequence(db, answer.changeID, sent: lookup.change(answer.changeID)),
-                  let row = try db.query("SELECT content FROM pending_changes WHERE seq = ? AND change_id = ?",
-                                         [.integer(sequence), .text(answer.changeID)]).first
+                  try !db.query("SELECT 1 FROM pending_changes WHERE seq = ? AND change_id = ?",
+                                [.integer(sequence), .text(answer.changeID)]).isEmpty,
+                  let row = try db.query("SELECT content FROM pending_changes WHERE record_id = ? ORDER BY seq DESC LIMIT 1",
+                                         [.text(answer.recordID)]).first
             else { continue }  // not (or no longer) queued: nothing to do
+            // Every queued change of the record goes (first writer wins), including edits made while
+            // the rejected one was in flight: report the newest local version, not the one sent.
             outcome.rejections.append(RejectedChange(recordID: answer.recordID, reason: answer.reason,
                                                      localJSON: row[0].text, serverJSON: answer.serverRecord?.contentText))
             try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(answer.recordID)])

@@ -261,6 +261,33 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(try store.knownServerRevision(id: "c") == 2)
     }
 
+    @Test func aRejectedChangeReportsTheNewestLocalEditQueuedBehindIt() throws {
+        // Edits made while a change is in flight queue behind it; when the server rejects the
+        // sent change they go with it (first writer wins), so the report must carry the newest
+        // local version, not the intermediate one that was sent.
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "r", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),
+                                     ServerRecord(id: "s", revision: 1, deleted: false, content: try JSONValue.parse(#"{"m":0}"#))],
+                                    epoch: "e1", revision: 1)
+        try store.updateRecord(id: "r", content: #"{"n":"sent"}"#)
+        try store.updateRecord(id: "s", content: #"{"m":"sent"}"#)
+        let sent = try store.nextBatch(maxBytes: 10_000).batch
+        #expect(sent.map(\.recordID) == ["r", "s"])
+        try store.updateRecord(id: "r", content: #"{"n":"newest"}"#)  // while the request is in flight
+        try store.deleteRecord(id: "s")
+        let theirs = [ServerRecord(id: "r", revision: 2, deleted: false, content: try JSONValue.parse(#"{"n":"theirs"}"#)),
+                      ServerRecord(id: "s", revision: 3, deleted: false, content: try JSONValue.parse(#"{"m":"theirs"}"#))]
+        let rejected: [LayerStore.RejectedChangeAnswer] = [
+            .init(changeID: sent[0].changeID, recordID: "r", reason: "conflict", serverRecord: theirs[0]),
+            .init(changeID: sent[1].changeID, recordID: "s", reason: "conflict", serverRecord: theirs[1]),
+        ]
+        let outcome = try store.applyAnswers(accepted: [], rejected: rejected, sent: sent)
+        #expect(outcome.rejections.map { [$0.recordID, $0.localJSON, $0.serverJSON] }
+                == [["r", #"{"n":"newest"}"#, #"{"n":"theirs"}"#], ["s", nil, #"{"m":"theirs"}"#]])
+        #expect(try store.record(id: "r") == #"{"n":"theirs"}"#)
+        #expect(try store.pendingCount() == 0)
+    }
+
     @Test func aNewEpochKeepsAndRebasesPendingChanges() throws {
         let store = try LayerStore.open(directory: temporaryDirectory())
         _ = try store.applySnapshot([ServerRecord(id: "a", revision: 5, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),
@@ -292,6 +319,57 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(outcome.rejections.first?.reason == "payload_too_large")
         #expect(try store.record(id: "a") == #"{"n":0}"#)
         #expect(try store.pendingCount() == 1)
+    }
+
+    /// A change sent and then dropped as too large (a 413 for it alone, from a server or proxy
+    /// with a lower limit) goes alone: the edit queued behind it while it was in flight, the
+    /// user's newest version, stays queued and is sent in its place (rule 5; it used to go
+    /// with the dropped change, unreported).
+    @Test func aDroppedChangeKeepsTheEditsQueuedBehindIt() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                    epoch: "e1", revision: 1)
+        let large = #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#
+        try store.updateRecord(id: "a", content: large)
+        let sent = try store.nextBatch(maxBytes: 100_000).batch
+        try store.updateRecord(id: "a", content: #"{"n":"fixed"}"#)  // while it is in flight
+        #expect(try store.pendingCount() == 2)
+        let outcome = try store.dropChange(sent[0], reason: "payload_too_large")
+        #expect(outcome.rejections.map { [$0.recordID, $0.localJSON, $0.serverJSON] } == [["a", large, #"{"n":0}"#]])
+        #expect(outcome.changes.updated.isEmpty)  // the local record keeps the newest edit
+        #expect(try store.record(id: "a") == #"{"n":"fixed"}"#)
+        #expect(try store.pendingCount() == 1)
+        let next = try store.nextBatch(maxBytes: 100_000).batch
+        #expect(next.map(\.recordID) == ["a"])
+        let payload = try JSONValue.parse(try #require(next.first, "nothing left to send").payload)
+        #expect(payload["op"]?.stringValue == "update" && payload["base_revision"]?.int64Value == 1)
+        #expect(payload["content"]?["n"]?.stringValue == "fixed")
+    }
+
+    /// A dropped create never reached the server: the update queued behind it becomes the
+    /// create, and a delete queued behind it has nothing to delete and goes too.
+    @Test func aDroppedCreateHandsTheCreateToTheEditBehindIt() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        let large = #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#
+        try store.createRecord(id: "a", content: large)
+        try store.createRecord(id: "b", content: large)
+        let sent = try store.nextBatch(maxBytes: 100_000).batch
+        #expect(sent.map(\.recordID) == ["a", "b"])
+        try store.updateRecord(id: "a", content: #"{"n":"fixed"}"#)
+        _ = try store.deleteRecord(id: "b")
+        #expect(try store.pendingCount() == 4)
+        let droppedA = try store.dropChange(sent[0], reason: "payload_too_large")
+        #expect(droppedA.rejections.map { [$0.recordID, $0.localJSON, $0.serverJSON] } == [["a", large, nil]])
+        #expect(try store.record(id: "a") == #"{"n":"fixed"}"#)
+        let droppedB = try store.dropChange(sent[1], reason: "payload_too_large")
+        #expect(droppedB.rejections.map(\.recordID) == ["b"] && droppedB.changes.deleted.isEmpty)
+        #expect(try store.record(id: "b") == nil)
+        #expect(try store.pendingCount() == 1)
+        let next = try store.nextBatch(maxBytes: 100_000).batch
+        #expect(next.map(\.recordID) == ["a"])
+        let payload = try JSONValue.parse(try #require(next.first, "nothing left to send").payload)
+        #expect(payload["op"]?.stringValue == "create" && payload["base_revision"] == nil)
+        #expect(payload["content"]?["n"]?.stringValue == "fixed")
     }
 
     @Test func deletingARootDeletesItsComments() throws {

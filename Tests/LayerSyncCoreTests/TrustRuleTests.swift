@@ -225,6 +225,53 @@ final class TrustRuleTests {
         try a.client.shutdown()
     }
 
+    /// A change in flight that turns out too large alone (413) is dropped alone: the edit the
+    /// user made meanwhile, queued behind it, is sent in its place, for an update and for a
+    /// create (which the edit then carries). Before, the edit went with the dropped change,
+    /// unreported, and the record reverted to the server's version.
+    @Test func anEditMadeWhileATooLargeChangeIsInFlightIsSentInItsPlace() throws {
+        try server.upload(documentID: "doc")
+        let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let proxy = try FaultProxy(upstreamPort: server.port) { head in
+            guard head.hasPrefix("POST "), head.contains("/sync "),
+                  let line = head.split(separator: "\r\n").first(where: { $0.lowercased().hasPrefix("content-length:") }),
+                  let length = Int(line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)),
+                  length > 6000 else { return .forward }
+            entered.signal()  // the large change is in flight: the test edits now
+            _ = release.wait(timeout: .now() + 20)
+            return .reply(413)
+        }
+        defer { proxy.stop() }
+        let a = try makeClient("a", url: proxy.url)
+        let document = try downloaded(a, documentID: "doc")
+        let huge = String(repeating: "x", count: 7000)
+        let updated = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("small")))["id"]?.stringValue)
+        #expect(try sync(a, document) == nil)
+
+        for (id, first) in [(updated, { _ = try document.updateAnnotation(json: TestServer.note(huge, id: updated)) }),
+                            ("created-large", { _ = try document.createAnnotation(json: TestServer.note(huge, id: "created-large")) })] {
+            try first()
+            let start = a.events.count
+            try document.sync()
+            #expect(entered.wait(timeout: .now() + 30) == .success, "the large change was not sent")
+            _ = try document.updateAnnotation(json: TestServer.note("fixed \(id)", id: id))  // while it is in flight
+            release.signal()
+            let end = try #require(a.events.waitForSyncEnd(document, after: start))
+            #expect(end == nil, "\(String(describing: end))")
+            #expect(!document.hasUnsyncedChanges)
+            let rejected = a.events.all[start...].flatMap { event -> [RejectedChange] in
+                if case .didRejectChanges(_, let list) = event { return list }
+                return []
+            }
+            #expect(rejected.map { [$0.recordID, $0.reason] } == [[id, "payload_too_large"]])
+            #expect(rejected.first?.localJSON?.contains(huge) == true)  // the dropped version is reported
+            let remote = try server.serverAnnotations(documentID: "doc")
+            #expect(remote[id]?["note"]?.stringValue == "fixed \(id)", "\(String(describing: remote[id]))")
+            #expect(try JSONValue.parse(try #require(try document.record(idOrNil: id)))["note"]?.stringValue == "fixed \(id)")
+        }
+        try a.client.shutdown()
+    }
+
     // MARK: Rule 6: an expired token mid-batch
 
     @Test func anAuthFailureIsReportedOnceWithoutARetryStormAndNothingIsLost() throws {
