@@ -111,6 +111,9 @@ extension LayerStore {
             let change = PendingChange(sequence: sequence, changeID: changeID, recordID: recordID,
                                        operation: operation, payload: payload, contentRange: contentRange)
             if size > limits.maxChangeBytes {
+                // Frozen too: it is dropped later (after a request in flight ended), and an edit
+                // made meanwhile must get a row of its own behind it, not be dropped with it.
+                if !attempted { toFreeze.append((sequence, base)) }
                 oversized.append(change)
                 return true
             }
@@ -215,7 +218,11 @@ extension LayerStore {
     func dropChange(_ change: PendingChange, reason: String) throws(LayerSyncError) -> ServerChangeOutcome {
         try transaction(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
-            let local = try db.query("SELECT content FROM pending_changes WHERE seq = ?", [.integer(change.sequence)]).first?.first?.text
+            // A change no longer queued (re-based, superseded) has nothing to drop: the record's
+            // rows, if any, are not behind it.
+            guard let row = try db.query("SELECT content FROM pending_changes WHERE seq = ? AND change_id = ?",
+                                         [.integer(change.sequence), .text(change.changeID)]).first else { return outcome }
+            let local = row[0].text
             let server = try Self.serverVersion(db, id: change.recordID)
             outcome.rejections.append(RejectedChange(recordID: change.recordID, reason: reason, localJSON: local,
                                                      serverJSON: server?.contentText))

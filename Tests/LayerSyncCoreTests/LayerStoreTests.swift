@@ -372,6 +372,56 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(payload["content"]?["n"]?.stringValue == "fixed")
     }
 
+    /// A change over the size limit comes back from `nextBatch` in `oversized` and is dropped
+    /// later (in the sync cycle: after the request in flight ends). An edit made in between —
+    /// typically the fix of what was too large — must not be dropped with it.
+    @Test func anEditMadeBeforeAnOversizedChangeIsDroppedStaysQueued() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),
+                                     ServerRecord(id: "b", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                    epoch: "e1", revision: 1)
+        let large = #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#
+        try store.updateRecord(id: "a", content: large)
+        try store.updateRecord(id: "b", content: large)
+        let taken = try store.nextBatch(maxBytes: 100_000, maxChangeBytes: 1000)
+        #expect(taken.batch.isEmpty && taken.oversized.map(\.recordID) == ["a", "b"])
+        try store.updateRecord(id: "a", content: #"{"n":"fixed"}"#)  // before the drop
+        _ = try store.deleteRecord(id: "b")
+        let droppedA = try store.dropChange(taken.oversized[0], reason: "payload_too_large")
+        let droppedB = try store.dropChange(taken.oversized[1], reason: "payload_too_large")
+        #expect(droppedA.rejections.first?.localJSON == large && droppedB.rejections.first?.localJSON == large)
+        #expect(try store.record(id: "a") == #"{"n":"fixed"}"#)
+        #expect(try store.record(id: "b") == nil)
+        #expect(try store.pendingCount() == 2)
+        let next = try store.nextBatch(maxBytes: 100_000, maxChangeBytes: 1000).batch
+        #expect(next.map(\.recordID) == ["a", "b"])
+        let payloads = try next.map { try JSONValue.parse($0.payload) }
+        #expect(payloads.map { $0["op"]?.stringValue } == ["update", "delete"])
+        #expect(payloads.first?["content"]?["n"]?.stringValue == "fixed")
+    }
+
+    /// A drop of a change that is no longer queued (a rebase replaced it) changes nothing: in
+    /// particular the record's new change is not turned into a create.
+    @Test func droppingAChangeNoLongerQueuedChangesNothing() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([], epoch: "e1", revision: 0)
+        let large = #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#
+        try store.createRecord(id: "a", content: large)
+        let oversized = try store.nextBatch(maxBytes: 100_000, maxChangeBytes: 1000).oversized
+        #expect(oversized.map(\.recordID) == ["a"])
+        // A new epoch whose snapshot has the record: the create is re-based into an update.
+        let rebased = try store.applySnapshot([ServerRecord(id: "a", revision: 3, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                              epoch: "e2", revision: 3)
+        #expect(rebased.rebased == ["a"])
+        let outcome = try store.dropChange(oversized[0], reason: "payload_too_large")
+        #expect(outcome.rejections.isEmpty)
+        #expect(try store.pendingCount() == 1)
+        let row = try store.nextBatch(maxBytes: 100_000).batch
+        #expect(row.map(\.recordID) == ["a"])
+        let payload = try JSONValue.parse(try #require(row.first).payload)
+        #expect(payload["op"]?.stringValue == "update" && payload["base_revision"]?.int64Value == 3)
+    }
+
     @Test func deletingARootDeletesItsComments() throws {
         let store = try LayerStore.open(directory: temporaryDirectory())
         try store.createRecord(id: "root", content: #"{"type":"pspdfkit/note"}"#)

@@ -272,6 +272,64 @@ final class TrustRuleTests {
         try a.client.shutdown()
     }
 
+    /// A change over the client's limit found while the previous request is in flight (the
+    /// pipelined next batch) is dropped only when that request ends. An edit made in between —
+    /// the fix of what was too large — must be sent, not dropped with it.
+    @Test func anEditOfAnOversizedChangeFoundWhilePipeliningIsSent() throws {
+        let limited = try TestServer(extraArguments: ["--max-request-bytes", "4096"])
+        defer { limited.stop() }
+        try limited.upload(documentID: "doc")
+        let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let held = Atomic<Int>(0)
+        let proxy = try FaultProxy(upstreamPort: limited.port) { head in
+            guard head.hasPrefix("POST "), head.contains("/sync "), held.add(1, ordering: .relaxed).newValue == 1 else { return .forward }
+            entered.signal()  // the first request is in flight (the next batch is frozen meanwhile)
+            _ = release.wait(timeout: .now() + 20)
+            return .forward
+        }
+        defer { proxy.stop() }
+        let a = try limited.makeClient("a", url: proxy.url)
+        #expect(try #require(a.events.waitForValidation()).map(\.maxRequestBytes).get() == 4096)
+        let document = try a.client.document(forJWT: try limited.token(documentID: "doc"))
+        try document.download()
+        #expect(try #require(a.events.waitForDownload(document)) == nil)
+        let half = String(repeating: "h", count: 2000)
+        _ = try document.createAnnotation(json: TestServer.note(half, id: "first"))   // batch 1
+        _ = try document.createAnnotation(json: TestServer.note(half, id: "second"))  // batch 2 (no room in 1)
+        _ = try document.createAnnotation(json: TestServer.note(String(repeating: "x", count: 5000), id: "big"))
+        let start = a.events.count
+        try document.sync()
+        #expect(entered.wait(timeout: .now() + 30) == .success, "nothing was sent")
+        // The next batch is taken meanwhile, "big" with it as oversized (and frozen): wait for that.
+        let deadline = Date().addingTimeInterval(30)
+        func bigIsFrozen() throws -> Bool {
+            try document.store.withDatabase { db throws(LayerSyncError) in
+                try db.query("SELECT attempted FROM pending_changes WHERE record_id = 'big'").first?.first?.integer == 1
+            }
+        }
+        while try !bigIsFrozen() {
+            try #require(Date() < deadline, "the pipelined batch never took the oversized change")
+            usleep(10_000)
+        }
+        _ = try document.updateAnnotation(json: TestServer.note("fixed", id: "big"))
+        release.signal()
+        let end = try #require(a.events.waitForSyncEnd(document, after: start))
+        #expect(end == nil, "\(String(describing: end))")
+        if document.hasUnsyncedChanges { _ = try #require(a.events.waitForSyncEnd(document, after: a.events.count)) }
+        let rejected = a.events.all[start...].flatMap { event -> [RejectedChange] in
+            if case .didRejectChanges(_, let list) = event { return list }
+            return []
+        }
+        #expect(rejected.map { [$0.recordID, $0.reason] } == [["big", "payload_too_large"]])
+        #expect(rejected.first?.localJSON?.contains("xxxx") == true, "\(String(describing: rejected.first?.localJSON))")
+        let local = try document.record(idOrNil: "big")
+        #expect(local.map { try? JSONValue.parse($0)["note"]?.stringValue } == "fixed", "\(String(describing: local))")
+        let remote = try limited.serverAnnotations(documentID: "doc")
+        #expect(remote["big"]?["note"]?.stringValue == "fixed", "\(String(describing: remote["big"]))")
+        #expect(remote["first"] != nil && remote["second"] != nil)
+        try a.client.shutdown()
+    }
+
     // MARK: Rule 6: an expired token mid-batch
 
     @Test func anAuthFailureIsReportedOnceWithoutARetryStormAndNothingIsLost() throws {
