@@ -2,7 +2,7 @@
 /// answers, and re-basing on a new snapshot.
 extension LayerStore {
     /// A batch of changes to send, and the changes that can never be sent (each alone over
-    /// the size limit; not frozen).
+    /// the size limit; frozen like the batch, and dropped by the sync cycle).
     typealias Batch = (batch: [PendingChange], oversized: [PendingChange])
 
     /// How ``nextBatch(_:)`` fills a batch.
@@ -60,7 +60,7 @@ extension LayerStore {
     ///   - maxChangeBytes: Size a single change may never exceed (the server's limit);
     ///     defaults to `maxBytes`.
     ///   - maxCount: Maximum number of changes.
-    /// - Returns: The batch, and changes that alone exceed `maxChangeBytes` (not frozen).
+    /// - Returns: The batch, and changes that alone exceed `maxChangeBytes` (frozen too, so that an edit made before they are dropped gets a row of its own behind them).
     /// - Throws: `.databaseAccessFailed`.
     func nextBatch(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = defaultBatchCount) throws(LayerSyncError) -> Batch {
         try nextBatch(BatchLimits(maxBytes: maxBytes, maxChangeBytes: maxChangeBytes, maxCount: maxCount))
