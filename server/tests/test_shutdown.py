@@ -254,6 +254,20 @@ def test_a_stuck_write_does_not_hold_the_exit_past_the_bound(tmp_path, keys):
         stop_server(process, server)
 
 
+@contextlib.contextmanager
+def _stalled_write(server: Server):
+    """A sync write whose body stops halfway (a stalled client): the request is in flight,
+    reading its body, until the block ends."""
+    doc = server.new_document()
+    body = json.dumps({"client_id": "t", "since": 0,
+                       "changes": [change("create", "stalled", note())]}).encode()
+    with _connect(server) as write:
+        write.sendall(_request_head("POST", f"{server.layer_url(doc)}/sync",
+                                    server.auth(doc), len(body)) + body[:len(body) // 2])
+        time.sleep(0.3)  # the request is in flight, reading its body
+        yield write
+
+
 def test_a_request_still_in_flight_at_the_timeout_makes_the_exit_status_1(tmp_path, keys):
     """A write whose body never finishes arriving (a stalled client) is abandoned at
     ``shutdown_timeout_s``: the server stops right then, without the watchdog, and
@@ -264,13 +278,7 @@ def test_a_request_still_in_flight_at_the_timeout_makes_the_exit_status_1(tmp_pa
                                    "--shutdown-timeout-s", str(timeout_s),
                                    stderr_path=stderr_path)
     try:
-        doc = server.new_document()
-        body = json.dumps({"client_id": "t", "since": 0,
-                           "changes": [change("create", "stalled", note())]}).encode()
-        with _connect(server) as write:
-            write.sendall(_request_head("POST", f"{server.layer_url(doc)}/sync",
-                                        server.auth(doc), len(body)) + body[:len(body) // 2])
-            time.sleep(0.3)  # the request is in flight, reading its body
+        with _stalled_write(server):
             process.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             assert process.wait(timeout=timeout_s + EXIT_GRACE_S + 10) == FORCED_EXIT_STATUS
@@ -294,13 +302,7 @@ def test_a_second_sigint_stops_without_waiting_and_exits_1(tmp_path, keys):
     process, server = start_server(tmp_path, str(tmp_path / "store.sqlite"), *keys,
                                    "--shutdown-timeout-s", "60", stderr_path=stderr_path)
     try:
-        doc = server.new_document()
-        body = json.dumps({"client_id": "t", "since": 0,
-                           "changes": [change("create", "stalled", note())]}).encode()
-        with _connect(server) as write:
-            write.sendall(_request_head("POST", f"{server.layer_url(doc)}/sync",
-                                        server.auth(doc), len(body)) + body[:len(body) // 2])
-            time.sleep(0.3)  # the request is in flight, reading its body
+        with _stalled_write(server):
             process.send_signal(signal.SIGINT)
             time.sleep(0.5)
             assert process.poll() is None  # the first Ctrl-C waits for the write
