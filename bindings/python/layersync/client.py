@@ -1046,7 +1046,9 @@ class Client(_CallsIntoC):
         """Tells the engine whether the host has network access. ``False``: no requests are
         made, syncs fail with ``REQUEST_FAILED`` and edits stay pending; ``True``: resume.
         The explicit call wins over the delegate's ``is_network_available`` hint: False holds
-        whatever the hint answers, True also clears the hint's last False."""
+        whatever the hint answers, True also clears the hint's last False, and no answer to
+        an ask for a failure before this call (nor one given during it) can undo it
+        (docs/threading.md §8)."""
         err = _Error()
         rc = self._invoke("layersync_client_set_network_available", bool(available), err.ref)
         check(self._lib, rc, err.struct)
