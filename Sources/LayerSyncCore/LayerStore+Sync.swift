@@ -218,29 +218,39 @@ extension LayerStore {
     func dropChange(_ change: PendingChange, reason: String) throws(LayerSyncError) -> ServerChangeOutcome {
         try transaction(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
-            // A change no longer queued (re-based, superseded) has nothing to drop: the record's
-            // rows, if any, are not behind it.
-            guard let row = try db.query("SELECT content FROM pending_changes WHERE seq = ? AND change_id = ?",
-                                         [.integer(change.sequence), .text(change.changeID)]).first else { return outcome }
-            let local = row[0].text
-            let server = try Self.serverVersion(db, id: change.recordID)
-            outcome.rejections.append(RejectedChange(recordID: change.recordID, reason: reason, localJSON: local,
-                                                     serverJSON: server?.contentText))
-            try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(change.sequence)])
-            var behind = try db.query("SELECT seq, op FROM pending_changes WHERE record_id = ? ORDER BY seq",
-                                      [.text(change.recordID)])
-            if change.operation == .create {
-                while let next = behind.first, next[1].text == PendingChange.Operation.delete.rawValue, let seq = next[0].integer {
-                    try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(seq)])
-                    behind.removeFirst()
-                }
-                if let next = behind.first, next[1].text == PendingChange.Operation.update.rawValue, let seq = next[0].integer {
-                    try db.query("UPDATE pending_changes SET op = 'create', base_revision = NULL WHERE seq = ?", [.integer(seq)])
-                }
-            }
-            if behind.isEmpty { try Self.adopt(db, id: change.recordID, server: server, into: &outcome) }
+            _ = try Self.dropAlone(db, sequence: change.sequence, changeID: change.changeID, recordID: change.recordID,
+                                   reason: reason, into: &outcome)
             return outcome
         }
+    }
+
+    /// The body of ``dropChange(_:reason:)`` (inside a transaction), also used for a change the
+    /// server rejected as `invalid`: a change of its own record queued behind it may be its fix.
+    /// - Returns: How many rows left `pending_changes`, or `nil` when the change is no longer
+    ///   queued (re-based, superseded: the record's rows, if any, are not behind it), which
+    ///   changes nothing.
+    static func dropAlone(_ db: SQLiteDatabase, sequence: Int64, changeID: String, recordID: String, reason: String,
+                          into outcome: inout ServerChangeOutcome) throws(LayerSyncError) -> Int? {
+        guard let row = try db.query("SELECT content, op FROM pending_changes WHERE seq = ? AND change_id = ?",
+                                     [.integer(sequence), .text(changeID)]).first else { return nil }
+        let server = try serverVersion(db, id: recordID)
+        outcome.rejections.append(RejectedChange(recordID: recordID, reason: reason, localJSON: row[0].text,
+                                                 serverJSON: server?.contentText))
+        try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(sequence)])
+        var removed = 1
+        var behind = try db.query("SELECT seq, op FROM pending_changes WHERE record_id = ? ORDER BY seq", [.text(recordID)])
+        if row[1].text == PendingChange.Operation.create.rawValue {
+            while let next = behind.first, next[1].text == PendingChange.Operation.delete.rawValue, let seq = next[0].integer {
+                try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(seq)])
+                removed += 1
+                behind.removeFirst()
+            }
+            if let next = behind.first, next[1].text == PendingChange.Operation.update.rawValue, let seq = next[0].integer {
+                try db.query("UPDATE pending_changes SET op = 'create', base_revision = NULL WHERE seq = ?", [.integer(seq)])
+            }
+        }
+        if behind.isEmpty { try adopt(db, id: recordID, server: server, into: &outcome) }
+        return removed
     }
 
     /// An accepted change from a sync answer.
@@ -356,8 +366,15 @@ extension LayerStore {
             }
         }
         for answer in rejected {
-            guard let sequence = try queuedSequence(db, answer.changeID, sent: lookup.change(answer.changeID)),
-                  try !db.query("SELECT 1 FROM pending_changes WHERE seq = ? AND change_id = ?",
+            guard let sequence = try queuedSequence(db, answer.changeID, sent: lookup.change(answer.changeID)) else { continue }
+            if answer.reason == "invalid" {
+                // Nothing to do with other writers: like a change too large, it goes alone, and an
+                // edit queued behind it (often its fix) is sent in its place.
+                removed += try dropAlone(db, sequence: sequence, changeID: answer.changeID, recordID: answer.recordID,
+                                         reason: answer.reason, into: &outcome) ?? 0
+                continue
+            }
+            guard try !db.query("SELECT 1 FROM pending_changes WHERE seq = ? AND change_id = ?",
                                 [.integer(sequence), .text(answer.changeID)]).isEmpty,
                   let row = try db.query("SELECT content FROM pending_changes WHERE record_id = ? ORDER BY seq DESC LIMIT 1",
                                          [.text(answer.recordID)]).first

@@ -372,6 +372,37 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(payload["content"]?["n"]?.stringValue == "fixed")
     }
 
+    /// A change the server rejects as `invalid` goes alone, like one too large: the record
+    /// reverts to its last known server version (it used to be deleted locally, as if the server
+    /// had no such record), and an edit queued behind it, often its fix, is sent in its place.
+    @Test func anInvalidChangeGoesAloneAndTheRecordKeepsItsServerVersion() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),
+                                     ServerRecord(id: "b", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
+                                    epoch: "e1", revision: 1)
+        try store.updateRecord(id: "a", content: #"{"n":"bad"}"#)
+        try store.updateRecord(id: "b", content: #"{"n":"bad"}"#)
+        try store.createRecord(id: "c", content: #"{"n":"bad"}"#)
+        let sent = try store.nextBatch(maxBytes: 100_000).batch
+        #expect(sent.map(\.recordID) == ["a", "b", "c"])
+        try store.updateRecord(id: "b", content: #"{"n":"fixed"}"#)  // while the request is in flight
+        try store.updateRecord(id: "c", content: #"{"n":"fixed"}"#)
+        let rejected = sent.map { LayerStore.RejectedChangeAnswer(changeID: $0.changeID, recordID: $0.recordID,
+                                                                  reason: "invalid", serverRecord: nil) }
+        let outcome = try store.applyAnswers(accepted: [], rejected: rejected, sent: sent)
+        #expect(outcome.rejections.map { [$0.recordID, $0.localJSON, $0.serverJSON] }
+                == [["a", #"{"n":"bad"}"#, #"{"n":0}"#], ["b", #"{"n":"bad"}"#, #"{"n":0}"#], ["c", #"{"n":"bad"}"#, nil]])
+        #expect(try store.record(id: "a") == #"{"n":0}"#)
+        #expect(try store.record(id: "b") == #"{"n":"fixed"}"#)
+        #expect(try store.record(id: "c") == #"{"n":"fixed"}"#)
+        #expect(try store.pendingCount() == 2)
+        let next = try store.nextBatch(maxBytes: 100_000).batch
+        let payloads = try next.map { try JSONValue.parse($0.payload) }
+        #expect(next.map(\.recordID) == ["b", "c"])
+        #expect(payloads.map { $0["op"]?.stringValue } == ["update", "create"])
+        #expect(payloads.first?["base_revision"]?.int64Value == 1)
+    }
+
     /// A change over the size limit comes back from `nextBatch` in `oversized` and is dropped
     /// later (in the sync cycle: after the request in flight ends). An edit made in between —
     /// typically the fix of what was too large — must not be dropped with it.
