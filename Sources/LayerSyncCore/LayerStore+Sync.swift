@@ -60,7 +60,8 @@ extension LayerStore {
     ///   - maxChangeBytes: Size a single change may never exceed (the server's limit);
     ///     defaults to `maxBytes`.
     ///   - maxCount: Maximum number of changes.
-    /// - Returns: The batch, and changes that alone exceed `maxChangeBytes` (frozen too, so that an edit made before they are dropped gets a row of its own behind them).
+    /// - Returns: The batch, and changes that alone exceed `maxChangeBytes` (frozen too, so that
+    ///   an edit made before they are dropped gets a row of its own behind them).
     /// - Throws: `.databaseAccessFailed`.
     func nextBatch(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = defaultBatchCount) throws(LayerSyncError) -> Batch {
         try nextBatch(BatchLimits(maxBytes: maxBytes, maxChangeBytes: maxChangeBytes, maxCount: maxCount))

@@ -41,6 +41,12 @@ final class FaultProxy: @unchecked Sendable {
     /// Request lines seen so far (`"POST /sync/v1/... HTTP/1.1"`).
     var requestLines: [String] { log.withLock { $0 } }
 
+    /// The `Content-Length` of a request, from the head a rule is given; `nil` without one.
+    static func contentLength(_ head: String) -> Int? {
+        head.lowercased().split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
+            .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) }
+    }
+
     /// Creates a proxy in front of `127.0.0.1:upstreamPort` and starts accepting.
     init(upstreamPort: Int, rule: @escaping @Sendable (String) -> Action = { _ in .forward }) throws {
         self.upstreamPort = upstreamPort

@@ -15,6 +15,18 @@ func temporaryDirectory(_ name: String = "store") -> String {
         }
     }
 
+    /// A record content of over 5000 bytes: past every size limit these tests set.
+    private static let large = #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#
+
+    /// A new store holding a downloaded snapshot (epoch `e1`, revision 1) in which each of `ids`
+    /// is `{"n":0}` at server revision 1.
+    private func downloadedStore(serverRecords ids: String...) throws -> LayerStore {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        _ = try store.applySnapshot(try ids.map { ServerRecord(id: $0, revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)) },
+                                    epoch: "e1", revision: 1)
+        return store
+    }
+
     @Test func aWriteIsReadableAfterReopeningTheFile() throws {
         let directory = temporaryDirectory()
         do {
@@ -310,7 +322,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
         let store = try LayerStore.open(directory: temporaryDirectory())
         _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
                                     epoch: "e1", revision: 1)
-        try store.updateRecord(id: "a", content: #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#)
+        try store.updateRecord(id: "a", content: Self.large)
         try store.createRecord(id: "b", content: #"{"n":1}"#)
         let (batch, oversized) = try store.nextBatch(maxBytes: 1000)
         #expect(oversized.map(\.recordID) == ["a"])
@@ -326,10 +338,8 @@ func temporaryDirectory(_ name: String = "store") -> String {
     /// user's newest version, stays queued and is sent in its place (rule 5; it used to go
     /// with the dropped change, unreported).
     @Test func aDroppedChangeKeepsTheEditsQueuedBehindIt() throws {
-        let store = try LayerStore.open(directory: temporaryDirectory())
-        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
-                                    epoch: "e1", revision: 1)
-        let large = #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#
+        let store = try downloadedStore(serverRecords: "a")
+        let large = Self.large
         try store.updateRecord(id: "a", content: large)
         let sent = try store.nextBatch(maxBytes: 100_000).batch
         try store.updateRecord(id: "a", content: #"{"n":"fixed"}"#)  // while it is in flight
@@ -350,7 +360,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
     /// create, and a delete queued behind it has nothing to delete and goes too.
     @Test func aDroppedCreateHandsTheCreateToTheEditBehindIt() throws {
         let store = try LayerStore.open(directory: temporaryDirectory())
-        let large = #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#
+        let large = Self.large
         try store.createRecord(id: "a", content: large)
         try store.createRecord(id: "b", content: large)
         let sent = try store.nextBatch(maxBytes: 100_000).batch
@@ -376,10 +386,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
     /// reverts to its last known server version (it used to be deleted locally, as if the server
     /// had no such record), and an edit queued behind it, often its fix, is sent in its place.
     @Test func anInvalidChangeGoesAloneAndTheRecordKeepsItsServerVersion() throws {
-        let store = try LayerStore.open(directory: temporaryDirectory())
-        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),
-                                     ServerRecord(id: "b", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
-                                    epoch: "e1", revision: 1)
+        let store = try downloadedStore(serverRecords: "a", "b")
         try store.updateRecord(id: "a", content: #"{"n":"bad"}"#)
         try store.updateRecord(id: "b", content: #"{"n":"bad"}"#)
         try store.createRecord(id: "c", content: #"{"n":"bad"}"#)
@@ -407,11 +414,8 @@ func temporaryDirectory(_ name: String = "store") -> String {
     /// later (in the sync cycle: after the request in flight ends). An edit made in between —
     /// typically the fix of what was too large — must not be dropped with it.
     @Test func anEditMadeBeforeAnOversizedChangeIsDroppedStaysQueued() throws {
-        let store = try LayerStore.open(directory: temporaryDirectory())
-        _ = try store.applySnapshot([ServerRecord(id: "a", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),
-                                     ServerRecord(id: "b", revision: 1, deleted: false, content: try JSONValue.parse(#"{"n":0}"#))],
-                                    epoch: "e1", revision: 1)
-        let large = #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#
+        let store = try downloadedStore(serverRecords: "a", "b")
+        let large = Self.large
         try store.updateRecord(id: "a", content: large)
         try store.updateRecord(id: "b", content: large)
         let taken = try store.nextBatch(maxBytes: 100_000, maxChangeBytes: 1000)
@@ -436,7 +440,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
     @Test func droppingAChangeNoLongerQueuedChangesNothing() throws {
         let store = try LayerStore.open(directory: temporaryDirectory())
         _ = try store.applySnapshot([], epoch: "e1", revision: 0)
-        let large = #"{"n":""# + String(repeating: "x", count: 5000) + #""}"#
+        let large = Self.large
         try store.createRecord(id: "a", content: large)
         let oversized = try store.nextBatch(maxBytes: 100_000, maxChangeBytes: 1000).oversized
         #expect(oversized.map(\.recordID) == ["a"])

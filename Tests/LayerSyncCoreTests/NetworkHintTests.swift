@@ -49,6 +49,14 @@ final class NetworkHintTests {
             }
         }
 
+        /// Makes the next call wait: it signals the first semaphore returned when it begins and
+        /// answers once the test signals the second.
+        func holdNextCall() -> (entered: DispatchSemaphore, release: DispatchSemaphore) {
+            let held = (entered: DispatchSemaphore(value: 0), release: DispatchSemaphore(value: 0))
+            hold.withLock { $0 = held }
+            return held
+        }
+
         /// Waits (at most `timeout` seconds) until `condition` holds.
         func wait(timeout: Double = 30, _ condition: (Hint) -> Bool) -> Bool {
             let deadline = Date().addingTimeInterval(timeout)
@@ -195,8 +203,7 @@ final class NetworkHintTests {
         let a = try makeClient("a", hint: hint)
         network(down: true)
         hint.answer.store(false, ordering: .releasing)
-        let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
-        hint.hold.withLock { $0 = (entered, release) }
+        let (entered, release) = hint.holdNextCall()
         let id = try note(a, "explicit true while the hint answers")
         let start = a.events.count
 
@@ -282,8 +289,7 @@ final class NetworkHintTests {
         _ = try note(a, "dropped answer")
         #expect(try sync(a)?.code == .requestFailed)
         a.client.setNetworkAvailable(false)
-        let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
-        hint.hold.withLock { $0 = (entered, release) }
+        let (entered, release) = hint.holdNextCall()
         #expect(entered.wait(timeout: .now() + 30) == .success, "no periodic ask")
         a.client.setNetworkAvailable(false)  // the host speaks while the hint answers
         hint.answer.store(true, ordering: .releasing)

@@ -83,8 +83,7 @@ final class PipelinedSyncTests {
             guard head.hasPrefix("POST ") else { return .forward }
             // A 413 for a request of one change rejects that change (by design), so only
             // requests of several changes get one.
-            let length = head.lowercased().split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
-                .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
+            let length = FaultProxy.contentLength(head) ?? 0
             switch random.withLock({ $0.next() % 100 }) {
             case 0..<12: return .dropResponse
             case 12..<20 where length > 1500: return .reply(413)

@@ -42,11 +42,18 @@ final class TrustRuleTests {
         Issue.record("\(document.documentID) did not reach a clean sync")
     }
 
-    func rejections(_ client: Client) -> [RejectedChange] {
-        client.events.all.flatMap { event -> [RejectedChange] in
+    /// Every change reported rejected (in events recorded at index `start` or later).
+    func rejections(_ client: Client, after start: Int = 0) -> [RejectedChange] {
+        client.events.all[start...].flatMap { event -> [RejectedChange] in
             if case .didRejectChanges(_, let list) = event { return list }
             return []
         }
+    }
+
+    /// The body size of a `POST .../sync` request, from the head a ``FaultProxy`` rule sees;
+    /// `nil` for any other request.
+    static func syncBodyLength(_ head: String) -> Int? {
+        head.hasPrefix("POST ") && head.contains("/sync ") ? FaultProxy.contentLength(head) : nil
     }
 
     func localRecords(_ document: DocumentDescriptor) throws -> [String: JSONValue] {
@@ -195,9 +202,7 @@ final class TrustRuleTests {
         try server.upload(documentID: "doc")
         // The server advertises 4 MiB; the proxy refuses bodies over 6000 bytes with 413.
         let proxy = try FaultProxy(upstreamPort: server.port) { head in
-            guard head.hasPrefix("POST "), head.contains("/sync "),
-                  let line = head.split(separator: "\r\n").first(where: { $0.lowercased().hasPrefix("content-length:") }),
-                  let length = Int(line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) else { return .forward }
+            guard let length = Self.syncBodyLength(head) else { return .forward }
             return length > 6000 ? .reply(413) : .forward
         }
         defer { proxy.stop() }
@@ -233,10 +238,7 @@ final class TrustRuleTests {
         try server.upload(documentID: "doc")
         let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
         let proxy = try FaultProxy(upstreamPort: server.port) { head in
-            guard head.hasPrefix("POST "), head.contains("/sync "),
-                  let line = head.split(separator: "\r\n").first(where: { $0.lowercased().hasPrefix("content-length:") }),
-                  let length = Int(line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)),
-                  length > 6000 else { return .forward }
+            guard let length = Self.syncBodyLength(head), length > 6000 else { return .forward }
             entered.signal()  // the large change is in flight: the test edits now
             _ = release.wait(timeout: .now() + 20)
             return .reply(413)
@@ -259,10 +261,7 @@ final class TrustRuleTests {
             let end = try #require(a.events.waitForSyncEnd(document, after: start))
             #expect(end == nil, "\(String(describing: end))")
             #expect(!document.hasUnsyncedChanges)
-            let rejected = a.events.all[start...].flatMap { event -> [RejectedChange] in
-                if case .didRejectChanges(_, let list) = event { return list }
-                return []
-            }
+            let rejected = rejections(a, after: start)
             #expect(rejected.map { [$0.recordID, $0.reason] } == [[id, "payload_too_large"]])
             #expect(rejected.first?.localJSON?.contains(huge) == true)  // the dropped version is reported
             let remote = try server.serverAnnotations(documentID: "doc")
@@ -316,10 +315,7 @@ final class TrustRuleTests {
         let end = try #require(a.events.waitForSyncEnd(document, after: start))
         #expect(end == nil, "\(String(describing: end))")
         if document.hasUnsyncedChanges { _ = try #require(a.events.waitForSyncEnd(document, after: a.events.count)) }
-        let rejected = a.events.all[start...].flatMap { event -> [RejectedChange] in
-            if case .didRejectChanges(_, let list) = event { return list }
-            return []
-        }
+        let rejected = rejections(a, after: start)
         #expect(rejected.map { [$0.recordID, $0.reason] } == [["big", "payload_too_large"]])
         #expect(rejected.first?.localJSON?.contains("xxxx") == true, "\(String(describing: rejected.first?.localJSON))")
         let local = try document.record(idOrNil: "big")

@@ -12,8 +12,9 @@
  *
  * --server, --storage and --jwt default to $LAYERSYNC_SERVER, $LAYERSYNC_STORAGE and
  * $LAYERSYNC_JWT, as in the Python package's `layersync` CLI (the former $LAYERSYNC_SERVER_URL
- * is still read when $LAYERSYNC_SERVER is unset). Every command except `download` downloads first when needed. The local
- * store survives between runs: `add` in one run and `sync` in the next is fine.
+ * is still read when $LAYERSYNC_SERVER is unset). Every command except `download` downloads
+ * first when needed. The local store survives between runs: `add` in one run and `sync` in the
+ * next is fine.
  *
  * How it uses the library (docs/threading.md): the delegate's callbacks run on the client's
  * callback thread; they only record into `struct app` under its mutex and signal the main

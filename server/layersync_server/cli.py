@@ -31,6 +31,13 @@ def _env(name: str, default=None):
     return os.environ.get(ENV_PREFIX + name, default)
 
 
+def _admin_arguments(command: argparse.ArgumentParser) -> None:
+    """``--url`` and ``--admin-token`` (default ``LAYERSYNC_SERVER_ADMIN_TOKEN``) of a command
+    that talks to a running server's admin API."""
+    command.add_argument("--url", required=True, help="server base URL")
+    command.add_argument("--admin-token", default=_env("ADMIN_TOKEN"), required=_env("ADMIN_TOKEN") is None)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="layersync-server", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -73,16 +80,14 @@ def _parser() -> argparse.ArgumentParser:
 
     upload = sub.add_parser("upload", help="upload a PDF through the admin API")
     upload.add_argument("file", type=Path)
-    upload.add_argument("--url", required=True, help="server base URL")
-    upload.add_argument("--admin-token", default=_env("ADMIN_TOKEN"), required=_env("ADMIN_TOKEN") is None)
+    _admin_arguments(upload)
     upload.add_argument("--document-id")
     upload.add_argument("--title")
 
     export = sub.add_parser("export", help="download a PDF with a layer's synced annotations written in "
                                            "(admin API), or its Instant JSON with --json")
     export.add_argument("document_id")
-    export.add_argument("--url", required=True, help="server base URL")
-    export.add_argument("--admin-token", default=_env("ADMIN_TOKEN"), required=_env("ADMIN_TOKEN") is None)
+    _admin_arguments(export)
     export.add_argument("--layer", default="", help="layer name (default: the default layer)")
     export.add_argument("--json", action="store_true", help="the layer as Instant JSON instead of a PDF")
     export.add_argument("-o", "--output", type=Path, required=True, help="file to write ('-': stdout)")
@@ -169,7 +174,8 @@ def _export(args) -> int:
     if answer is None:
         return 1
     headers, body = answer
-    if str(args.output) == "-":
+    to_stdout = str(args.output) == "-"
+    if to_stdout:
         sys.stdout.buffer.write(body)
         sys.stdout.buffer.flush()
     else:
@@ -177,7 +183,7 @@ def _export(args) -> int:
         tmp.write_bytes(body)
         os.replace(tmp, args.output)  # never a half-written file under the final name
     report = headers.get("LayerSync-Export")  # kept/written/removed/skipped (PDF only)
-    print(f"wrote {len(body)} bytes" + (f" to {args.output}" if str(args.output) != "-" else "")
+    print(f"wrote {len(body)} bytes" + ("" if to_stdout else f" to {args.output}")
           + (f"; {report}" if report else ""), file=sys.stderr)
     return 0
 

@@ -113,6 +113,15 @@ def _wait_for_parked_long_polls(server: Server, count: int) -> None:
         time.sleep(0.02)
 
 
+def _kill_if_running(process: subprocess.Popen, server: Server) -> None:
+    """A test's cleanup: the server process is killed if the test left it running (it
+    failed before the exit it checks), and the test's HTTP client closed."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    server.http.close()
+
+
 def _ids(server: Server, document_id: str) -> set[str]:
     return {record["id"] for record in server.records(document_id)["records"]}
 
@@ -188,10 +197,7 @@ def test_signal_answers_long_polls_finishes_writes_and_exits_0(request, tmp_path
             exited_s = time.monotonic() - signalled
             assert exited_s < 5, f"exited {exited_s:.2f} s after the signal"
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        server.http.close()
+        _kill_if_running(process, server)
 
     log = stderr_path.read_text()
     assert '"level": "error"' not in log, log
@@ -242,10 +248,7 @@ def test_a_stuck_write_does_not_hold_the_exit_past_the_bound(tmp_path, keys):
         write.close()
     finally:
         lock.close()  # rolls back: the server's stuck commit never happened
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        server.http.close()
+        _kill_if_running(process, server)
 
     process, server = start_server(tmp_path, db, *keys)
     try:
@@ -288,10 +291,7 @@ def test_a_request_still_in_flight_at_the_timeout_makes_the_exit_status_1(tmp_pa
         assert "timeout graceful shutdown exceeded" in log, log
         assert "still stopping" not in log, log  # not the watchdog
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        server.http.close()
+        _kill_if_running(process, server)
 
 
 def test_a_second_sigint_stops_without_waiting_and_exits_1(tmp_path, keys):
@@ -316,10 +316,7 @@ def test_a_second_sigint_stops_without_waiting_and_exits_1(tmp_path, keys):
         assert "(second SIGINT)" in log, log
         assert "still stopping" not in log, log  # not the watchdog
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        server.http.close()
+        _kill_if_running(process, server)
 
 
 _SERVE_THEN_KEEP_RUNNING = """

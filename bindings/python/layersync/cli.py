@@ -164,14 +164,20 @@ def _common_options() -> argparse.ArgumentParser:
     return p
 
 
+def _read_file_argument(value: str, what: str) -> str:
+    """The UTF-8 text of the file an ``@FILE`` argument names; a usage error naming ``what``
+    when it can not be read."""
+    try:
+        return Path(value[1:]).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _UsageError(f"cannot read {what}: {exc}") from None
+
+
 def _json_arg(text: str) -> Any:
     if text == "-":
         text = sys.stdin.read()
     elif text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise _UsageError(f"cannot read the JSON file: {exc}") from None
+        text = _read_file_argument(text, "the JSON file")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -331,10 +337,7 @@ def _read_jwt(value: str | None) -> str:
     if not value:
         raise _UsageError("a JWT is required: --jwt JWT|@FILE or LAYERSYNC_JWT")
     if value.startswith("@"):
-        try:
-            return Path(value[1:]).read_text("utf-8").strip()
-        except OSError as exc:
-            raise _UsageError(f"cannot read the JWT file: {exc}") from None
+        return _read_file_argument(value, "the JWT file").strip()
     return value.strip()
 
 
