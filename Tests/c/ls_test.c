@@ -572,12 +572,6 @@ static void done(ls_events *ev)
     pthread_mutex_unlock(&ev->mutex);
 }
 
-static void note_document(ls_events *ev, layersync_document *document)
-{
-    if (document == NULL) ev->null_document = true;
-    ev->last_document = document;
-}
-
 static void on_release_context(void *context)
 {
     ls_events *ev = context;
@@ -602,151 +596,69 @@ static void on_server_did_validate(void *context, const char *info, const layers
     done(ev);
 }
 
-static void on_finish_download(void *context, layersync_document *document)
+/* The per-document callbacks are generated (ls_events.generated.c); these are the steps they
+ * share and what they record beyond their counter, by payload. Each record function runs with
+ * the mutex held, before the event's counter is incremented. */
+
+ls_events *ls_events_enter_document(void *context, layersync_document *document)
 {
     ls_events *ev = enter(context);
-    note_document(ev, document);
-    ev->did_finish_download++;
+    if (document == NULL) ev->null_document = true;
+    ev->last_document = document;
+    return ev;
+}
+
+void ls_events_leave_document(ls_events *ev, ls_document_event event, layersync_document *document)
+{
     leave_locked(ev);
+    if (event == LS_EVENT_DID_FINISH_SYNC && ev->on_finish_sync) ev->on_finish_sync(ev, document);
     done(ev);
 }
 
-static void on_fail_download(void *context, layersync_document *document, const layersync_error *error)
+static void log_error(ls_document_event event, const layersync_error *error)
 {
-    ls_events *ev = enter(context);
-    note_document(ev, document);
-    ev->did_fail_download++;
-    ev->fail_download_code = error ? error->code : -1;
     if (error)
-        fprintf(stderr, "did_fail_download: %s (%d) %s\n", layersync_error_code_name(error->code), (int)error->code,
-                error->message ? error->message : "");
-    leave_locked(ev);
-    done(ev);
+        fprintf(stderr, "%s: %s (%d) %s\n", ls_document_event_names[event], layersync_error_code_name(error->code),
+                (int)error->code, error->message ? error->message : "");
 }
 
-static void on_fail_authentication(void *context, layersync_document *document, const layersync_error *error)
+void ls_events_record_error(ls_events *ev, ls_document_event event, const layersync_error *error)
 {
-    ls_events *ev = enter(context);
-    (void)error;
-    note_document(ev, document);
-    ev->did_fail_authentication++;
-    leave_locked(ev);
-    done(ev);
+    switch (event) {
+    case LS_EVENT_DID_FAIL_DOWNLOAD:
+        ev->fail_download_code = error ? error->code : -1;
+        log_error(event, error);
+        break;
+    case LS_EVENT_DID_FAIL_SYNC:
+        ev->fail_sync_code = error ? error->code : -1;
+        log_error(event, error);
+        break;
+    case LS_EVENT_DID_RESET_LAYER:
+        ev->reset_layer_code = error ? error->code : 0;
+        break;
+    default: /* counted only */
+        break;
+    }
 }
 
-static void on_finish_reauthentication(void *context, layersync_document *document, const char *jwt)
+void ls_events_record_string(ls_events *ev, ls_document_event event, const char *value)
 {
-    ls_events *ev = enter(context);
-    (void)jwt;
-    note_document(ev, document);
-    ev->did_finish_reauthentication++;
-    leave_locked(ev);
-    done(ev);
+    if (event == LS_EVENT_DID_RECEIVE_CHANGES && ev->did_receive_changes < 64)
+        ev->received_changes[ev->did_receive_changes] = value ? strdup(value) : NULL;
 }
 
-static void on_fail_reauthentication(void *context, layersync_document *document, const layersync_error *error)
+void ls_events_record_state(ls_events *ev, ls_document_event event, layersync_document_state_t state)
 {
-    ls_events *ev = enter(context);
-    (void)error;
-    note_document(ev, document);
-    ev->did_fail_reauthentication++;
-    leave_locked(ev);
-    done(ev);
+    if (event == LS_EVENT_DID_CHANGE_SYNC_STATE && ev->did_change_sync_state < LS_MAX_STATES) ev->states[ev->did_change_sync_state] = state;
 }
 
-static void on_begin_sync(void *context, layersync_document *document)
+void ls_events_record_progress(ls_events *ev, ls_document_event event, int64_t done_bytes, int64_t total_bytes)
 {
-    ls_events *ev = enter(context);
-    note_document(ev, document);
-    ev->did_begin_sync++;
-    leave_locked(ev);
-    done(ev);
-}
-
-static void on_change_sync_state(void *context, layersync_document *document, layersync_document_state_t state)
-{
-    ls_events *ev = enter(context);
-    note_document(ev, document);
-    if (ev->state_changes < LS_MAX_STATES) ev->states[ev->state_changes] = state;
-    ev->state_changes++;
-    leave_locked(ev);
-    done(ev);
-}
-
-static void on_fail_sync(void *context, layersync_document *document, const layersync_error *error)
-{
-    ls_events *ev = enter(context);
-    note_document(ev, document);
-    ev->did_fail_sync++;
-    ev->fail_sync_code = error ? error->code : -1;
-    if (error)
-        fprintf(stderr, "did_fail_sync: %s (%d) %s\n", layersync_error_code_name(error->code), (int)error->code,
-                error->message ? error->message : "");
-    leave_locked(ev);
-    done(ev);
-}
-
-static void on_finish_sync(void *context, layersync_document *document)
-{
-    ls_events *ev = enter(context);
-    note_document(ev, document);
-    ev->did_finish_sync++;
-    leave_locked(ev);
-    if (ev->on_finish_sync) ev->on_finish_sync(ev, document);
-    done(ev);
-}
-
-static void on_download_progress(void *context, layersync_document *document, int64_t done_bytes,
-                                 int64_t total_bytes)
-{
-    ls_events *ev = enter(context);
-    note_document(ev, document);
+    if (event != LS_EVENT_DOWNLOAD_PROGRESS) return;
     if (ev->download_progress > 0 && done_bytes < ev->progress_done) ev->progress_went_backwards = true;
     if (total_bytes >= 0 && done_bytes > total_bytes) ev->progress_over_total = true;
-    ev->download_progress++;
     ev->progress_done = done_bytes;
     ev->progress_total = total_bytes;
-    leave_locked(ev);
-    done(ev);
-}
-
-static void on_receive_changes(void *context, layersync_document *document, const char *value)
-{
-    ls_events *ev = enter(context);
-    note_document(ev, document);
-    if (ev->did_receive_changes < 64) ev->received_changes[ev->did_receive_changes] = value ? strdup(value) : NULL;
-    ev->did_receive_changes++;
-    leave_locked(ev);
-    done(ev);
-}
-
-static void on_reject_changes(void *context, layersync_document *document, const char *value)
-{
-    ls_events *ev = enter(context);
-    (void)value;
-    note_document(ev, document);
-    ev->did_reject_changes++;
-    leave_locked(ev);
-    done(ev);
-}
-
-static void on_request_token(void *context, layersync_document *document)
-{
-    ls_events *ev = enter(context);
-    note_document(ev, document);
-    ev->request_token++;
-    leave_locked(ev);
-    done(ev);
-}
-
-static void on_reset_layer(void *context, layersync_document *document, const layersync_error *error)
-{
-    ls_events *ev = enter(context);
-    note_document(ev, document);
-    ev->did_reset_layer++;
-    ev->reset_layer_code = error ? error->code : 0;
-    leave_locked(ev);
-    done(ev);
 }
 
 layersync_client_delegate ls_events_delegate(ls_events *events)
@@ -759,21 +671,8 @@ layersync_client_delegate ls_events_delegate(ls_events *events)
     d.context = events;
     d.release_context = on_release_context;
     d.server_did_validate = on_server_did_validate;
-    d.did_finish_download = on_finish_download;
-    d.did_fail_download = on_fail_download;
-    d.did_fail_authentication = on_fail_authentication;
-    d.did_finish_reauthentication = on_finish_reauthentication;
-    d.did_fail_reauthentication = on_fail_reauthentication;
-    d.did_begin_sync = on_begin_sync;
-    d.did_change_sync_state = on_change_sync_state;
-    d.did_fail_sync = on_fail_sync;
-    d.did_finish_sync = on_finish_sync;
-    d.download_progress = on_download_progress;
-    d.did_receive_changes = on_receive_changes;
-    d.did_reject_changes = on_reject_changes;
-    d.request_token = on_request_token;
     d.is_network_available = NULL;
-    d.did_reset_layer = on_reset_layer;
+    ls_events_set_document_callbacks(&d);
     return d;
 }
 

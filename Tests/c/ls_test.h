@@ -7,7 +7,9 @@
  *   keys, SQLite file and admin token; plus mint-token and upload.
  * - ls_events: a client delegate whose callbacks record into a struct guarded by a mutex and
  *   a condition variable; LS_WAIT(ev, timeout_ms, condition) waits for a condition over it
- *   with a deadline (no sleeps as assertions).
+ *   with a deadline (no sleeps as assertions). Its per-document callbacks and counters are
+ *   generated from api/layersync.toml (ls_events.generated.{h,c}); ls_test.c records their
+ *   payloads.
  *
  * Configuration comes from compile definitions set by Tests/c/CMakeLists.txt, each
  * overridable by the environment variable of the same name:
@@ -19,6 +21,7 @@
 #define LS_TEST_H
 
 #include "layersync.h"
+#include "ls_events.generated.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -161,32 +164,20 @@ typedef struct ls_events {
     int validate_error_code;         /* 0 when error was NULL */
     bool validate_inconsistent;      /* both or neither of info/error were given */
 
-    int did_finish_download;
-    int did_fail_download;
-    int fail_download_code;
-    int download_progress;
+    /* One counter per per-document event, named after its callback field (did_finish_sync,
+     * did_change_sync_state, ...; generated from api/layersync.toml, ls_events.generated.h). */
+    LS_DOCUMENT_EVENT_COUNTERS
+
+    /* What some of them carried. */
+    int fail_download_code;          /* error->code of the last did_fail_download, -1 if NULL */
     int64_t progress_done;           /* last bytes_done */
     int64_t progress_total;          /* last bytes_total */
     bool progress_went_backwards;
     bool progress_over_total;
-
-    int did_begin_sync;
-    int did_finish_sync;
-    int did_fail_sync;
-    int fail_sync_code;
-    int state_changes;
-    layersync_document_state_t states[LS_MAX_STATES];
-
-    int did_receive_changes;
-    char *received_changes[64];      /* copies of each value */
-
-    int did_reject_changes;
-    int did_fail_authentication;
-    int did_finish_reauthentication;
-    int did_fail_reauthentication;
-    int request_token;
-    int did_reset_layer;
-    int reset_layer_code;            /* error->code of the last did_reset_layer */
+    int fail_sync_code;              /* error->code of the last did_fail_sync, -1 if NULL */
+    layersync_document_state_t states[LS_MAX_STATES]; /* of each did_change_sync_state */
+    char *received_changes[64];      /* copies of each did_receive_changes value */
+    int reset_layer_code;            /* error->code of the last did_reset_layer, 0 if NULL */
 
     layersync_document *last_document; /* document of the last per-document callback */
     bool null_document;                /* a per-document callback got NULL */

@@ -239,7 +239,7 @@ int main(void)
     pthread_mutex_unlock(&p2.mutex);
     int invalid = 0;
     pthread_mutex_lock(&events.mutex);
-    for (int i = 0; i < events.state_changes && i < LS_MAX_STATES; i++)
+    for (int i = 0; i < events.did_change_sync_state && i < LS_MAX_STATES; i++)
         if (events.states[i] == LAYERSYNC_DOCUMENT_STATE_INVALID) invalid++;
     pthread_mutex_unlock(&events.mutex);
     CHECK_LATER(invalid == 2, "the delegate saw INVALID %d times for 2 removed handles", invalid);

@@ -58,11 +58,11 @@ int main(void)
     CHECK_RC(LAYERSYNC_ERROR_INVALID_ARGUMENT, layersync_document_attempt_content_migration(NULL, &error), &error);
 
     int before;
-    LS_GET(&events, events.state_changes, before);
+    LS_GET(&events, events.did_change_sync_state, before);
     CHECK_OK(layersync_document_attempt_content_migration(document, &error), &error);
     CHECK(layersync_document_state(document) == LAYERSYNC_DOCUMENT_STATE_DIRTY);
     CHECK_OK(layersync_document_attempt_content_migration(document, &error), &error); /* nothing to do */
-    LS_WAIT(&events, LS_TIMEOUT_MS, events.state_changes >= before + 2);
+    LS_WAIT(&events, LS_TIMEOUT_MS, events.did_change_sync_state >= before + 2);
     pthread_mutex_lock(&events.mutex);
     CHECK(events.states[before] == LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT);
     CHECK(events.states[before + 1] == LAYERSYNC_DOCUMENT_STATE_DIRTY);

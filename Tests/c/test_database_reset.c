@@ -90,7 +90,7 @@ int main(void)
     CHECK_OK(layersync_client_set_network_available(client, false, &error), &error);
     CHECK(layersync_document_state(document) == LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION);
     CHECK_OK(layersync_document_attempt_content_migration(document, &error), &error);
-    LS_WAIT(&events, LS_TIMEOUT_MS, events.did_fail_sync > 0 && events.state_changes >= 3);
+    LS_WAIT(&events, LS_TIMEOUT_MS, events.did_fail_sync > 0 && events.did_change_sync_state >= 3);
     pthread_mutex_lock(&events.mutex);
     CHECK(events.states[0] == LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION);
     CHECK(events.states[1] == LAYERSYNC_DOCUMENT_STATE_RESETTING_FOR_DATABASE_MIGRATION);
@@ -109,7 +109,7 @@ int main(void)
     document = ls_document(client, jwt);
     CHECK_MSG(layersync_document_state(document) == LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION, "state %d",
               (int)layersync_document_state(document));
-    LS_WAIT(&events, LS_TIMEOUT_MS, events.state_changes >= 1);
+    LS_WAIT(&events, LS_TIMEOUT_MS, events.did_change_sync_state >= 1);
     pthread_mutex_lock(&events.mutex);
     CHECK(events.states[0] == LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION);
     pthread_mutex_unlock(&events.mutex);
@@ -121,7 +121,7 @@ int main(void)
 
     /* Reset: returns at once, RESETTING then DIRTY, each once. */
     CHECK_OK(layersync_document_attempt_content_migration(document, &error), &error);
-    LS_WAIT(&events, LS_TIMEOUT_MS, events.state_changes >= 3 || events.did_fail_sync > 0);
+    LS_WAIT(&events, LS_TIMEOUT_MS, events.did_change_sync_state >= 3 || events.did_fail_sync > 0);
     pthread_mutex_lock(&events.mutex);
     CHECK_MSG(events.did_fail_sync == 0, "reset failed: %d", events.fail_sync_code);
     CHECK(events.did_reset_layer == 0);
@@ -146,7 +146,7 @@ int main(void)
     CHECK(!layersync_document_has_unsynced_changes(document));
     CHECK(layersync_document_state(document) == LAYERSYNC_DOCUMENT_STATE_CLEAN);
     pthread_mutex_lock(&events.mutex);
-    int changes = events.state_changes;
+    int changes = events.did_change_sync_state;
     for (int i = 3; i < changes; ++i)
         CHECK(events.states[i] != LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION &&
               events.states[i] != LAYERSYNC_DOCUMENT_STATE_RESETTING_FOR_DATABASE_MIGRATION);

@@ -39,7 +39,7 @@ static json_t *find_entry(json_t *entries, const char *document_id, const char *
 static int count_invalid_locked(const ls_events *events)
 {
     int count = 0;
-    for (int i = 0; i < events->state_changes && i < LS_MAX_STATES; i++)
+    for (int i = 0; i < events->did_change_sync_state && i < LS_MAX_STATES; i++)
         if (events->states[i] == LAYERSYNC_DOCUMENT_STATE_INVALID) count++;
     return count;
 }
@@ -119,7 +119,7 @@ int main(void)
     CHECK_RC(LAYERSYNC_ERROR_INVALID_STATE,
              layersync_document_create_annotation(doc_a, "{\"type\":\"pspdfkit/note\"}", &out, &error), &error);
     CHECK_RC(LAYERSYNC_ERROR_INVALID_STATE, layersync_document_sync(doc_a, &error), &error);
-    LS_WAIT(&events, LS_TIMEOUT_MS, events.state_changes > 0 && events.states[events.state_changes - 1] == LAYERSYNC_DOCUMENT_STATE_INVALID);
+    LS_WAIT(&events, LS_TIMEOUT_MS, events.did_change_sync_state > 0 && events.states[events.did_change_sync_state - 1] == LAYERSYNC_DOCUMENT_STATE_INVALID);
     CHECK_OK(layersync_document_remove_local_storage(doc_a, &error), &error); /* again: nothing to do */
     CHECK_MSG(access(pdf_path, F_OK) != 0, "the PDF of a document without layers was kept");
     local = call_json(layersync_client_local_documents, client, "local_documents");

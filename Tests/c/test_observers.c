@@ -225,7 +225,7 @@ int main(void)
 
     /* 1. Same events as the delegate, every state transition once. */
     int delegate_states_before;
-    LS_GET(&events, events.state_changes, delegate_states_before);
+    LS_GET(&events, events.did_change_sync_state, delegate_states_before);
     char *out = NULL;
     CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0}", &out, &error), &error);
     layersync_free(out);
@@ -241,7 +241,7 @@ int main(void)
     CHECK(self_rc == LAYERSYNC_OK);
     CHECK_MSG(!released_early, "release_context ran while the removing callback was still running");
     int delegate_states;
-    LS_GET(&events, events.state_changes, delegate_states);
+    LS_GET(&events, events.did_change_sync_state, delegate_states);
     int transitions = delegate_states - delegate_states_before;
     CHECK_MSG(transitions >= 3, "expected DIRTY, SENDING, RECEIVING/CLEAN transitions, got %d", transitions);
     pthread_mutex_lock(&events.mutex);

@@ -55,7 +55,7 @@ int main(void)
     CHECK(layersync_document_has_unsynced_changes(document));
 
     int states_before;
-    LS_GET(&events, events.state_changes, states_before);
+    LS_GET(&events, events.did_change_sync_state, states_before);
     sync_and_wait(document, &events);
     CHECK_MSG(!layersync_document_has_unsynced_changes(document), "pending changes left after did_finish_sync");
     CHECK_MSG(layersync_document_state(document) == LAYERSYNC_DOCUMENT_STATE_CLEAN, "state %d after sync, expected CLEAN",
@@ -63,7 +63,7 @@ int main(void)
 
     /* did_change_sync_state: went through SENDING_CHANGES and ended CLEAN. */
     pthread_mutex_lock(&events.mutex);
-    int states_after = events.state_changes;
+    int states_after = events.did_change_sync_state;
     bool sent = false;
     layersync_document_state_t last = LAYERSYNC_DOCUMENT_STATE_UNKNOWN;
     for (int i = states_before; i < states_after && i < LS_MAX_STATES; i++) {
