@@ -957,7 +957,7 @@ struct layersync_client_delegate {
      * (`payload_too_large`: the change alone exceeds the server's limit; `local` is the
      * version dropped, and edits of the record made while it was in flight stay pending
      * and are sent in its place, the server version being adopted only when there are
-     * none), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`)
+     * none), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`),
      * `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`: the server refused the
      * content; like `payload_too_large`, the change goes alone), or
      * `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE` (`attachment_missing`: an
@@ -995,9 +995,7 @@ struct layersync_client_delegate {
  * Static initialiser of `layersync_client_delegate`: current version, every other field
  * zero/NULL.
  */
-#define LAYERSYNC_CLIENT_DELEGATE_INIT { LAYERSYNC_CLIENT_DELEGATE_VERSION, NULL, NULL, \
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
-    NULL, NULL }
+#define LAYERSYNC_CLIENT_DELEGATE_INIT { LAYERSYNC_CLIENT_DELEGATE_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /*=======================================================================================
  * Records
@@ -1427,9 +1425,7 @@ struct layersync_document_observer {
  * Static initialiser of `layersync_document_observer`: current version, every other field
  * zero/NULL.
  */
-#define LAYERSYNC_DOCUMENT_OBSERVER_INIT { LAYERSYNC_DOCUMENT_OBSERVER_VERSION, NULL, \
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
-    NULL }
+#define LAYERSYNC_DOCUMENT_OBSERVER_INIT { LAYERSYNC_DOCUMENT_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /**
  * Registers callbacks for one document's events. Observers of a document are called in

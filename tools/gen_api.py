@@ -380,18 +380,9 @@ def struct_decl(s: dict) -> list[str]:
             raise SystemExit(f"api: {s['name']} has init_version but its first field is not `version`")
         values = [s["init_version"]] + [zero_of(f["type"]) for f in s["fields"][1:]]
         o += c_comment(f"Static initialiser of `{s['name']}`: current version, every other field zero/NULL.")
-        single = f"#define {macro} {{ {', '.join(values)} }}"
-        if len(single) <= WIDTH:
-            o.append(single)
-        else:  # continued lines, each ending in a backslash at most WIDTH columns out
-            lines, line = [], f"#define {macro} {{"
-            for i, value in enumerate(values):
-                piece = value + ("," if i < len(values) - 1 else " }")
-                if len(line) + 1 + len(piece) + 2 > WIDTH:
-                    lines.append(line)
-                    line = "   "
-                line += " " + piece
-            o += [f"{line} \\" for line in lines] + [line]
+        # One line even when longer than WIDTH: readers that take the header line by line
+        # (examples/lua drops preprocessor lines) must not see a continued macro.
+        o.append(f"#define {macro} {{ {', '.join(values)} }}")
         o.append("")
     return o
 
@@ -475,8 +466,9 @@ def gen_docs(api: Api) -> str:
     o = [f"<!-- {GENERATED} -->", "", "# LayerSync C API reference", "",
          api.lib["doc"].strip(), "",
          f"Library version {api.lib['version']}, ABI version {api.lib['abi_version']}. "
-         "The header is `include/layersync.h`; the design behind it is docs/architecture.md, "
-         "the trust rules docs/rules.md.", "", "Sections:", ""]
+         "The header is `include/layersync.h`, laid out in the same sections; the design behind "
+         "it is [architecture.md](architecture.md), the trust rules [rules.md](rules.md).", "",
+         "Sections:", ""]
     for section in api.sections:
         o.append(f"- [{section['name']}](#{anchor(section['name'])})")
         if section["name"] == "Client delegate" and MAPPING.exists():
