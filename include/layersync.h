@@ -5,21 +5,25 @@
  *
  * Conventions (kept by every declaration below):
  * - Names read `layersync_<noun>_<verb>`. Handles are opaque pointers.
- * - Functions that can fail return `int`: 0 (`LAYERSYNC_OK`) or a `layersync_error_code_t`,
- *   and fill the optional `layersync_error *error` out-parameter (always last). Clear it with
- *   `layersync_error_clear` before reusing it.
+ * - Functions that can fail return `int`: 0 (`LAYERSYNC_OK`) or a
+ *   `layersync_error_code_t`, and fill the optional `layersync_error *error`
+ *   out-parameter (always last). Clear it with `layersync_error_clear` before reusing it.
  * - Strings passed in are UTF-8, NUL-terminated, and copied before the call returns.
- *   Invalid UTF-8 or a required NULL gives `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
- * - Strings and buffers passed out are owned by the caller and freed with `layersync_free`,
- *   unless the declaration says the handle owns them.
+ *   Invalid UTF-8 gives `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ * - Every pointer parameter says "May be NULL." or "Must not be NULL.". A NULL where it
+ *   must not be is refused with `LAYERSYNC_ERROR_INVALID_ARGUMENT` by a function
+ *   returning `int`, and gives the null result its declaration names (NULL, false, 0,
+ *   `INVALID`) otherwise.
+ * - Strings and buffers passed out are owned by the caller and freed with
+ *   `layersync_free`, unless the declaration says the handle owns them.
  * - Structs passed in carry a `version` field, set by their `_init` function or `_INIT`
- *   macro, and are only ever extended at the end. Each extension bumps the struct's version,
- *   and from then on the library accepts the older versions too and touches only the fields
- *   they have, so a program built against an older header keeps working. Today that holds
- *   for `layersync_client_options` and `layersync_client_delegate` (version 2; their
- *   documentation lists the fields of each version). `layersync_error`,
- *   `layersync_document_observer` and `layersync_attachment` have only ever had version 1:
- *   the observer and attachment structs must carry exactly that version (another gives
+ *   macro, and are only ever extended at the end. Each extension bumps the struct's
+ *   version, and from then on the library accepts the older versions too and touches only
+ *   the fields they have, so a program built against an older header keeps working. Today
+ *   that holds for `layersync_client_options` and `layersync_client_delegate` (version 2;
+ *   their documentation lists the fields of each version). `layersync_error`,
+ *   `layersync_document_observer` and `layersync_attachment` have only ever had version
+ *   1: the observer and attachment structs must carry exactly that version (another gives
  *   `INVALID_ARGUMENT`), and the library writes the whole of `layersync_error`. Each will
  *   accept its older versions from its first extension on.
  * - Threading: every function may be called from any thread. All callbacks of one client
@@ -46,68 +50,33 @@
 extern "C" {
 #endif
 
-/* ---- Versions and constants ---- */
+/*=======================================================================================
+ * Library
+ *
+ * Versions, memory, errors, and the three handles every other section uses. A function
+ * that can fail returns an `int`: `LAYERSYNC_OK` or a `layersync_error_code_t`, with the
+ * details in the optional `layersync_error` it fills. Whatever the library hands out is
+ * freed with `layersync_free`.
+ *======================================================================================*/
 
-/**
- * Major version of this header.
- */
+/** Major version of this header. */
 #define LAYERSYNC_VERSION_MAJOR 0
 
-/**
- * Minor version of this header.
- */
+/** Minor version of this header. */
 #define LAYERSYNC_VERSION_MINOR 1
 
-/**
- * Patch version of this header.
- */
+/** Patch version of this header. */
 #define LAYERSYNC_VERSION_PATCH 0
 
-/**
- * ABI version of this header; compare with `layersync_abi_version()` at load time.
- */
+/** ABI version of this header; compare with `layersync_abi_version()` at load time. */
 #define LAYERSYNC_ABI_VERSION 1
 
-/**
- * Value of `sync_delay_s` that turns automatic syncing after local edits off.
- */
-#define LAYERSYNC_SYNC_DISABLED (-1.0)
-
-/**
- * Seconds between two asks of the delegate's `is_network_available` hint while its last answer was false.
- */
-#define LAYERSYNC_NETWORK_HINT_RECHECK_S 5.0
-
-/**
- * Current version of `layersync_error`.
- */
+/** Current version of `layersync_error`. */
 #define LAYERSYNC_ERROR_VERSION 1
 
 /**
- * Current version of `layersync_client_options` (2 added `durability`; the library still accepts 1).
- */
-#define LAYERSYNC_CLIENT_OPTIONS_VERSION 2
-
-/**
- * Current version of `layersync_client_delegate` (2 added `did_reset_layer`; the library still accepts 1).
- */
-#define LAYERSYNC_CLIENT_DELEGATE_VERSION 2
-
-/**
- * Current version of `layersync_document_observer`.
- */
-#define LAYERSYNC_DOCUMENT_OBSERVER_VERSION 1
-
-/**
- * Current version of `layersync_attachment`.
- */
-#define LAYERSYNC_ATTACHMENT_VERSION 1
-
-/* ---- Enumerations ---- */
-
-/**
- * Error codes. Codes below 1000 keep the numbers of PSPDFKit Instant's `InstantError`
- * so that people who know Instant recognise them; LayerSync's own start at 1000.
+ * Error codes. Codes below 1000 keep the numbers of PSPDFKit Instant's `InstantError` so
+ * that people who know Instant recognise them; LayerSync's own start at 1000.
  */
 typedef enum {
     /** Success. */
@@ -126,7 +95,10 @@ typedef enum {
     LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED = 6,
     /** A file or directory of the local store could not be written. */
     LAYERSYNC_ERROR_COULD_NOT_WRITE_TO_DISK = 7,
-    /** The server URL is malformed, or plain http:// to a non-loopback host without opting in. */
+    /**
+     * The server URL is malformed, or plain http:// to a non-loopback host without opting
+     * in.
+     */
     LAYERSYNC_ERROR_INVALID_URL = 8,
     /** The document is not managed by this client. */
     LAYERSYNC_ERROR_UNMANAGED_DOCUMENT = 10,
@@ -138,7 +110,10 @@ typedef enum {
     LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE = 13,
     /** Local storage could not be removed. */
     LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES = 14,
-    /** The network request failed (offline, timeout, 5xx); retried automatically, local edits stay pending. */
+    /**
+     * The network request failed (offline, timeout, 5xx); retried automatically, local
+     * edits stay pending.
+     */
     LAYERSYNC_ERROR_REQUEST_FAILED = 16,
     /** The server answered with data that does not follow the protocol. */
     LAYERSYNC_ERROR_INVALID_SERVER_DATA = 17,
@@ -176,58 +151,21 @@ typedef enum {
     LAYERSYNC_ERROR_CANCELLED = 1001,
     /** Another process owns this layer's local store. */
     LAYERSYNC_ERROR_STORAGE_LOCKED = 1002,
-    /** The server's layer epoch changed (restored or recreated); local changes were rebased. */
+    /**
+     * The server's layer epoch changed (restored or recreated); local changes were
+     * rebased.
+     */
     LAYERSYNC_ERROR_SERVER_RESET = 1003,
     /** A local change was rejected in favour of the server's (first writer wins). */
     LAYERSYNC_ERROR_CONFLICT = 1004,
     /** The document must be downloaded first. */
     LAYERSYNC_ERROR_NOT_DOWNLOADED = 1005,
-    /** The call is not allowed in the current state (for example destroying a client from its own callback). */
+    /**
+     * The call is not allowed in the current state (for example destroying a client from
+     * its own callback).
+     */
     LAYERSYNC_ERROR_INVALID_STATE = 1006,
 } layersync_error_code_t;
-
-/**
- * How a local write made through the API (create, update or delete a record, add an
- * attachment, restore a record version) commits to the layer's SQLite store; the value of
- * `layersync_client_options.durability`. In both modes the engine's own writes (applying
- * server data and answers) commit without an fsync, and no change id is ever sent for content
- * that a power loss could replace with older content. See docs/durability.md.
- */
-typedef enum {
-    /** The default. Each API write commits with an fsync of the WAL (SQLite `PRAGMA synchronous=FULL`): when the call returns, the write survives an app crash, an OS crash and a power loss (ARCHITECTURE.md §4 rule 1). */
-    LAYERSYNC_DURABILITY_FULL = 0,
-    /** API writes commit without an fsync (`synchronous=NORMAL` in WAL mode: what Android's `SQLiteDatabase` uses for WAL databases by default). When the call returns the write survives an app crash (kill -9: the WAL is in the OS page cache) but not necessarily an OS crash or power loss, which can undo the most recent writes: always a suffix of them (never one in the middle; never one older than the last fsync). Sync stays correct either way: an edit that rewrote a queued change is fsynced before that change is sent; an undone write that was never sent is simply gone, as if the call had not been made; one that the server already applied comes back from the server at the next pull (docs/durability.md). Use it when write latency matters more than the last moments of work before a power loss. */
-    LAYERSYNC_DURABILITY_NORMAL = 1,
-} layersync_durability_t;
-
-/**
- * Sync state of a document layer. Raw values are Instant's `InstantDocumentState`.
- * Reported through `did_change_sync_state` each time it changes.
- */
-typedef enum {
-    /** Not known yet (not downloaded). */
-    LAYERSYNC_DOCUMENT_STATE_UNKNOWN = 0,
-    /** The local store needs a content migration. */
-    LAYERSYNC_DOCUMENT_STATE_NEEDS_CONTENT_MIGRATION = 1,
-    /** A content migration is running. */
-    LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT = 2,
-    /** The local store was written by a newer library (its schema `user_version` is newer than this one knows); nothing is read from or written to it. Record calls and syncs fail with `CONTENT_MIGRATION_NEEDED` until `layersync_document_attempt_content_migration` resets it. */
-    LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION = 3,
-    /** The reset for a schema migration is running (salvage pending local changes, recreate the store, download the snapshot, re-queue them); record calls and syncs fail with `PERFORMING_CONTENT_MIGRATION`. */
-    LAYERSYNC_DOCUMENT_STATE_RESETTING_FOR_DATABASE_MIGRATION = 4,
-    /** Downloaded, no unsynced local changes, idle. */
-    LAYERSYNC_DOCUMENT_STATE_CLEAN = 5,
-    /** Downloaded, with local changes not yet on the server, idle. */
-    LAYERSYNC_DOCUMENT_STATE_DIRTY = 6,
-    /** A sync cycle is sending local changes. */
-    LAYERSYNC_DOCUMENT_STATE_SENDING_CHANGES = 7,
-    /** A sync cycle is applying server changes. */
-    LAYERSYNC_DOCUMENT_STATE_RECEIVING_CHANGES = 8,
-    /** Local storage was removed; the handle stays a valid pointer but does nothing. */
-    LAYERSYNC_DOCUMENT_STATE_INVALID = 9,
-} layersync_document_state_t;
-
-/* ---- Handles ---- */
 
 /**
  * A client: one per server URL and storage directory. Owns the on-disk store and every
@@ -243,20 +181,26 @@ typedef struct layersync_client layersync_client;
 typedef struct layersync_document layersync_document;
 
 /**
- * A registered `layersync_document_observer`, returned by `layersync_document_add_observer`.
- * Valid until `layersync_observer_remove` or `layersync_client_destroy` (which removes every
- * observer still registered and calls its `release_context`), whichever comes first.
+ * A registered `layersync_document_observer`, returned by
+ * `layersync_document_add_observer`. Valid until `layersync_observer_remove` or
+ * `layersync_client_destroy` (which removes every observer still registered and calls its
+ * `release_context`), whichever comes first.
  */
 typedef struct layersync_observer layersync_observer;
 
-/* ---- Structures and callbacks ---- */
+/** The structures, each defined in the section that uses it. */
+typedef struct layersync_error layersync_error;
+typedef struct layersync_client_delegate layersync_client_delegate;
+typedef struct layersync_client_options layersync_client_options;
+typedef struct layersync_document_observer layersync_document_observer;
+typedef struct layersync_attachment layersync_attachment;
 
 /**
- * Details of a failure. Caller-allocated (initialise with `LAYERSYNC_ERROR_INIT`), filled by
- * the library; the strings inside are owned by the struct and freed by
+ * Details of a failure. Caller-allocated (initialise with `LAYERSYNC_ERROR_INIT`), filled
+ * by the library; the strings inside are owned by the struct and freed by
  * `layersync_error_clear`. A zeroed struct is accepted as version 1.
  */
-typedef struct layersync_error {
+struct layersync_error {
     /** Set to `LAYERSYNC_ERROR_VERSION`. */
     uint32_t version;
     /** A `layersync_error_code_t`; 0 when no error was recorded. */
@@ -273,7 +217,7 @@ typedef struct layersync_error {
     char *record_id;
     /** Attachment the error concerns, or NULL. */
     char *attachment_id;
-} layersync_error;
+};
 
 /**
  * Static initialiser of `layersync_error`: current version, every other field zero/NULL.
@@ -281,113 +225,655 @@ typedef struct layersync_error {
 #define LAYERSYNC_ERROR_INIT { LAYERSYNC_ERROR_VERSION, 0, NULL, 0, 0, NULL, NULL, NULL }
 
 /**
+ * The library's version string, e.g. `"0.1.0"`. Static storage; do not free.
+ */
+const char *layersync_version(void);
+
+/**
+ * The library's ABI version; equals `LAYERSYNC_ABI_VERSION` of the header it was built
+ * with.
+ */
+int32_t layersync_abi_version(void);
+
+/**
+ * Frees memory that the library handed to the caller.
+ *
+ * @param pointer A string or buffer returned by this library. May be NULL (nothing
+ *     happens).
+ */
+void layersync_free(void *pointer);
+
+/**
+ * Frees the strings inside `error` and resets it to `LAYERSYNC_ERROR_INIT`, keeping its
+ * version.
+ *
+ * @param error The error to reset. May be NULL (nothing happens).
+ */
+void layersync_error_clear(layersync_error *error);
+
+/**
+ * The code's name without prefix (`"INVALID_JWT"`), or `"UNRECOGNIZED"`. Static storage;
+ * do not free.
+ *
+ * @param code A `layersync_error_code_t`.
+ */
+const char *layersync_error_code_name(int32_t code);
+
+/*=======================================================================================
+ * Client
+ *
+ * A client talks to one sync server and keeps its local store in one directory. Creating
+ * it starts the connection sequence (the server is checked in the background and the
+ * outcome reported once, see Client delegate). It hands out one document handle per
+ * document and layer, lists and cleans the disk cache, removes local storage, and is told
+ * by the host whether the network is available. Mirrors Instant's `InstantClient`.
+ *======================================================================================*/
+
+/** Value of `sync_delay_s` that turns automatic syncing after local edits off. */
+#define LAYERSYNC_SYNC_DISABLED (-1.0)
+
+/**
+ * Current version of `layersync_client_options` (2 added `durability`; the library still
+ * accepts 1).
+ */
+#define LAYERSYNC_CLIENT_OPTIONS_VERSION 2
+
+/**
+ * How a local write made through the API (create, update or delete a record, add an
+ * attachment, restore a record version) commits to the layer's SQLite store; the value of
+ * `layersync_client_options.durability`. In both modes the engine's own writes (applying
+ * server data and answers) commit without an fsync, and no change id is ever sent for
+ * content that a power loss could replace with older content. See docs/durability.md.
+ */
+typedef enum {
+    /**
+     * The default. Each API write commits with an fsync of the WAL (SQLite
+     * `PRAGMA synchronous=FULL`): when the call returns, the write survives an app crash,
+     * an OS crash and a power loss (docs/rules.md rule 1).
+     */
+    LAYERSYNC_DURABILITY_FULL = 0,
+    /**
+     * API writes commit without an fsync (`synchronous=NORMAL` in WAL mode: what
+     * Android's `SQLiteDatabase` uses for WAL databases by default). When the call
+     * returns the write survives an app crash (kill -9: the WAL is in the OS page cache)
+     * but not necessarily an OS crash or power loss, which can undo the most recent
+     * writes: always a suffix of them (never one in the middle; never one older than the
+     * last fsync). Sync stays correct either way: an edit that rewrote a queued change is
+     * fsynced before that change is sent; an undone write that was never sent is simply
+     * gone, as if the call had not been made; one that the server already applied comes
+     * back from the server at the next pull (docs/durability.md). Use it when write
+     * latency matters more than the last moments of work before a power loss.
+     */
+    LAYERSYNC_DURABILITY_NORMAL = 1,
+} layersync_durability_t;
+
+/**
  * Options of `layersync_client_create`. Initialise with `layersync_client_options_init`.
  *
- * Versions (`version` says which fields the struct has; `layersync_client_options_init` writes
- * and `layersync_client_create` reads no others, so a program built against an older header
- * keeps working):
+ * Versions (`version` says which fields the struct has; `layersync_client_options_init`
+ * writes and `layersync_client_create` reads no others, so a program built against an
+ * older header keeps working):
  * - 1: `version` through `long_poll_wait_s`.
- * - 2: adds `durability` (a version-1 struct gets `LAYERSYNC_DURABILITY_FULL`).
- * Any other `version` makes both functions fail with `INVALID_ARGUMENT`.
+ * - 2: adds `durability` (a version-1 struct gets `LAYERSYNC_DURABILITY_FULL`). Any other
+ *   `version` makes both functions fail with `INVALID_ARGUMENT`.
  */
-typedef struct layersync_client_options {
+struct layersync_client_options {
     /** Set to `LAYERSYNC_CLIENT_OPTIONS_VERSION`. */
     uint32_t version;
-    /** Base URL of the sync server, e.g. `https://sync.example.com`. Required. */
+    /** Base URL of the sync server, e.g. `https://sync.example.com`. Must not be NULL. */
     const char *server_url;
-    /** Directory of the local store (created 0700 if missing). Required. */
+    /** Directory of the local store (created 0700 if missing). Must not be NULL. */
     const char *storage_path;
-    /** Allow plain `http://` to non-loopback hosts (loopback is always allowed). Default false. */
+    /**
+     * Allow plain `http://` to non-loopback hosts (loopback is always allowed). Default
+     * false.
+     */
     bool allow_insecure_http;
-    /** Debounce in seconds between a local edit and the automatic sync; `LAYERSYNC_SYNC_DISABLED` turns it off. Default 1.0. */
+    /**
+     * Debounce in seconds between a local edit and the automatic sync;
+     * `LAYERSYNC_SYNC_DISABLED` turns it off. Default 1.0.
+     */
     double sync_delay_s;
     /** TCP/TLS connect timeout in seconds. Default 10. */
     double connect_timeout_s;
-    /** Timeout of one ordinary request in seconds (long-polls add their wait). Default 30. */
+    /**
+     * Timeout of one ordinary request in seconds (long-polls add their wait). Default 30.
+     */
     double request_timeout_s;
     /** Seconds a long-poll asks the server to wait for changes. Default 30. */
     int32_t long_poll_wait_s;
-    /** A `layersync_durability_t`: how local writes made through the API commit. Default `LAYERSYNC_DURABILITY_FULL`; any other value than the enum's makes `layersync_client_create` fail with `INVALID_ARGUMENT`. Layers this client opens that another client of the process already has open keep the stricter of the two settings (docs/durability.md). Since version 2. LayerSync's own. */
+    /**
+     * A `layersync_durability_t`: how local writes made through the API commit. Default
+     * `LAYERSYNC_DURABILITY_FULL`; any other value than the enum's makes
+     * `layersync_client_create` fail with `INVALID_ARGUMENT`. Layers this client opens
+     * that another client of the process already has open keep the stricter of the two
+     * settings (docs/durability.md). Since version 2. LayerSync's own.
+     */
     int32_t durability;
-} layersync_client_options;
+};
 
 /**
- * An attachment's bytes, filled by `layersync_document_attachment_data`. Initialise with
- * `LAYERSYNC_ATTACHMENT_INIT`; free `data` and `content_type` with `layersync_free`.
+ * Fills the fields of `version` in `options` with their defaults and sets
+ * `options->version`; writes no field that `version` does not have.
+ *
+ * @param options The struct to fill with defaults. Must not be NULL.
+ * @param version `LAYERSYNC_CLIENT_OPTIONS_VERSION` (or an older version, see
+ *     `layersync_client_options`).
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
  */
-typedef struct layersync_attachment {
-    /** Set to `LAYERSYNC_ATTACHMENT_VERSION`. */
-    uint32_t version;
-    /** The bytes (`malloc`ed; NULL when `size_bytes` is 0). */
-    void *data;
-    /** Number of bytes. */
-    size_t size_bytes;
-    /** The MIME type given when it was added, or the server's. */
-    char *content_type;
-} layersync_attachment;
+int layersync_client_options_init(layersync_client_options *options, uint32_t version);
 
 /**
- * Static initialiser of `layersync_attachment`: current version, every other field zero/NULL.
+ * Creates a client for one server URL and storage directory and starts the connection
+ * sequence in the background (`GET /sync/v1/info`, protocol version check); its outcome
+ * is reported once through `server_did_validate`. Mirrors Instant's
+ * `InstantClient(serverURL:)`.
+ *
+ * @param options Server URL, storage path and tuning; copied. Must not be NULL.
+ * @param delegate The callback table; copied. May be NULL (no callbacks).
+ * @param out_client Receives the new client; destroy it with `layersync_client_destroy`.
+ *     Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_URL`, `LAYERSYNC_ERROR_COULD_NOT_WRITE_TO_DISK`.
  */
-#define LAYERSYNC_ATTACHMENT_INIT { LAYERSYNC_ATTACHMENT_VERSION, NULL, 0, NULL }
+int layersync_client_create(
+    const layersync_client_options *options, const layersync_client_delegate *delegate,
+    layersync_client **out_client, layersync_error *error);
 
 /**
- * Called once when the library no longer uses `context` (after `layersync_client_destroy` drained all callbacks).
+ * Cancels all network work, waits until every callback already queued has run, then calls
+ * `release_context` once and frees the client and all its document handles. Blocks until
+ * done. Calling it from inside one of the client's callbacks is refused with
+ * `INVALID_STATE` (it would wait for itself).
+ *
+ * @param client The client. May be NULL (nothing happens).
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_client_destroy(layersync_client *client, layersync_error *error);
+
+/**
+ * The server URL the client was created with. Owned by the client; NULL if `client` is
+ * NULL. Instant: `InstantClient.serverURL`.
+ *
+ * @param client The client. Must not be NULL.
+ */
+const char *layersync_client_server_url(const layersync_client *client);
+
+/**
+ * The storage directory. Owned by the client; NULL if `client` is NULL.
+ *
+ * @param client The client. Must not be NULL.
+ */
+const char *layersync_client_storage_path(const layersync_client *client);
+
+/**
+ * Returns the document descriptor for the document and layer a JWT grants. Only the JWT's
+ * shape is checked here (offline); the server checks its signature. Mirrors Instant's
+ * `documentDescriptor(forJWT:)`.
+ *
+ * @param client The client. Must not be NULL.
+ * @param jwt A JWT granting one document and layer (claims `document_id`, optional
+ *     `layer`, `user_id`, `permissions`, `exp`). Must not be NULL.
+ * @param out_document Receives the handle, owned by the client. The same document and
+ *     layer always give the same handle. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`,
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_client_document_for_jwt(
+    layersync_client *client, const char *jwt, layersync_document **out_document,
+    layersync_error *error);
+
+/**
+ * Tells the client whether the host has network access (for example from the OS
+ * reachability API). The explicit call always wins over the delegate's
+ * `is_network_available` hint: false holds until the next call with true, whatever the
+ * hint answers; true resumes pending work at once and also clears a false the hint
+ * answered before (the hint is asked again after the next request started after this call
+ * that fails without an HTTP answer; an answer to an ask queued before this call, even
+ * one given during it, is dropped, and a request started before it does not ask).
+ * Initially the network counts as available.
+ *
+ * @param client The client. Must not be NULL.
+ * @param available false: make no requests, fail syncs with `REQUEST_FAILED` and keep
+ *     edits pending; true: resume.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ */
+int layersync_client_set_network_available(
+    layersync_client *client, bool available, layersync_error *error);
+
+/**
+ * Lists the layers stored under the client's storage directory for its server, grouped by
+ * document id, whether or not a handle was obtained for them in this process. A layer
+ * another process holds is listed with `"locked": true` and no details. Instant:
+ * `InstantClient.localDocumentDescriptors`.
+ *
+ * @param client The client. Must not be NULL.
+ * @param out_json Receives `{"<document_id>": [{"layer_name", "downloaded",
+ *     "has_unsynced_changes", "pending_changes", "record_count", "locked"}]}`; free with
+ *     `layersync_free`. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ */
+int layersync_client_local_documents(
+    layersync_client *client, char **out_json, layersync_error *error);
+
+/**
+ * Lists the disk cache. An entry is unreferenced (`"referenced": false`) when nothing
+ * local needs it: an attachment no record of its document refers to, a PDF without any
+ * layer store, a partial download that is not running. Instant:
+ * `InstantClient.listCacheEntries()`.
+ *
+ * @param client The client. Must not be NULL.
+ * @param out_json Receives `[{"document_id", "kind", "layer_name"?, "attachment_id"?,
+ *     "path", "size_bytes", "referenced"}]`, `kind` one of `pdf`, `layer`, `attachment`,
+ *     `partial_download`; free with `layersync_free`. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ */
+int layersync_client_list_cache_entries(
+    layersync_client *client, char **out_json, layersync_error *error);
+
+/**
+ * Removes every cache entry `layersync_client_list_cache_entries` reports as
+ * unreferenced. Instant: `InstantClient.removeUnreferencedCacheEntries()`.
+ *
+ * @param client The client. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
+ */
+int layersync_client_remove_unreferenced_cache_entries(
+    layersync_client *client, layersync_error *error);
+
+/**
+ * Removes the local storage (PDFs, layer stores with their unsynced changes, attachments)
+ * of every document of this server. Each document handle handed out goes to state
+ * `LAYERSYNC_DOCUMENT_STATE_INVALID` (reported once) and stays a valid pointer;
+ * `layersync_client_document_for_jwt` then gives a new handle. A document with a layer
+ * held by another process is left alone and reported with `STORAGE_LOCKED` after the
+ * others are removed. Instant: `InstantClient.removeLocalStorage()`.
+ *
+ * @param client The client. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_STORAGE_LOCKED`,
+ *     `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
+ */
+int layersync_client_remove_local_storage(
+    layersync_client *client, layersync_error *error);
+
+/**
+ * Like `layersync_client_remove_local_storage`, for one document and all its layers.
+ * `UNMANAGED_DOCUMENT` when the client neither stores anything of the document nor handed
+ * out a handle for it (likely a wrong id); nothing stored for a document it has a handle
+ * for is not an error. Instant:
+ * `InstantClient.removeLocalStorage(forDocumentIdentifier:)`.
+ *
+ * @param client The client. Must not be NULL.
+ * @param document_id The document id. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_UNMANAGED_DOCUMENT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`,
+ *     `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
+ */
+int layersync_client_remove_local_storage_for_document(
+    layersync_client *client, const char *document_id, layersync_error *error);
+
+/*=======================================================================================
+ * Document
+ *
+ * A document descriptor stands for one layer of one document and is obtained from a JWT.
+ * It downloads the PDF and the layer's records, syncs local changes (automatically after
+ * the sync delay, or at `layersync_document_sync`), listens for server changes, takes a
+ * fresh JWT, migrates or removes its local store. Its state is a
+ * `layersync_document_state_t`; the sync cycle and the trust rules are described in
+ * docs/architecture.md §4 and docs/rules.md. Mirrors Instant's
+ * `InstantDocumentDescriptor`.
+ *======================================================================================*/
+
+/**
+ * Sync state of a document layer. Raw values are Instant's `InstantDocumentState`.
+ * Reported through `did_change_sync_state` each time it changes.
+ */
+typedef enum {
+    /** Not known yet (not downloaded). */
+    LAYERSYNC_DOCUMENT_STATE_UNKNOWN = 0,
+    /** The local store needs a content migration. */
+    LAYERSYNC_DOCUMENT_STATE_NEEDS_CONTENT_MIGRATION = 1,
+    /** A content migration is running. */
+    LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT = 2,
+    /**
+     * The local store was written by a newer library (its schema `user_version` is newer
+     * than this one knows); nothing is read from or written to it. Record calls and syncs
+     * fail with `CONTENT_MIGRATION_NEEDED` until
+     * `layersync_document_attempt_content_migration` resets it.
+     */
+    LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION = 3,
+    /**
+     * The reset for a schema migration is running (salvage pending local changes,
+     * recreate the store, download the snapshot, re-queue them); record calls and syncs
+     * fail with `PERFORMING_CONTENT_MIGRATION`.
+     */
+    LAYERSYNC_DOCUMENT_STATE_RESETTING_FOR_DATABASE_MIGRATION = 4,
+    /** Downloaded, no unsynced local changes, idle. */
+    LAYERSYNC_DOCUMENT_STATE_CLEAN = 5,
+    /** Downloaded, with local changes not yet on the server, idle. */
+    LAYERSYNC_DOCUMENT_STATE_DIRTY = 6,
+    /** A sync cycle is sending local changes. */
+    LAYERSYNC_DOCUMENT_STATE_SENDING_CHANGES = 7,
+    /** A sync cycle is applying server changes. */
+    LAYERSYNC_DOCUMENT_STATE_RECEIVING_CHANGES = 8,
+    /** Local storage was removed; the handle stays a valid pointer but does nothing. */
+    LAYERSYNC_DOCUMENT_STATE_INVALID = 9,
+} layersync_document_state_t;
+
+/**
+ * The document id. Owned by the handle; NULL if `document` is NULL. Instant:
+ * `InstantDocumentDescriptor.identifier`.
+ *
+ * @param document The document. Must not be NULL.
+ */
+const char *layersync_document_id(const layersync_document *document);
+
+/**
+ * The layer name (`""` for the default layer). Owned by the handle; NULL if `document` is
+ * NULL. Instant: `InstantDocumentDescriptor.layerName`.
+ *
+ * @param document The document. Must not be NULL.
+ */
+const char *layersync_document_layer_name(const layersync_document *document);
+
+/**
+ * The user id the document's JWT names.
+ *
+ * @param document The document. Must not be NULL.
+ * @param out_user_id Receives the `user_id` of the JWT (free with `layersync_free`), or
+ *     NULL when the JWT has none. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ */
+int layersync_document_user_id(
+    const layersync_document *document, char **out_user_id, layersync_error *error);
+
+/**
+ * The current sync state; `LAYERSYNC_DOCUMENT_STATE_INVALID` for NULL. Instant:
+ * `InstantDocumentDescriptor.documentState`.
+ *
+ * @param document The document. Must not be NULL.
+ */
+layersync_document_state_t layersync_document_state(const layersync_document *document);
+
+/**
+ * Whether the PDF and the layer snapshot are stored locally. Instant:
+ * `InstantDocumentDescriptor.isDownloaded`.
+ *
+ * @param document The document. Must not be NULL.
+ */
+bool layersync_document_is_downloaded(const layersync_document *document);
+
+/**
+ * Whether local changes are waiting to be sent to the server.
+ *
+ * @param document The document. Must not be NULL.
+ */
+bool layersync_document_has_unsynced_changes(const layersync_document *document);
+
+/**
+ * Wall-clock time, in seconds since the Unix epoch (UTC), at which the last sync cycle of
+ * this layer ended with `did_finish_sync`; 0 if none did (or for NULL). Persisted in the
+ * layer store, so it survives restarts; removed with the local storage. Informational
+ * only (for a "last synced" label): the engine never orders anything by client clocks.
+ *
+ * @param document The document. Must not be NULL.
+ */
+double layersync_document_last_sync_time(const layersync_document *document);
+
+/**
+ * Path of the downloaded PDF file.
+ *
+ * @param document The document. Must not be NULL.
+ * @param out_path Receives the local PDF path; free with `layersync_free`. Must not be
+ *     NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_pdf_path(
+    const layersync_document *document, char **out_path, layersync_error *error);
+
+/**
+ * Starts downloading the PDF and the layer's records in the background. Progress arrives
+ * through `download_progress`, the outcome through `did_finish_download` or
+ * `did_fail_download`. Mirrors Instant's `download(usingJWT:)`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_ALREADY_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_download(layersync_document *document, layersync_error *error);
+
+/**
+ * Cancels a running download; `did_fail_download` reports `CANCELLED`. No effect when
+ * none runs.
+ *
+ * @param document The document. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ */
+int layersync_document_cancel_download(
+    layersync_document *document, layersync_error *error);
+
+/**
+ * Starts a two-way sync cycle in the background: sends pending local changes, receives
+ * server changes, and repeats until nothing is pending. Reported through
+ * `did_begin_sync`, `did_change_sync_state`, then `did_finish_sync` or `did_fail_sync`.
+ * Mirrors Instant's `sync()`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_sync(layersync_document *document, layersync_error *error);
+
+/**
+ * Stops listening and automatic syncing. Mirrors Instant's
+ * `stopSyncing(cancelCurrentRequest:)`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param cancel_current_request Also abort a request in flight (its changes stay
+ *     pending).
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ */
+int layersync_document_stop_syncing(
+    layersync_document *document, bool cancel_current_request, layersync_error *error);
+
+/**
+ * Starts listening for server changes by HTTP long-poll. Changes are applied locally and
+ * reported through `did_receive_changes`. Survives transient network failures with capped
+ * exponential backoff; stops on authentication failure until reauthentication. Mirrors
+ * Instant's `startListeningForChanges()`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_start_listening(
+    layersync_document *document, layersync_error *error);
+
+/**
+ * Stops listening for server changes. Mirrors Instant's `stopListeningForChanges()`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
+ */
+int layersync_document_stop_listening(
+    layersync_document *document, layersync_error *error);
+
+/**
+ * Sets the debounce of automatic syncing. Mirrors Instant's
+ * `delayForSyncingLocalChanges`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param delay_s Seconds between a local edit and the automatic sync;
+ *     `LAYERSYNC_SYNC_DISABLED` turns it off.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_set_sync_delay(
+    layersync_document *document, double delay_s, layersync_error *error);
+
+/**
+ * The debounce of automatic syncing in seconds, or `LAYERSYNC_SYNC_DISABLED`.
+ *
+ * @param document The document. Must not be NULL.
+ */
+double layersync_document_sync_delay(const layersync_document *document);
+
+/**
+ * Replaces the document's JWT; the server checks it in the background and the outcome
+ * arrives through `did_finish_reauthentication` or `did_fail_reauthentication`. Pending
+ * changes are sent afterwards. Mirrors Instant's `reauthenticate(withJWT:)`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param jwt A fresh JWT for the same document, layer and user. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_USER_ID_MISMATCH`,
+ *     `LAYERSYNC_ERROR_ALREADY_AUTHENTICATING`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_reauthenticate(
+    layersync_document *document, const char *jwt, layersync_error *error);
+
+/**
+ * Removes this layer's local store (records and unsynced changes) and, when no other
+ * layer of the document is stored, its PDF and attachments. Cancels the document's
+ * transfers and waits until they stopped. The handle then is in state
+ * `LAYERSYNC_DOCUMENT_STATE_INVALID` (reported once through `did_change_sync_state`) and
+ * stays a valid pointer; other calls on it fail with `INVALID_STATE`. Instant:
+ * `InstantDocumentDescriptor.removeLocalStorage()`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
+ */
+int layersync_document_remove_local_storage(
+    layersync_document *document, layersync_error *error);
+
+/**
+ * Migrates a local layer written in an older content format (state
+ * `LAYERSYNC_DOCUMENT_STATE_NEEDS_CONTENT_MIGRATION`; until then record calls and syncs
+ * fail with `CONTENT_MIGRATION_NEEDED`) to the current one, in one SQLite transaction on
+ * the calling thread; does nothing when no migration is needed. Meanwhile the state is
+ * `LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT` and other calls on the document fail with
+ * `PERFORMING_CONTENT_MIGRATION`; afterwards `CLEAN` or `DIRTY`, each transition reported
+ * once. Records whose content changed are reported through `did_receive_changes`.
+ *
+ * In state `LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION` it returns at
+ * once and resets the local store in the background: state
+ * `RESETTING_FOR_DATABASE_MIGRATION`; the pending local changes readable from the old
+ * store are salvaged (changes it cannot read are reported through `did_reset_layer` with
+ * `DATABASE_ACCESS_FAILED`, never dropped silently); the old file is kept as
+ * `layer.sqlite.schema-N.bak`; the store is recreated, the layer snapshot downloaded
+ * again and the salvaged changes re-queued in one transaction; then `CLEAN` or `DIRTY`,
+ * each transition reported once. On failure (e.g. offline) the state returns to
+ * `NEEDS_RESET_FOR_DATABASE_MIGRATION` with `did_fail_sync`; the salvaged changes stay on
+ * disk (`layer.salvage.json` next to the store) and the next call re-queues them.
+ * Instant: `InstantDocumentDescriptor.attemptContentMigration()`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_PERFORMING_CONTENT_MIGRATION`, `LAYERSYNC_ERROR_INVALID_STATE`,
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_attempt_content_migration(
+    layersync_document *document, layersync_error *error);
+
+/*=======================================================================================
+ * Client delegate
+ *
+ * The client's events: one callback table, given to `layersync_client_create`, with a
+ * field per method of Instant's `InstantClientDelegate` and LayerSync's own events
+ * (server validation, download progress, received and rejected changes, token requests,
+ * the network hint, layer resets). All callbacks of one client run on that client's one
+ * serial callback thread, never while the engine holds a lock, so a callback may call
+ * back into the API (docs/threading.md). docs/c-api.md maps every delegate method of the
+ * seed SDKs to its counterpart here.
+ *======================================================================================*/
+
+/**
+ * Seconds between two asks of the delegate's `is_network_available` hint while its last
+ * answer was false.
+ */
+#define LAYERSYNC_NETWORK_HINT_RECHECK_S 5.0
+
+/**
+ * Current version of `layersync_client_delegate` (2 added `did_reset_layer`; the library
+ * still accepts 1).
+ */
+#define LAYERSYNC_CLIENT_DELEGATE_VERSION 2
+
+/**
+ * Called once when the library no longer uses `context` (after `layersync_client_destroy`
+ * drained all callbacks).
  */
 typedef void (*layersync_release_context_cb)(void *context);
 
 /**
  * Outcome of the connection sequence, reported once per client. On success
- * `server_info_json` is the server's `GET /sync/v1/info` body
- * (`{"server_version", "protocol": {"min", "max"}, "limits": {"max_request_bytes", ...}, "capabilities": [...]}`)
- * and `error` is NULL; on failure `server_info_json` is NULL and `error` says why
- * (`REQUEST_FAILED`, `OLD_CLIENT`, `OLD_SERVER`, `INVALID_SERVER_DATA`).
+ * `server_info_json` is the server's `GET /sync/v1/info` body (`{"server_version",
+ * "protocol": {"min", "max"}, "limits": {"max_request_bytes", ...}, "capabilities":
+ * [...]}`) and `error` is NULL; on failure `server_info_json` is NULL and `error` says
+ * why (`REQUEST_FAILED`, `OLD_CLIENT`, `OLD_SERVER`, `INVALID_SERVER_DATA`).
  */
-typedef void (*layersync_server_did_validate_cb)(void *context, const char *server_info_json, const layersync_error *error);
+typedef void (*layersync_server_did_validate_cb)(
+    void *context, const char *server_info_json, const layersync_error *error);
 
-/**
- * A per-document event without payload.
- */
+/** A per-document event without payload. */
 typedef void (*layersync_document_cb)(void *context, layersync_document *document);
 
-/**
- * A per-document failure; `error` is valid only during the call.
- */
-typedef void (*layersync_document_error_cb)(void *context, layersync_document *document, const layersync_error *error);
+/** A per-document failure; `error` is valid only during the call. */
+typedef void (*layersync_document_error_cb)(
+    void *context, layersync_document *document, const layersync_error *error);
 
 /**
- * A per-document event with a UTF-8 string payload (JSON or a JWT, as the field says); valid only during the call.
+ * A per-document event with a UTF-8 string payload (JSON or a JWT, as the field says);
+ * valid only during the call.
  */
-typedef void (*layersync_document_string_cb)(void *context, layersync_document *document, const char *value);
+typedef void (*layersync_document_string_cb)(
+    void *context, layersync_document *document, const char *value);
+
+/** The document's sync state changed to `state`. */
+typedef void (*layersync_document_state_cb)(
+    void *context, layersync_document *document, layersync_document_state_t state);
+
+/** Download progress in bytes; `bytes_total` is -1 while unknown. */
+typedef void (*layersync_download_progress_cb)(
+    void *context, layersync_document *document, int64_t bytes_done, int64_t bytes_total);
 
 /**
- * The document's sync state changed to `state`.
- */
-typedef void (*layersync_document_state_cb)(void *context, layersync_document *document, layersync_document_state_t state);
-
-/**
- * Download progress in bytes; `bytes_total` is -1 while unknown.
- */
-typedef void (*layersync_download_progress_cb)(void *context, layersync_document *document, int64_t bytes_done, int64_t bytes_total);
-
-/**
- * Host reachability hint (the `is_network_available` field of `layersync_client_delegate`):
- * return false while the host knows it is offline, true otherwise. Called on the client's
- * callback thread, like every callback, never on a network thread and never while the engine
- * holds a lock: after a request failed without an HTTP answer (connection refused or reset,
- * timeout, DNS failure) and then every `LAYERSYNC_NETWORK_HINT_RECHECK_S` seconds while its
- * last answer was false. Must return promptly (the client's other callbacks wait meanwhile);
- * may call any function of the library except `layersync_client_destroy` of its own client.
+ * Host reachability hint (the `is_network_available` field of
+ * `layersync_client_delegate`): return false while the host knows it is offline, true
+ * otherwise. Called on the client's callback thread, like every callback, never on a
+ * network thread and never while the engine holds a lock: after a request failed without
+ * an HTTP answer (connection refused or reset, timeout, DNS failure) and then every
+ * `LAYERSYNC_NETWORK_HINT_RECHECK_S` seconds while its last answer was false. Must return
+ * promptly (the client's other callbacks wait meanwhile); may call any function of the
+ * library except `layersync_client_destroy` of its own client.
  */
 typedef bool (*layersync_is_network_available_cb)(void *context);
-
-/**
- * Completion of a one-shot server operation (history, rollback, deleted list, restore),
- * called exactly once on the client's callback thread, in order with the delegate's events
- * (unless the client is destroyed first). On success `result_json` is the result and `error`
- * is NULL; on failure `result_json` is NULL. Both are valid only during the call.
- */
-typedef void (*layersync_document_result_cb)(void *context, layersync_document *document, const char *result_json, const layersync_error *error);
 
 /**
  * The client's callback table; mirrors Instant's `InstantClientDelegate`, one field per
@@ -399,10 +885,11 @@ typedef void (*layersync_document_result_cb)(void *context, layersync_document *
  * Versions (`version` says which fields the struct has; the library reads no others, so a
  * program built against an older header keeps working):
  * - 1: `version` through `is_network_available`.
- * - 2: adds `did_reset_layer` (a version-1 table has none: the event is not reported to it).
- * Any other `version` makes `layersync_client_create` fail with `INVALID_ARGUMENT`.
+ * - 2: adds `did_reset_layer` (a version-1 table has none: the event is not reported to
+ *   it). Any other `version` makes `layersync_client_create` fail with
+ *   `INVALID_ARGUMENT`.
  */
-typedef struct layersync_client_delegate {
+struct layersync_client_delegate {
     /** Set to `LAYERSYNC_CLIENT_DELEGATE_VERSION`. */
     uint32_t version;
     /** Passed as the first argument of every callback. */
@@ -411,57 +898,490 @@ typedef struct layersync_client_delegate {
     layersync_release_context_cb release_context;
     /** Connection sequence result (LayerSync's own). */
     layersync_server_did_validate_cb server_did_validate;
-    /** Download finished: PDF and layer snapshot are local. Instant: `instantClient(_:didFinishDownloadFor:)`. */
+    /**
+     * Download finished: PDF and layer snapshot are local. Instant:
+     * `instantClient(_:didFinishDownloadFor:)`.
+     */
     layersync_document_cb did_finish_download;
-    /** Download failed or was cancelled (`CANCELLED`). Instant: `instantClient(_:documentDescriptor:didFailDownloadWithError:)`. */
+    /**
+     * Download failed or was cancelled (`CANCELLED`). Instant:
+     * `instantClient(_:documentDescriptor:didFailDownloadWithError:)`.
+     */
     layersync_document_error_cb did_fail_download;
-    /** The server rejected the JWT; reported once per token. Local edits stay pending. Instant: `instantClient(_:didFailAuthenticationFor:)`. */
+    /**
+     * The server rejected the JWT; reported once per token. Local edits stay pending.
+     * Instant: `instantClient(_:didFailAuthenticationFor:)`.
+     */
     layersync_document_error_cb did_fail_authentication;
-    /** Reauthentication succeeded; `value` is the accepted JWT. Instant: `instantClient(_:documentDescriptor:didFinishReauthenticationWithJWT:)`. */
+    /**
+     * Reauthentication succeeded; `value` is the accepted JWT. Instant:
+     * `instantClient(_:documentDescriptor:didFinishReauthenticationWithJWT:)`.
+     */
     layersync_document_string_cb did_finish_reauthentication;
-    /** Reauthentication failed. Instant: `instantClient(_:documentDescriptor:didFailReauthenticationWithError:)`. */
+    /**
+     * Reauthentication failed. Instant:
+     * `instantClient(_:documentDescriptor:didFailReauthenticationWithError:)`.
+     */
     layersync_document_error_cb did_fail_reauthentication;
     /** A sync cycle started. Instant: `instantClient(_:didBeginSyncFor:)`. */
     layersync_document_cb did_begin_sync;
-    /** The document state changed. Instant: `instantClient(_:documentDescriptor:didChange:)`. */
+    /** The document state changed. Instant: `instantClient(_:didChangeSyncStateFor:)`. */
     layersync_document_state_cb did_change_sync_state;
-    /** A sync cycle failed; pending changes are kept. Instant: `instantClient(_:documentDescriptor:didFailSyncWithError:)`. */
+    /**
+     * A sync cycle failed; pending changes are kept. Instant:
+     * `instantClient(_:documentDescriptor:didFailSyncWithError:)`.
+     */
     layersync_document_error_cb did_fail_sync;
-    /** A sync cycle finished with nothing left to send. Instant: `instantClient(_:didFinishSyncFor:)`. */
+    /**
+     * A sync cycle finished with nothing left to send. Instant:
+     * `instantClient(_:didFinishSyncFor:)`.
+     */
     layersync_document_cb did_finish_sync;
-    /** Bytes of the PDF downloaded so far (LayerSync's own; Instant reports an `NSProgress`). */
+    /**
+     * Bytes of the PDF downloaded so far (LayerSync's own; Instant reports an
+     * `NSProgress`).
+     */
     layersync_download_progress_cb download_progress;
-    /** Server changes were applied locally; `value` is `{"created": [ids], "updated": [ids], "deleted": [ids]}`. */
+    /**
+     * Server changes were applied locally; `value` is
+     * `{"created": [ids], "updated": [ids], "deleted": [ids]}`.
+     */
     layersync_document_string_cb did_receive_changes;
-    /** Local changes lost a conflict (first writer wins) and the server version was adopted; `value` is `[{"id", "reason", "code", "local": record-or-null, "server": record-or-null}]`; `code` is `LAYERSYNC_ERROR_CONFLICT` (reason `conflict`, `exists`, `superseded`; `local` is the record's newest local version, edits made while the losing change was in flight included, which go with it), `LAYERSYNC_ERROR_PAYLOAD_LIMIT_EXCEEDED` (`payload_too_large`: the change alone exceeds the server's limit; `local` is the version dropped, and edits of the record made while it was in flight stay pending and are sent in its place, the server version being adopted only when there are none), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`) `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`: the server refused the content; like `payload_too_large`, the change goes alone), or `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE` (`attachment_missing`: an attachment's file vanished before upload; `id` is the attachment id, the upload is dropped and the queue goes on). */
+    /**
+     * Local changes lost a conflict (first writer wins) and the server version was
+     * adopted; `value` is
+     * `[{"id", "reason", "code", "local": record-or-null, "server": record-or-null}]`;
+     * `code` is `LAYERSYNC_ERROR_CONFLICT` (reason `conflict`, `exists`, `superseded`;
+     * `local` is the record's newest local version, edits made while the losing change
+     * was in flight included, which go with it), `LAYERSYNC_ERROR_PAYLOAD_LIMIT_EXCEEDED`
+     * (`payload_too_large`: the change alone exceeds the server's limit; `local` is the
+     * version dropped, and edits of the record made while it was in flight stay pending
+     * and are sent in its place, the server version being adopted only when there are
+     * none), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`),
+     * `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`: the server refused the
+     * content; like `payload_too_large`, the change goes alone), or
+     * `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE` (`attachment_missing`: an
+     * attachment's file vanished before upload; `id` is the attachment id, the upload is
+     * dropped and the queue goes on).
+     */
     layersync_document_string_cb did_reject_changes;
-    /** The engine needs a fresh JWT for the document; answer with `layersync_document_reauthenticate`, now or later. */
+    /**
+     * The engine needs a fresh JWT for the document; answer with
+     * `layersync_document_reauthenticate`, now or later.
+     */
     layersync_document_cb request_token;
-    /** Host reachability hint, asked after a request failed without an HTTP answer and then every `LAYERSYNC_NETWORK_HINT_RECHECK_S` seconds while it answers false. false: the client behaves as after `layersync_client_set_network_available(client, false)` (no request is made, syncs fail fast with `REQUEST_FAILED` and keep their changes pending, long-polls wait) until a later answer is true, which resumes pending work at once. It never lifts an explicit `set_network_available(false)`; an explicit `set_network_available(true)` clears its last false. NULL: only `layersync_client_set_network_available` tells the client (requests are always attempted otherwise). LayerSync's own. */
+    /**
+     * Host reachability hint, asked after a request failed without an HTTP answer and
+     * then every `LAYERSYNC_NETWORK_HINT_RECHECK_S` seconds while it answers false.
+     * false: the client behaves as after
+     * `layersync_client_set_network_available(client, false)` (no request is made, syncs
+     * fail fast with `REQUEST_FAILED` and keep their changes pending, long-polls wait)
+     * until a later answer is true, which resumes pending work at once. It never lifts an
+     * explicit `set_network_available(false)`; an explicit `set_network_available(true)`
+     * clears its last false. NULL: only `layersync_client_set_network_available` tells
+     * the client (requests are always attempted otherwise). LayerSync's own.
+     */
     layersync_is_network_available_cb is_network_available;
-    /** The server's layer epoch changed (layer restored or recreated); the local store was re-based onto the new snapshot and unsynced local changes were kept, to be re-sent. `error->code` is `LAYERSYNC_ERROR_SERVER_RESET`, its message says how many changes were re-based. Since version 2. LayerSync's own. */
+    /**
+     * The server's layer epoch changed (layer restored or recreated); the local store was
+     * re-based onto the new snapshot and unsynced local changes were kept, to be re-sent.
+     * `error->code` is `LAYERSYNC_ERROR_SERVER_RESET`, its message says how many changes
+     * were re-based. Since version 2. LayerSync's own.
+     */
     layersync_document_error_cb did_reset_layer;
-} layersync_client_delegate;
+};
 
 /**
- * Static initialiser of `layersync_client_delegate`: current version, every other field zero/NULL.
+ * Static initialiser of `layersync_client_delegate`: current version, every other field
+ * zero/NULL.
  */
 #define LAYERSYNC_CLIENT_DELEGATE_INIT { LAYERSYNC_CLIENT_DELEGATE_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
+/*=======================================================================================
+ * Records
+ *
+ * The annotations of the local layer, as Instant JSON v2 strings in and out. A write is
+ * durable when the call returns: it commits in the same SQLite transaction as its pending
+ * change (docs/rules.md rule 1), and the next sync cycle sends it. Reads and search never
+ * touch the network; text comes back byte-exact (docs/rules.md rule 9).
+ *======================================================================================*/
+
+/**
+ * Creates an annotation in the local layer. Durable when the call returns (committed to
+ * SQLite together with its pending change); synced automatically after `sync_delay_s`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param annotation_json An Instant JSON v2 annotation object (`type`, `pageIndex`,
+ *     `bbox`, ...). A missing `id` is generated (ULID). Must not be NULL.
+ * @param out_json Receives the stored annotation JSON (with its `id`); free with
+ *     `layersync_free`. May be NULL (the stored record is not returned).
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_create_annotation(
+    layersync_document *document, const char *annotation_json, char **out_json,
+    layersync_error *error);
+
+/**
+ * Replaces an annotation's content in the local layer; durable and queued like a create.
+ *
+ * @param document The document. Must not be NULL.
+ * @param annotation_json The whole new Instant JSON annotation, with its `id`. Must not
+ *     be NULL.
+ * @param out_json Receives the stored JSON; free with `layersync_free`. May be NULL (the
+ *     stored record is not returned).
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`,
+ *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_update_annotation(
+    layersync_document *document, const char *annotation_json, char **out_json,
+    layersync_error *error);
+
+/**
+ * Deletes an annotation (and its comments) from the local layer; durable and queued like
+ * a create.
+ *
+ * @param document The document. Must not be NULL.
+ * @param annotation_id The annotation's id. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_delete_annotation(
+    layersync_document *document, const char *annotation_id, layersync_error *error);
+
+/**
+ * Reads one annotation from the local layer.
+ *
+ * @param document The document. Must not be NULL.
+ * @param annotation_id The annotation's id. Must not be NULL.
+ * @param out_json Receives the annotation's Instant JSON; free with `layersync_free`.
+ *     Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_get_annotation(
+    layersync_document *document, const char *annotation_id, char **out_json,
+    layersync_error *error);
+
+/**
+ * Lists the annotations of the local layer.
+ *
+ * @param document The document. Must not be NULL.
+ * @param filter_json `{"pageIndex": N, "type": "pspdfkit/ink", "creatorName": "...",
+ *     "limit": N, "offset": N}` (every key optional). May be NULL (every annotation).
+ * @param out_json Receives a JSON array of Instant JSON annotations ordered by id; free
+ *     with `layersync_free`. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_list_annotations(
+    layersync_document *document, const char *filter_json, char **out_json,
+    layersync_error *error);
+
+/**
+ * Full-text search over the local layer (SQLite FTS5, works offline). A query without
+ * words or a negative limit gives `INVALID_ARGUMENT`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param query Words; each must occur in a string value of the record as a word prefix
+ *     (case- and diacritics-insensitive). FTS syntax characters are taken literally. Must
+ *     not be NULL.
+ * @param limit Maximum number of results; 0 means 100.
+ * @param out_json Receives a JSON array of matching records, best match first; free with
+ *     `layersync_free`. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`,
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_search_annotations(
+    layersync_document *document, const char *query, int32_t limit, char **out_json,
+    layersync_error *error);
+
+/*=======================================================================================
+ * Comments
+ *
+ * Comments are `pspdfkit/comment` records whose `rootId` names a live annotation. They
+ * are written, queued and synced like every record; deleting the root annotation deletes
+ * its comments locally and on the server (docs/rules.md rule 3).
+ *======================================================================================*/
+
+/**
+ * Creates a comment (`pspdfkit/comment` record with `rootId`) on a root annotation;
+ * durable and queued like a create. Deleting the root deletes its comments locally and on
+ * the server. A `type` other than `pspdfkit/comment` gives `INVALID_JSON_STRUCTURE`, a
+ * `rootId` other than `root_id` `INVALID_ARGUMENT`, a missing root `NO_SUCH_ANNOTATION`.
+ * Instant: comments of `Annotation` threads (`Document.add(annotations:)` with
+ * `Comment`).
+ *
+ * @param document The document. Must not be NULL.
+ * @param root_id Id of the live annotation the comment belongs to. Must not be NULL.
+ * @param comment_json Instant JSON, e.g.
+ *     `{"text": {"format": "plain", "value": "..."}, "creatorName": "..."}`; `type`
+ *     defaults to `pspdfkit/comment`, `rootId` is set to `root_id`. Must not be NULL.
+ * @param out_json Receives the stored comment; free with `layersync_free`. May be NULL
+ *     (the stored comment is not returned).
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`,
+ *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`,
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_create_comment(
+    layersync_document *document, const char *root_id, const char *comment_json,
+    char **out_json, layersync_error *error);
+
+/**
+ * Lists the comments of a root annotation from the local layer.
+ *
+ * @param document The document. Must not be NULL.
+ * @param root_id Id of the root annotation. Must not be NULL.
+ * @param out_json Receives a JSON array of the comments, oldest first (`createdAt`, then
+ *     id); free with `layersync_free`. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_list_comments(
+    layersync_document *document, const char *root_id, char **out_json,
+    layersync_error *error);
+
+/*=======================================================================================
+ * History
+ *
+ * The server keeps a layer's older record versions and its deleted records. These calls
+ * ask the server, return at once, and report exactly once through a
+ * `layersync_document_result_cb` on the client's callback thread. A record that exists
+ * only locally (never synced) gives `UNMANAGED_ANNOTATION` at once, without a request.
+ *======================================================================================*/
+
+/**
+ * Completion of a one-shot server operation (history, rollback, deleted list, restore),
+ * called exactly once on the client's callback thread, in order with the delegate's
+ * events (unless the client is destroyed first). On success `result_json` is the result
+ * and `error` is NULL; on failure `result_json` is NULL. Both are valid only during the
+ * call.
+ */
+typedef void (*layersync_document_result_cb)(
+    void *context, layersync_document *document, const char *result_json,
+    const layersync_error *error);
+
+/**
+ * Asks the server for the kept versions of a record; returns at once. The callback gets
+ * `NO_SUCH_ANNOTATION` when the server keeps none, `REQUEST_FAILED` offline,
+ * `ACCESS_DENIED` for a rejected token. Returns `UNMANAGED_ANNOTATION` at once, without a
+ * request, for a record that exists only locally (created here and never synced: the
+ * server does not manage it yet; sync first).
+ *
+ * @param document The document. Must not be NULL.
+ * @param annotation_id The record id. Must not be NULL.
+ * @param callback Receives `[{"id", "revision", "deleted", "content": record-or-null}]`,
+ *     newest first (the server keeps `history_versions` versions). Must not be NULL.
+ * @param context Passed to `callback`. May be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_UNMANAGED_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_annotation_history(
+    layersync_document *document, const char *annotation_id,
+    layersync_document_result_cb callback, void *context, layersync_error *error);
+
+/**
+ * Writes the content of a kept version as the record's new version on the server (a
+ * deleted record comes back), then applies it locally (`did_receive_changes`) before the
+ * callback. Returns at once. The callback gets `CONFLICT` when the record changed on the
+ * server since this client last saw it (first writer wins; sync and retry),
+ * `NO_SUCH_ANNOTATION` when the version is not kept, `INVALID_REQUEST` for a version that
+ * is a deletion. Returns `UNMANAGED_ANNOTATION` at once, without a request, for a record
+ * that exists only locally (created here and never synced: the server does not manage it
+ * yet; sync first).
+ *
+ * @param document The document. Must not be NULL.
+ * @param annotation_id The record id. Must not be NULL.
+ * @param revision A `revision` from `layersync_document_annotation_history`.
+ * @param callback Receives the record's new Instant JSON. Must not be NULL.
+ * @param context Passed to `callback`. May be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_UNMANAGED_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_rollback_annotation(
+    layersync_document *document, const char *annotation_id, int64_t revision,
+    layersync_document_result_cb callback, void *context, layersync_error *error);
+
+/**
+ * Asks the server for the layer's deleted records and their last live content; returns at
+ * once.
+ *
+ * @param document The document. Must not be NULL.
+ * @param callback Receives `[{"id", "revision", "last_content": record-or-null}]`, oldest
+ *     deletion first. Must not be NULL.
+ * @param context Passed to `callback`. May be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_list_deleted_annotations(
+    layersync_document *document, layersync_document_result_cb callback, void *context,
+    layersync_error *error);
+
+/**
+ * Brings a deleted record back on the server with its last live content, then applies it
+ * locally before the callback. Returns at once. The callback gets `CONFLICT` for a live
+ * record, `NO_SUCH_ANNOTATION` when it never existed or no live version is kept. Returns
+ * `UNMANAGED_ANNOTATION` at once, without a request, for a record that exists only
+ * locally (created here and never synced: the server does not manage it yet; sync first).
+ *
+ * @param document The document. Must not be NULL.
+ * @param annotation_id The id of a deleted record. Must not be NULL.
+ * @param callback Receives the restored record's Instant JSON. Must not be NULL.
+ * @param context Passed to `callback`. May be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_UNMANAGED_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_restore_annotation(
+    layersync_document *document, const char *annotation_id,
+    layersync_document_result_cb callback, void *context, layersync_error *error);
+
+/*=======================================================================================
+ * Attachments
+ *
+ * Binary blobs that records refer to (the image of an image annotation, an embedded
+ * file), identified by the lowercase hex SHA-256 of their bytes. An added attachment is
+ * stored durably and uploaded before any record change of the same sync cycle; one from
+ * the server is downloaded lazily, on request.
+ *======================================================================================*/
+
+/** Current version of `layersync_attachment`. */
+#define LAYERSYNC_ATTACHMENT_VERSION 1
+
+/**
+ * An attachment's bytes, filled by `layersync_document_attachment_data`. Initialise with
+ * `LAYERSYNC_ATTACHMENT_INIT`; free `data` and `content_type` with `layersync_free`.
+ */
+struct layersync_attachment {
+    /** Set to `LAYERSYNC_ATTACHMENT_VERSION`. */
+    uint32_t version;
+    /** The bytes (`malloc`ed; NULL when `size_bytes` is 0). */
+    void *data;
+    /** Number of bytes. */
+    size_t size_bytes;
+    /** The MIME type given when it was added, or the server's. */
+    char *content_type;
+};
+
+/**
+ * Static initialiser of `layersync_attachment`: current version, every other field
+ * zero/NULL.
+ */
+#define LAYERSYNC_ATTACHMENT_INIT { LAYERSYNC_ATTACHMENT_VERSION, NULL, 0, NULL }
+
+/**
+ * Stores an attachment (image of an image annotation, embedded file) in the document's
+ * disk cache, durably, and queues its upload: the next sync cycle uploads it before it
+ * sends any record change, so a record referencing it (`imageAttachmentId`,
+ * `fileAttachmentId`) never reaches the server first. The same bytes always give the same
+ * id. A file that cannot be written gives `COULD_NOT_CREATE_ATTACHMENT`. Instant:
+ * `Document.add(annotations:)` with an image annotation's `DataContainerProvider`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param data The bytes; copied. May be NULL (only when `size_bytes` is 0).
+ * @param size_bytes Number of bytes.
+ * @param content_type MIME type, e.g. `image/png` (1–255 printable ASCII characters).
+ *     Must not be NULL.
+ * @param out_attachment_id Receives the attachment id, the lowercase hex SHA-256 of the
+ *     bytes; free with `layersync_free`. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_COULD_NOT_CREATE_ATTACHMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_add_attachment(
+    layersync_document *document, const void *data, size_t size_bytes,
+    const char *content_type, char **out_attachment_id, layersync_error *error);
+
+/**
+ * Reads an attachment from the local disk cache; never touches the network.
+ * `ATTACHMENT_NOT_LOADED`: a local record references it but it was not downloaded yet
+ * (call `layersync_document_download_attachment`); `NO_SUCH_ATTACHMENT`: unknown here.
+ *
+ * @param document The document. Must not be NULL.
+ * @param attachment_id The attachment id (64 lowercase hex digits). Must not be NULL.
+ * @param out_attachment Receives the bytes and content type (caller frees both with
+ *     `layersync_free`). Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_ATTACHMENT_NOT_LOADED`, `LAYERSYNC_ERROR_NO_SUCH_ATTACHMENT`,
+ *     `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_attachment_data(
+    layersync_document *document, const char *attachment_id,
+    layersync_attachment *out_attachment, layersync_error *error);
+
+/**
+ * Downloads an attachment into the disk cache (attachments are downloaded lazily);
+ * returns at once. The bytes are checked against the id. The callback gets
+ * `NO_SUCH_ATTACHMENT` when the server does not have it, `INVALID_SERVER_DATA` when the
+ * bytes do not hash to the id, `REQUEST_FAILED` offline.
+ *
+ * @param document The document. Must not be NULL.
+ * @param attachment_id The attachment id. Must not be NULL.
+ * @param callback Receives `{"attachment_id", "size_bytes", "content_type"}` once the
+ *     bytes are in the disk cache. Must not be NULL.
+ * @param context Passed to `callback`. May be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ */
+int layersync_document_download_attachment(
+    layersync_document *document, const char *attachment_id,
+    layersync_document_result_cb callback, void *context, layersync_error *error);
+
+/*=======================================================================================
+ * Observers
+ *
+ * For several listeners, or for one document's events only: a
+ * `layersync_document_observer` has the per-document fields of the client delegate and is
+ * called right after it, on the same thread. Adding one returns a `layersync_observer`
+ * token that removes it (couchbase-lite-C's listener tokens).
+ *======================================================================================*/
+
+/** Current version of `layersync_document_observer`. */
+#define LAYERSYNC_DOCUMENT_OBSERVER_VERSION 1
 
 /**
  * Callbacks for one document's events, for hosts that want several listeners or one
  * document's events only (couchbase-lite-C style listener tokens). Each field has the
  * meaning of the `layersync_client_delegate` field of the same name and is called right
  * after it, on the same serial callback thread, with the same arguments; every state
- * transition is reported once. Copied by `layersync_document_add_observer`. Every field may
- * be NULL. Initialise with `LAYERSYNC_DOCUMENT_OBSERVER_INIT`.
+ * transition is reported once. Copied by `layersync_document_add_observer`. Every field
+ * may be NULL. Initialise with `LAYERSYNC_DOCUMENT_OBSERVER_INIT`.
  */
-typedef struct layersync_document_observer {
+struct layersync_document_observer {
     /** Set to `LAYERSYNC_DOCUMENT_OBSERVER_VERSION`. */
     uint32_t version;
     /** Passed as the first argument of every callback. */
     void *context;
-    /** Called once when the observer is removed (after its last callback returned), or by `layersync_client_destroy`. */
+    /**
+     * Called once when the observer is removed (after its last callback returned), or by
+     * `layersync_client_destroy`.
+     */
     layersync_release_context_cb release_context;
     /** As in the client delegate. */
     layersync_document_cb did_finish_download;
@@ -475,7 +1395,10 @@ typedef struct layersync_document_observer {
     layersync_document_error_cb did_fail_reauthentication;
     /** As in the client delegate. */
     layersync_document_cb did_begin_sync;
-    /** As in the client delegate (including the change to `LAYERSYNC_DOCUMENT_STATE_INVALID` when local storage is removed). */
+    /**
+     * As in the client delegate (including the change to
+     * `LAYERSYNC_DOCUMENT_STATE_INVALID` when local storage is removed).
+     */
     layersync_document_state_cb did_change_sync_state;
     /** As in the client delegate. */
     layersync_document_error_cb did_fail_sync;
@@ -489,556 +1412,37 @@ typedef struct layersync_document_observer {
     layersync_document_string_cb did_reject_changes;
     /** As in the client delegate. */
     layersync_document_cb request_token;
-    /** The server's layer epoch changed (layer restored or recreated); the local store was re-based onto the new snapshot and unsynced local changes were kept, to be re-sent. `error->code` is `LAYERSYNC_ERROR_SERVER_RESET`, its message says how many changes were re-based. LayerSync's own. */
+    /**
+     * The server's layer epoch changed (layer restored or recreated); the local store was
+     * re-based onto the new snapshot and unsynced local changes were kept, to be re-sent.
+     * `error->code` is `LAYERSYNC_ERROR_SERVER_RESET`, its message says how many changes
+     * were re-based. LayerSync's own.
+     */
     layersync_document_error_cb did_reset_layer;
-} layersync_document_observer;
+};
 
 /**
- * Static initialiser of `layersync_document_observer`: current version, every other field zero/NULL.
+ * Static initialiser of `layersync_document_observer`: current version, every other field
+ * zero/NULL.
  */
 #define LAYERSYNC_DOCUMENT_OBSERVER_INIT { LAYERSYNC_DOCUMENT_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
-
-/* ---- Library ---- */
-
-/**
- * The library's version string, e.g. `"0.1.0"`. Static storage; do not free.
- */
-const char *layersync_version(void);
-
-/**
- * The library's ABI version; equals `LAYERSYNC_ABI_VERSION` of the header it was built with.
- */
-int32_t layersync_abi_version(void);
-
-/**
- * Frees memory that the library handed to the caller.
- *
- * @param pointer A string or buffer returned by this library, or NULL.
- */
-void layersync_free(void *pointer);
-
-/**
- * Frees the strings inside `error` and resets it to `LAYERSYNC_ERROR_INIT`, keeping its version.
- *
- * @param error The error to reset, or NULL.
- */
-void layersync_error_clear(layersync_error *error);
-
-/**
- * The code's name without prefix (`"INVALID_JWT"`), or `"UNRECOGNIZED"`. Static storage; do not free.
- *
- * @param code A `layersync_error_code_t`.
- */
-const char *layersync_error_code_name(int32_t code);
-
-/* ---- Client ---- */
-
-/**
- * Fills the fields of `version` in `options` with their defaults and sets `options->version`; writes no field that `version` does not have.
- *
- * @param options The struct to fill with defaults.
- * @param version `LAYERSYNC_CLIENT_OPTIONS_VERSION` (or an older version, see `layersync_client_options`).
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
- */
-int layersync_client_options_init(layersync_client_options *options, uint32_t version);
-
-/**
- * Creates a client for one server URL and storage directory and starts the connection
- * sequence in the background (`GET /sync/v1/info`, protocol version check); its outcome
- * is reported once through `server_did_validate`. Mirrors Instant's
- * `InstantClient(serverURL:)`.
- *
- * @param options Server URL, storage path and tuning; copied.
- * @param delegate Callback table, copied; NULL for none.
- * @param out_client Receives the new client; destroy it with `layersync_client_destroy`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_URL`, `LAYERSYNC_ERROR_COULD_NOT_WRITE_TO_DISK`.
- */
-int layersync_client_create(const layersync_client_options *options, const layersync_client_delegate *delegate, layersync_client **out_client, layersync_error *error);
-
-/**
- * Cancels all network work, waits until every callback already queued has run, then calls
- * `release_context` once and frees the client and all its document handles. Blocks until
- * done. Calling it from inside one of the client's callbacks is refused with
- * `INVALID_STATE` (it would wait for itself).
- *
- * @param client The client, or NULL.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_client_destroy(layersync_client *client, layersync_error *error);
-
-/**
- * The server URL the client was created with. Owned by the client; NULL if `client` is NULL. Instant: `InstantClient.serverURL`.
- *
- * @param client The client.
- */
-const char *layersync_client_server_url(const layersync_client *client);
-
-/**
- * The storage directory. Owned by the client; NULL if `client` is NULL.
- *
- * @param client The client.
- */
-const char *layersync_client_storage_path(const layersync_client *client);
-
-/**
- * Returns the document descriptor for the document and layer a JWT grants. Only the JWT's
- * shape is checked here (offline); the server checks its signature. Mirrors Instant's
- * `documentDescriptor(forJWT:)`.
- *
- * @param client The client.
- * @param jwt A JWT granting one document and layer (claims `document_id`, optional `layer`, `user_id`, `permissions`, `exp`).
- * @param out_document Receives the handle, owned by the client. The same document and layer always give the same handle.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
- */
-int layersync_client_document_for_jwt(layersync_client *client, const char *jwt, layersync_document **out_document, layersync_error *error);
-
-/**
- * Tells the client whether the host has network access (for example from the OS reachability
- * API). The explicit call always wins over the delegate's `is_network_available` hint: false
- * holds until the next call with true, whatever the hint answers; true resumes pending work at
- * once and also clears a false the hint answered before (the hint is asked again after the next
- * request started after this call that fails without an HTTP answer; an answer to an ask
- * queued before this call, even one given during it, is dropped, and a request started before
- * it does not ask). Initially the network counts as available.
- *
- * @param client The client.
- * @param available false: make no requests, fail syncs with `REQUEST_FAILED` and keep edits pending; true: resume.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
- */
-int layersync_client_set_network_available(layersync_client *client, bool available, layersync_error *error);
-
-/**
- * Lists the layers stored under the client's storage directory for its server, grouped by
- * document id, whether or not a handle was obtained for them in this process. A layer
- * another process holds is listed with `"locked": true` and no details. Instant:
- * `InstantClient.localDocumentDescriptors`.
- *
- * @param client The client.
- * @param out_json Receives `{"<document_id>": [{"layer_name", "downloaded", "has_unsynced_changes", "pending_changes", "record_count", "locked"}]}`; free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
- */
-int layersync_client_local_documents(layersync_client *client, char **out_json, layersync_error *error);
-
-/**
- * Lists the disk cache. An entry is unreferenced (`"referenced": false`) when nothing local
- * needs it: an attachment no record of its document refers to, a PDF without any layer
- * store, a partial download that is not running. Instant: `InstantClient.listCacheEntries()`.
- *
- * @param client The client.
- * @param out_json Receives `[{"document_id", "kind", "layer_name"?, "attachment_id"?, "path", "size_bytes", "referenced"}]`, `kind` one of `pdf`, `layer`, `attachment`, `partial_download`; free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
- */
-int layersync_client_list_cache_entries(layersync_client *client, char **out_json, layersync_error *error);
-
-/**
- * Removes every cache entry `layersync_client_list_cache_entries` reports as unreferenced. Instant: `InstantClient.removeUnreferencedCacheEntries()`.
- *
- * @param client The client.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
- */
-int layersync_client_remove_unreferenced_cache_entries(layersync_client *client, layersync_error *error);
-
-/**
- * Removes the local storage (PDFs, layer stores with their unsynced changes, attachments) of
- * every document of this server. Each document handle handed out goes to state
- * `LAYERSYNC_DOCUMENT_STATE_INVALID` (reported once) and stays a valid pointer;
- * `layersync_client_document_for_jwt` then gives a new handle. A document with a layer held
- * by another process is left alone and reported with `STORAGE_LOCKED` after the others are
- * removed. Instant: `InstantClient.removeLocalStorage()`.
- *
- * @param client The client.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
- */
-int layersync_client_remove_local_storage(layersync_client *client, layersync_error *error);
-
-/**
- * Like `layersync_client_remove_local_storage`, for one document and all its layers. `UNMANAGED_DOCUMENT` when the client neither stores anything of the document nor handed out a handle for it (likely a wrong id); nothing stored for a document it has a handle for is not an error. Instant: `InstantClient.removeLocalStorage(forDocumentIdentifier:)`.
- *
- * @param client The client.
- * @param document_id The document id.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_UNMANAGED_DOCUMENT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
- */
-int layersync_client_remove_local_storage_for_document(layersync_client *client, const char *document_id, layersync_error *error);
-
-/* ---- Document ---- */
-
-/**
- * The document id. Owned by the handle; NULL if `document` is NULL. Instant: `InstantDocumentDescriptor.identifier`.
- *
- * @param document The document.
- */
-const char *layersync_document_id(const layersync_document *document);
-
-/**
- * The layer name (`""` for the default layer). Owned by the handle; NULL if `document` is NULL. Instant: `InstantDocumentDescriptor.layerName`.
- *
- * @param document The document.
- */
-const char *layersync_document_layer_name(const layersync_document *document);
-
-/**
- * The user id the document's JWT names.
- *
- * @param document The document.
- * @param out_user_id Receives the `user_id` of the JWT (free with `layersync_free`), or NULL when the JWT has none.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
- */
-int layersync_document_user_id(const layersync_document *document, char **out_user_id, layersync_error *error);
-
-/**
- * The current sync state; `LAYERSYNC_DOCUMENT_STATE_INVALID` for NULL. Instant: `InstantDocumentDescriptor.documentState`.
- *
- * @param document The document.
- */
-layersync_document_state_t layersync_document_state(const layersync_document *document);
-
-/**
- * Whether the PDF and the layer snapshot are stored locally. Instant: `InstantDocumentDescriptor.isDownloaded`.
- *
- * @param document The document.
- */
-bool layersync_document_is_downloaded(const layersync_document *document);
-
-/**
- * Whether local changes are waiting to be sent to the server.
- *
- * @param document The document.
- */
-bool layersync_document_has_unsynced_changes(const layersync_document *document);
-
-/**
- * Wall-clock time, in seconds since the Unix epoch (UTC), at which the last sync cycle of
- * this layer ended with `did_finish_sync`; 0 if none did (or for NULL). Persisted in the
- * layer store, so it survives restarts; removed with the local storage. Informational only
- * (for a "last synced" label): the engine never orders anything by client clocks.
- *
- * @param document The document.
- */
-double layersync_document_last_sync_time(const layersync_document *document);
-
-/**
- * Path of the downloaded PDF file.
- *
- * @param document The document.
- * @param out_path Receives the local PDF path; free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_pdf_path(const layersync_document *document, char **out_path, layersync_error *error);
-
-/**
- * Starts downloading the PDF and the layer's records in the background. Progress arrives
- * through `download_progress`, the outcome through `did_finish_download` or
- * `did_fail_download`. Mirrors Instant's `download(usingJWT:)`.
- *
- * @param document The document.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_ALREADY_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_download(layersync_document *document, layersync_error *error);
-
-/**
- * Cancels a running download; `did_fail_download` reports `CANCELLED`. No effect when none runs.
- *
- * @param document The document.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
- */
-int layersync_document_cancel_download(layersync_document *document, layersync_error *error);
-
-/**
- * Starts a two-way sync cycle in the background: sends pending local changes, receives
- * server changes, and repeats until nothing is pending. Reported through `did_begin_sync`,
- * `did_change_sync_state`, then `did_finish_sync` or `did_fail_sync`. Mirrors Instant's
- * `sync()`.
- *
- * @param document The document.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_sync(layersync_document *document, layersync_error *error);
-
-/**
- * Stops listening and automatic syncing. Mirrors Instant's `stopSyncing(cancelCurrentRequest:)`.
- *
- * @param document The document.
- * @param cancel_current_request Also abort a request in flight (its changes stay pending).
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
- */
-int layersync_document_stop_syncing(layersync_document *document, bool cancel_current_request, layersync_error *error);
-
-/**
- * Starts listening for server changes by HTTP long-poll. Changes are applied locally and
- * reported through `did_receive_changes`. Survives transient network failures with capped
- * exponential backoff; stops on authentication failure until reauthentication. Mirrors
- * Instant's `startListeningForChanges()`.
- *
- * @param document The document.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_start_listening(layersync_document *document, layersync_error *error);
-
-/**
- * Stops listening for server changes. Mirrors Instant's `stopListeningForChanges()`.
- *
- * @param document The document.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`.
- */
-int layersync_document_stop_listening(layersync_document *document, layersync_error *error);
-
-/**
- * Sets the debounce of automatic syncing. Mirrors Instant's `delayForSyncingLocalChanges`.
- *
- * @param document The document.
- * @param delay_s Seconds between a local edit and the automatic sync; `LAYERSYNC_SYNC_DISABLED` turns it off.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_set_sync_delay(layersync_document *document, double delay_s, layersync_error *error);
-
-/**
- * The debounce of automatic syncing in seconds, or `LAYERSYNC_SYNC_DISABLED`.
- *
- * @param document The document.
- */
-double layersync_document_sync_delay(const layersync_document *document);
-
-/**
- * Replaces the document's JWT; the server checks it in the background and the outcome
- * arrives through `did_finish_reauthentication` or `did_fail_reauthentication`. Pending
- * changes are sent afterwards. Mirrors Instant's `reauthenticate(withJWT:)`.
- *
- * @param document The document.
- * @param jwt A fresh JWT for the same document, layer and user.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_USER_ID_MISMATCH`, `LAYERSYNC_ERROR_ALREADY_AUTHENTICATING`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_reauthenticate(layersync_document *document, const char *jwt, layersync_error *error);
-
-/**
- * Removes this layer's local store (records and unsynced changes) and, when no other layer
- * of the document is stored, its PDF and attachments. Cancels the document's transfers and
- * waits until they stopped. The handle then is in state `LAYERSYNC_DOCUMENT_STATE_INVALID`
- * (reported once through `did_change_sync_state`) and stays a valid pointer; other calls on
- * it fail with `INVALID_STATE`. Instant: `InstantDocumentDescriptor.removeLocalStorage()`.
- *
- * @param document The document.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_COULD_NOT_REMOVE_DISK_CACHE_ENTRIES`.
- */
-int layersync_document_remove_local_storage(layersync_document *document, layersync_error *error);
-
-/**
- * Migrates a local layer written in an older content format (state
- * `LAYERSYNC_DOCUMENT_STATE_NEEDS_CONTENT_MIGRATION`; until then record calls and syncs fail
- * with `CONTENT_MIGRATION_NEEDED`) to the current one, in one SQLite transaction on the
- * calling thread; does nothing when no migration is needed. Meanwhile the state is
- * `LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT` and other calls on the document fail with
- * `PERFORMING_CONTENT_MIGRATION`; afterwards `CLEAN` or `DIRTY`, each transition reported once.
- * Records whose content changed are reported through `did_receive_changes`.
- *
- * In state `LAYERSYNC_DOCUMENT_STATE_NEEDS_RESET_FOR_DATABASE_MIGRATION` it returns at once and
- * resets the local store in the background: state `RESETTING_FOR_DATABASE_MIGRATION`; the
- * pending local changes readable from the old store are salvaged (changes it cannot read are
- * reported through `did_reset_layer` with `DATABASE_ACCESS_FAILED`, never dropped silently);
- * the old file is kept as `layer.sqlite.schema-N.bak`; the store is recreated, the layer
- * snapshot downloaded again and the salvaged changes re-queued in one transaction; then `CLEAN`
- * or `DIRTY`, each transition reported once. On failure (e.g. offline) the state returns to
- * `NEEDS_RESET_FOR_DATABASE_MIGRATION` with `did_fail_sync`; the salvaged changes stay on disk
- * (`layer.salvage.json` next to the store) and the next call re-queues them. Instant:
- * `InstantDocumentDescriptor.attemptContentMigration()`.
- *
- * @param document The document.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_PERFORMING_CONTENT_MIGRATION`, `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
- */
-int layersync_document_attempt_content_migration(layersync_document *document, layersync_error *error);
-
-/* ---- Records ---- */
-
-/**
- * Creates an annotation in the local layer. Durable when the call returns (committed to
- * SQLite together with its pending change); synced automatically after `sync_delay_s`.
- *
- * @param document The document.
- * @param annotation_json An Instant JSON v2 annotation object (`type`, `pageIndex`, `bbox`, ...). A missing `id` is generated (ULID).
- * @param out_json Optional: receives the stored annotation JSON (with its `id`); free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_create_annotation(layersync_document *document, const char *annotation_json, char **out_json, layersync_error *error);
-
-/**
- * Replaces an annotation's content in the local layer; durable and queued like a create.
- *
- * @param document The document.
- * @param annotation_json The whole new Instant JSON annotation, with its `id`.
- * @param out_json Optional: receives the stored JSON; free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_update_annotation(layersync_document *document, const char *annotation_json, char **out_json, layersync_error *error);
-
-/**
- * Deletes an annotation (and its comments) from the local layer; durable and queued like a create.
- *
- * @param document The document.
- * @param annotation_id The annotation's id.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_delete_annotation(layersync_document *document, const char *annotation_id, layersync_error *error);
-
-/**
- * Reads one annotation from the local layer.
- *
- * @param document The document.
- * @param annotation_id The annotation's id.
- * @param out_json Receives the annotation's Instant JSON; free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_get_annotation(layersync_document *document, const char *annotation_id, char **out_json, layersync_error *error);
-
-/**
- * Lists the annotations of the local layer.
- *
- * @param document The document.
- * @param filter_json NULL for all, or `{"pageIndex": N, "type": "pspdfkit/ink", "creatorName": "...", "limit": N, "offset": N}` (every key optional).
- * @param out_json Receives a JSON array of Instant JSON annotations ordered by id; free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_list_annotations(layersync_document *document, const char *filter_json, char **out_json, layersync_error *error);
-
-/**
- * Creates a comment (`pspdfkit/comment` record with `rootId`) on a root annotation; durable
- * and queued like a create. Deleting the root deletes its comments locally and on the server.
- * A `type` other than `pspdfkit/comment` gives `INVALID_JSON_STRUCTURE`, a `rootId` other than
- * `root_id` `INVALID_ARGUMENT`, a missing root `NO_SUCH_ANNOTATION`. Instant: comments of
- * `Annotation` threads (`Document.add(annotations:)` with `Comment`).
- *
- * @param document The document.
- * @param root_id Id of the live annotation the comment belongs to.
- * @param comment_json Instant JSON, e.g. `{"text": {"format": "plain", "value": "..."}, "creatorName": "..."}`; `type` defaults to `pspdfkit/comment`, `rootId` is set to `root_id`.
- * @param out_json Optional; receives the stored comment; free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
- */
-int layersync_document_create_comment(layersync_document *document, const char *root_id, const char *comment_json, char **out_json, layersync_error *error);
-
-/**
- * Lists the comments of a root annotation from the local layer.
- *
- * @param document The document.
- * @param root_id Id of the root annotation.
- * @param out_json Receives a JSON array of the comments, oldest first (`createdAt`, then id); free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_list_comments(layersync_document *document, const char *root_id, char **out_json, layersync_error *error);
-
-/**
- * Full-text search over the local layer (SQLite FTS5, works offline). A query without words or a negative limit gives `INVALID_ARGUMENT`.
- *
- * @param document The document.
- * @param query Words; each must occur in a string value of the record as a word prefix (case- and diacritics-insensitive). FTS syntax characters are taken literally.
- * @param limit Maximum number of results; 0 means 100.
- * @param out_json Receives a JSON array of matching records, best match first; free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
- */
-int layersync_document_search_annotations(layersync_document *document, const char *query, int32_t limit, char **out_json, layersync_error *error);
-
-/**
- * Asks the server for the kept versions of a record; returns at once. The callback gets
- * `NO_SUCH_ANNOTATION` when the server keeps none, `REQUEST_FAILED` offline,
- * `ACCESS_DENIED` for a rejected token.
- * Returns `UNMANAGED_ANNOTATION` at once, without a request, for a record that exists only
- * locally (created here and never synced: the server does not manage it yet; sync first).
- *
- * @param document The document.
- * @param annotation_id The record id.
- * @param callback Receives `[{"id", "revision", "deleted", "content": record-or-null}]`, newest first (the server keeps `history_versions` versions).
- * @param context Passed to `callback`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_UNMANAGED_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_annotation_history(layersync_document *document, const char *annotation_id, layersync_document_result_cb callback, void *context, layersync_error *error);
-
-/**
- * Writes the content of a kept version as the record's new version on the server (a deleted
- * record comes back), then applies it locally (`did_receive_changes`) before the callback.
- * Returns at once. The callback gets `CONFLICT` when the record changed on the server since
- * this client last saw it (first writer wins; sync and retry), `NO_SUCH_ANNOTATION` when the
- * version is not kept, `INVALID_REQUEST` for a version that is a deletion.
- * Returns `UNMANAGED_ANNOTATION` at once, without a request, for a record that exists only
- * locally (created here and never synced: the server does not manage it yet; sync first).
- *
- * @param document The document.
- * @param annotation_id The record id.
- * @param revision A `revision` from `layersync_document_annotation_history`.
- * @param callback Receives the record's new Instant JSON.
- * @param context Passed to `callback`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_UNMANAGED_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_rollback_annotation(layersync_document *document, const char *annotation_id, int64_t revision, layersync_document_result_cb callback, void *context, layersync_error *error);
-
-/**
- * Asks the server for the layer's deleted records and their last live content; returns at once.
- *
- * @param document The document.
- * @param callback Receives `[{"id", "revision", "last_content": record-or-null}]`, oldest deletion first.
- * @param context Passed to `callback`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_list_deleted_annotations(layersync_document *document, layersync_document_result_cb callback, void *context, layersync_error *error);
-
-/**
- * Brings a deleted record back on the server with its last live content, then applies it
- * locally before the callback. Returns at once. The callback gets `CONFLICT` for a live
- * record, `NO_SUCH_ANNOTATION` when it never existed or no live version is kept.
- * Returns `UNMANAGED_ANNOTATION` at once, without a request, for a record that exists only
- * locally (created here and never synced: the server does not manage it yet; sync first).
- *
- * @param document The document.
- * @param annotation_id The id of a deleted record.
- * @param callback Receives the restored record's Instant JSON.
- * @param context Passed to `callback`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_UNMANAGED_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_restore_annotation(layersync_document *document, const char *annotation_id, layersync_document_result_cb callback, void *context, layersync_error *error);
-
-/* ---- Observers ---- */
 
 /**
  * Registers callbacks for one document's events. Observers of a document are called in
  * the order they were added, after the client delegate, on the client's callback thread.
  * An observer added from inside a callback sees the events after that callback.
  *
- * @param document The document whose events to observe.
- * @param observer The callback table; copied.
+ * @param document The document whose events to observe. Must not be NULL.
+ * @param observer The callback table; copied. Must not be NULL.
  * @param out_observer Receives the registration; pass it to `layersync_observer_remove`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ *     Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`.
  */
-int layersync_document_add_observer(layersync_document *document, const layersync_document_observer *observer, layersync_observer **out_observer, layersync_error *error);
+int layersync_document_add_observer(
+    layersync_document *document, const layersync_document_observer *observer,
+    layersync_observer **out_observer, layersync_error *error);
 
 /**
  * Unregisters an observer: no callback of it starts after this call. Called from another
@@ -1046,59 +1450,11 @@ int layersync_document_add_observer(layersync_document *document, const layersyn
  * calls `release_context`; called from inside a callback of the same client, it does not
  * wait: `release_context` runs when that callback has returned.
  *
- * @param observer The registration; invalid afterwards. NULL is a no-op.
- * @param error Optional error details.
+ * @param observer The registration; invalid afterwards. May be NULL (nothing happens).
+ * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code.
  */
 int layersync_observer_remove(layersync_observer *observer, layersync_error *error);
-
-/* ---- Attachments ---- */
-
-/**
- * Stores an attachment (image of an image annotation, embedded file) in the document's disk
- * cache, durably, and queues its upload: the next sync cycle uploads it before it sends any
- * record change, so a record referencing it (`imageAttachmentId`, `fileAttachmentId`) never
- * reaches the server first. The same bytes always give the same id. A file that cannot be
- * written gives `COULD_NOT_CREATE_ATTACHMENT`. Instant: `Document.add(annotations:)` with an
- * image annotation's `DataContainerProvider`.
- *
- * @param document The document.
- * @param data The bytes; copied. May be NULL when `size_bytes` is 0.
- * @param size_bytes Number of bytes.
- * @param content_type MIME type, e.g. `image/png` (1–255 printable ASCII characters).
- * @param out_attachment_id Receives the attachment id, the lowercase hex SHA-256 of the bytes; free with `layersync_free`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_COULD_NOT_CREATE_ATTACHMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
- */
-int layersync_document_add_attachment(layersync_document *document, const void *data, size_t size_bytes, const char *content_type, char **out_attachment_id, layersync_error *error);
-
-/**
- * Reads an attachment from the local disk cache; never touches the network.
- * `ATTACHMENT_NOT_LOADED`: a local record references it but it was not downloaded yet (call
- * `layersync_document_download_attachment`); `NO_SUCH_ATTACHMENT`: unknown here.
- *
- * @param document The document.
- * @param attachment_id The attachment id (64 lowercase hex digits).
- * @param out_attachment Receives the bytes and content type (caller frees both with `layersync_free`).
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_ATTACHMENT_NOT_LOADED`, `LAYERSYNC_ERROR_NO_SUCH_ATTACHMENT`, `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_attachment_data(layersync_document *document, const char *attachment_id, layersync_attachment *out_attachment, layersync_error *error);
-
-/**
- * Downloads an attachment into the disk cache (attachments are downloaded lazily); returns at
- * once. The bytes are checked against the id. The callback gets `NO_SUCH_ATTACHMENT` when
- * the server does not have it, `INVALID_SERVER_DATA` when the bytes do not hash to the id,
- * `REQUEST_FAILED` offline.
- *
- * @param document The document.
- * @param attachment_id The attachment id.
- * @param callback Receives `{"attachment_id", "size_bytes", "content_type"}` once the bytes are in the disk cache.
- * @param context Passed to `callback`.
- * @param error Optional error details.
- * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.
- */
-int layersync_document_download_attachment(layersync_document *document, const char *attachment_id, layersync_document_result_cb callback, void *context, layersync_error *error);
 
 #ifdef __cplusplus
 }

@@ -686,8 +686,8 @@ void ls_events_check_threads(ls_events *ev, const char *file, int line)
     if (callbacks == 0) ls_fail_later(file, line, "no callback ran");
     if (on_caller) ls_fail_later(file, line, "a callback ran on the caller's thread (must be the client's own thread)");
     if (on_other)
-        ls_fail_later(file, line, "callbacks of one client ran on more than one thread (ARCHITECTURE.md §6: "
-                                  "one serial background thread per client)");
+        ls_fail_later(file, line, "callbacks of one client ran on more than one thread "
+                                  "(docs/architecture.md §6: one serial background thread per client)");
     if (overlapped) ls_fail_later(file, line, "two callbacks of one client ran at the same time");
     if (null_document) ls_fail_later(file, line, "a per-document callback got a NULL document");
 }

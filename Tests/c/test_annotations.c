@@ -1,6 +1,6 @@
 /* Annotation records through the C ABI: create / get / list / update / delete round trip of
  * Instant JSON, compared with jansson; text byte-exact (emoji, Arabic, RTL marks, combining
- * characters; ARCHITECTURE.md §4 rule 9); errors NO_SUCH_ANNOTATION, INVALID_ARGUMENT,
+ * characters; docs/rules.md rule 9); errors NO_SUCH_ANNOTATION, INVALID_ARGUMENT,
  * INVALID_JSON_STRUCTURE, INVALID_CUSTOM_DATA; a local write is durable (rule 1): a new client
  * on the same storage sees it and still has it pending. */
 #include "ls_test.h"

@@ -419,7 +419,7 @@ int main(void)
     int rc = layersync_client_document_for_jwt(client, jwt_e, &broken, &error);
     CHECK_MSG(rc == LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED && error.code == rc && broken == NULL,
               "document_for_jwt on a corrupt store: %s", layersync_error_code_name(rc));
-    /* ARCHITECTURE.md §5: DATABASE_ACCESS_FAILED carries the SQLite extended result code
+    /* docs/architecture.md §5: DATABASE_ACCESS_FAILED carries the SQLite extended result code
      * (SQLITE_NOTADB = 26 here). */
     CHECK_LATER(error.sqlite_extended_code != 0, "DATABASE_ACCESS_FAILED without sqlite_extended_code (\"%s\")",
                 error.message ? error.message : "");

@@ -1,6 +1,7 @@
 /* NULL and invalid UTF-8 on every string-taking function give INVALID_ARGUMENT (with the error
- * struct filled), as do NULL handles and NULL required out-parameters (ARCHITECTURE.md §5, §6,
- * §4 rule 9). Uses a downloaded document so that argument checks are what fails. */
+ * struct filled), as do NULL handles and NULL required out-parameters (docs/architecture.md
+ * §5, §6; docs/rules.md rule 9). Uses a downloaded document so that argument checks are what
+ * fails. */
 #include "ls_test.h"
 
 #include <math.h>

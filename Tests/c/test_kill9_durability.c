@@ -1,4 +1,4 @@
-/* ARCHITECTURE.md §4 rule 1 under kill -9: a child process (this executable re-run with
+/* docs/rules.md rule 1 under kill -9: a child process (this executable re-run with
  * --child) writes annotations through the C ABI with automatic sync every 20 ms and explicit
  * syncs in between, acknowledging each write on a pipe only after the API call returned. The
  * parent SIGKILLs it at a random moment, many times over the same storage directory. After

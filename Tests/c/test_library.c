@@ -1,5 +1,5 @@
 /* Library functions: layersync_version, layersync_abi_version, layersync_error_code_name,
- * layersync_free (ARCHITECTURE.md §5, §6). No server needed. */
+ * layersync_free (docs/architecture.md §5, §6). No server needed. */
 #include "ls_test.h"
 
 #define STR2(x) #x

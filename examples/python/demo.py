@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""LayerSync end to end (`make demo`, ARCHITECTURE.md §9). Nothing is faked.
+"""LayerSync end to end (`make demo`, docs/architecture.md §9). Nothing is faked.
 
 For each PDF (default: three from the corpus) this program
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The installed liblayersync.so needs no Swift toolchain (issue 5, ARCHITECTURE.md §2):
+# The installed liblayersync.so needs no Swift toolchain (issue 5, docs/architecture.md §2):
 #   1. installs the build into a scratch prefix;
 #   2. its dynamic section NEEDs no Swift/Foundation/ICU/Dispatch library and has no
 #      RPATH/RUNPATH into the toolchain;

@@ -3,7 +3,7 @@
 
     check_symbols.py --header include/layersync.h --library build/lib/liblayersync.so [--nm nm]
 
-Both directions (ARCHITECTURE.md §6):
+Both directions (docs/architecture.md §6):
   - every `layersync_*` function declared in the header is a defined dynamic symbol of the
     library (`nm -D --defined-only`, type T/t/W/i), and
   - every `layersync_*` symbol the library exports is declared in the header.

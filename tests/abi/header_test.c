@@ -1,4 +1,4 @@
-/* Compiles the public header with strict warnings as C11 and as C++17 (ARCHITECTURE.md §6).
+/* Compiles the public header with strict warnings as C11 and as C++17 (docs/architecture.md §6).
  * Built by tests/abi/CMakeLists.txt with every available compiler; never linked. It uses
  * each struct's _INIT macro and the options/delegate types so that warnings about them
  * (missing initializers, pedantic enum/struct issues, C++ incompatibilities) fail the test. */

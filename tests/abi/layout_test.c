@@ -1,5 +1,5 @@
 /* ABI layout of the structs passed in (x86_64 / LP64), frozen at ABI version 1: structs are
- * only ever extended at the end (ARCHITECTURE.md §6), so every offset below must stay as it
+ * only ever extended at the end (docs/architecture.md §6), so every offset below must stay as it
  * is. A new field goes after the last one, with its own assertion added here, and bumps the
  * struct's version (the library reads only the fields of the version a caller sets:
  * Sources/LayerSync/VersionedStruct.swift, Tests/c/test_struct_versions.c); moving, removing
