@@ -22,8 +22,8 @@ from layersync_server.openapi_bodies import media, ok
 from layersync_server.ids import is_valid_document_id, is_valid_layer_name, is_valid_record_id, new_ulid
 from layersync_server.pdf_export import export_pdf
 from layersync_server.pdf_import import PdfImportError, import_pdf
-from layersync_server.wire_json import (MAX_JSON_DEPTH, WireJSONResponse, WireRoute,
-                                        dumps, json_problem, parse_json)
+from layersync_server.json_http import WireJSONResponse, WireRoute
+from layersync_server.wire_json import MAX_JSON_DEPTH, dumps, json_problem, parse_json
 from layersync_server.storage import (DocumentExists, DocumentInfo, LayerExists, LayerState,
                                       NewDocument, StoredRecord)
 
