@@ -1,9 +1,9 @@
 """The ASGI application factory.
 
 ``create_app(settings)`` wires storage, JWT verification, long-poll notification,
-the sync router (``/sync/v1``), the admin router (``/api``), the protocol-version
-middleware and the error envelope. Nothing is global: two apps in one process are
-independent (the tests rely on that).
+the routers (:data:`ROUTERS`: the sync API under ``/sync/v1`` with its two hot routes,
+the admin API under ``/api``), the protocol-version middleware and the error envelope.
+Nothing is global: two apps in one process are independent (the tests rely on that).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class LayerSyncApp(FastAPI):
 #: The FastAPI routers of the app, in the order their routes are matched and listed in
 #: ``/openapi.json``; a new router is one more entry (the hot routes follow the sync
 #: router, see :func:`_include_routes`).
-ROUTERS = (sync.router, admin.router)
+ROUTERS = (sync.router, *admin.ROUTERS)
 
 
 def _include_routes(app: LayerSyncApp, ctx: AppContext) -> None:
