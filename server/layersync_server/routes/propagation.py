@@ -228,12 +228,26 @@ class HotRoute(Route):
     def __init__(self, path: str, endpoint, method: str):
         super().__init__(path, endpoint, methods=[method], include_in_schema=False)
         self.methods = {method}
+        # str and path parameters only: their values are the matched text (no conversion)
+        assert {type(c).__name__ for c in self.param_convertors.values()} <= {"StringConvertor",
+                                                                             "PathConvertor"}
 
     def matches(self, scope):
-        match, child_scope = super().matches(scope)
-        if match is not Match.NONE:
-            child_scope["route"] = self
-        return match, child_scope
+        """Starlette's :meth:`Route.matches` (the path below ``root_path``), in half the
+        time: one regex match, no conversion, plus ``route`` in the child scope."""
+        if scope["type"] != "http":
+            return Match.NONE, {}
+        path, root = scope["path"], scope.get("root_path")
+        if root and path.startswith(root) and path[len(root):len(root) + 1] in ("/", ""):
+            path = path[len(root):]
+        found = self.path_regex.match(path)
+        if found is None:
+            return Match.NONE, {}
+        params = found.groupdict()
+        outer = scope.get("path_params")
+        child_scope = {"endpoint": self.endpoint, "path_params": {**outer, **params} if outer else params,
+                       "route": self}
+        return (Match.FULL if scope["method"] in self.methods else Match.PARTIAL), child_scope
 
 
 def hot_routes(ctx: AppContext) -> list[HotRoute]:
