@@ -1,23 +1,21 @@
 """The ASGI application factory.
 
 ``create_app(settings)`` wires storage, JWT verification, long-poll notification,
-the sync router (``/sync/v1``), the admin router (``/api``), the protocol-version
-middleware and the error envelope. Nothing is global: two apps in one process are
-independent (the tests rely on that).
+the routers (:data:`ROUTERS`: the sync API under ``/sync/v1`` with its two hot routes,
+the admin API under ``/api``), the protocol-version middleware and the error envelope.
+Nothing is global: two apps in one process are independent (the tests rely on that).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-import time
+import copy
 
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.middleware.errors import ServerErrorMiddleware
-from starlette.requests import Request
+from pydantic.json_schema import models_json_schema
 from starlette.responses import Response
 
 from layersync_server import __version__
@@ -28,9 +26,10 @@ from layersync_server.notify import LayerNotifier
 from layersync_server.openapi_bodies import HealthOut, media
 from layersync_server.observability import Metrics, ObservabilityMiddleware
 from layersync_server.routes import admin, sync
+from layersync_server.routes.propagation import (OPENAPI_MODELS, OPENAPI_PATHS, Shortcut,
+                                                 hot_routes)
 from layersync_server.settings import Settings
 from layersync_server.storage import Storage, open_storage
-from layersync_server.wire_json import MAX_REVISION
 
 PROTOCOL_HEADER = "layersync-protocol"
 _PROTOCOL_HEADER_BYTES = PROTOCOL_HEADER.encode()
@@ -38,7 +37,7 @@ _PROTOCOL_HEADER_BYTES = PROTOCOL_HEADER.encode()
 
 class ProtocolVersion:
     """The ``LayerSync-Protocol`` rules (docs/protocol.md, Conventions), in one place for
-    :class:`ProtocolVersionMiddleware` and the hot routes served before it.
+    :class:`ProtocolVersionMiddleware` and the hot routes' shortcut before it.
 
     Every response carries ``LayerSync-Protocol: <max>`` (:attr:`header`, appended last
     to the response headers); a request announcing a version below ``protocol_min`` is
@@ -93,199 +92,25 @@ class ProtocolVersionMiddleware:
         return await self.app(scope, receive, send_with_header)
 
 
-#: Query values the fast path takes as they are (anything else goes to FastAPI, whose
-#: validation then answers exactly as without the fast path).
-_REVISION_VALUE = re.compile(r"0|[1-9][0-9]{0,18}")
-_WAIT_VALUE = re.compile(r"(?:0|[1-9][0-9]{0,8})(?:\.[0-9]{1,9})?")
-_LIMIT_VALUE = re.compile(r"[1-9][0-9]{0,17}")
-
-
-def _hot_query(query_string: bytes) -> dict[str, str] | None:
-    """``since``/``wait``/``limit`` of a long-poll query string when each is plainly
-    written (digits; no escapes), else None. Other parameters are ignored, as FastAPI
-    ignores them; the last of repeated ones counts, as in Starlette."""
-    if not query_string:
-        return {}
-    try:
-        text = query_string.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    if "%" in text or "+" in text:
-        return None
-    values: dict[str, str] = {}
-    for part in text.split("&"):
-        name, eq, value = part.partition("=")
-        if name in ("since", "wait", "limit"):
-            if not eq:
-                return None
-            values[name] = value
-    for name, pattern in (("since", _REVISION_VALUE), ("wait", _WAIT_VALUE), ("limit", _LIMIT_VALUE)):
-        value = values.get(name)
-        if value is not None and not pattern.fullmatch(value):
-            return None
-    if "since" in values and int(values["since"]) > MAX_REVISION:
-        return None
-    return values
-
-
-class HotRoutes:
-    """ASGI middleware serving the two requests on the propagation path, ``POST
-    .../sync`` and the long-poll ``GET .../changes``, without FastAPI's router and
-    dependency solving: ~0.3 ms less per request on a 2-core machine (a long-poll that
-    answers at once: 0.8 -> 0.4 ms round trip over loopback).
-
-    It calls the very route functions FastAPI would call, with the same arguments, and
-    answers their errors through the app's exception handlers, so the answers are the
-    same. Only plain requests take this path: a query it does not read as FastAPI would
-    (escapes, other spellings of numbers, out-of-range values), another method, or a
-    ``root_path`` go through FastAPI unchanged. Innermost of the app's own middlewares,
-    so metrics, logs and the protocol header behave the same; :class:`LayerSyncApp`
-    usually calls it before all of them (:class:`_Outermost`). The routes get the app's
-    :class:`AppContext` directly (``dependency_overrides`` of ``get_context`` do not
-    reach them on this path).
-    """
-
-    def __init__(self, app, ctx: AppContext, handlers: dict):
-        self.app = app
-        self.ctx = ctx
-        self.handlers = handlers  # the app's exception handlers (live dict)
-        self.routes = {}
-        for route in sync.router.routes:  # the route objects FastAPI puts in scope["route"]
-            endpoint = getattr(route, "endpoint", None)
-            if endpoint is sync.layer_changes:
-                self.routes["GET"] = route
-            elif endpoint is sync.layer_sync:
-                self.routes["POST"] = route
-
-    def match(self, scope) -> tuple | None:
-        """``(route, path parameters, query)`` of a request this path answers, else None."""
-        if scope["type"] != "http" or scope.get("root_path"):
-            return None
-        route = self.routes.get(scope["method"])
-        match = route.path_regex.match(scope["path"]) if route is not None else None
-        if match is None:
-            return None
-        query = None
-        if route.endpoint is sync.layer_changes:
-            query = _hot_query(scope.get("query_string", b""))
-            if query is None:
-                return None
-        return route, match.groupdict(), query
-
-    async def __call__(self, scope, receive, send):
-        found = self.match(scope)
-        if found is None:
-            return await self.app(scope, receive, send)
-        response = await self.answer(scope, receive, found)
-        await response(scope, receive, send)
-
-    async def answer(self, scope, receive, found: tuple):
-        """The response to a request :meth:`match` found; raises what no handler takes."""
-        route, params, query = found
-        scope["endpoint"] = route.endpoint
-        scope["path_params"] = params
-        scope["route"] = route
-        request = Request(scope, receive)
-        try:
-            if route.endpoint is sync.layer_changes:
-                limit = query.get("limit")
-                return await sync.layer_changes(
-                    params["document_id"], params["layer"], request,
-                    since=int(query.get("since", 0)), wait=float(query.get("wait", 0)),
-                    limit=None if limit is None else int(limit), ctx=self.ctx)
-            return await sync.layer_sync(params["document_id"], params["layer"], request,
-                                         ctx=self.ctx)
-        except Exception as exc:  # noqa: BLE001 — what ExceptionMiddleware would do
-            handler = self._handler(exc)
-            if handler is None:
-                raise
-            return await handler(request, exc)
-
-    def _handler(self, exc: Exception):
-        for cls in type(exc).__mro__:
-            if cls is Exception:
-                return None  # 500s are ServerErrorMiddleware's, outside (as in FastAPI)
-            handler = self.handlers.get(cls)
-            if handler is not None:
-                return handler
-        return None
-
-
-#: FastAPI's own layers that do nothing for our requests while FastAPI's telemetry is
-#: off and it has no ``max_body_size`` (then the body-limit layer only passes through).
-_PASSIVE_LAYERS = {("fastapi.telemetry._asgi", "ExceptionTelemetryMiddleware"),
-                   ("fastapi._body_limit", "AppBodyLimitMiddleware")}
-
-
-class _Outermost:
-    """Serves :class:`HotRoutes`' requests before the middleware stack, doing what each
-    layer above HotRoutes does for them: ServerErrorMiddleware (the 500 answer of an
-    unexpected exception, without the protocol header, then re-raised),
-    ObservabilityMiddleware (metrics, access log), ProtocolVersionMiddleware (check and
-    header); the other layers are passive (:data:`_PASSIVE_LAYERS`)."""
-
-    def __init__(self, routes: HotRoutes, protocol: ProtocolVersion, metrics: Metrics,
-                 server_error):
-        self.routes = routes
-        self.protocol = protocol
-        self.metrics = metrics
-        self.server_error = server_error  # the app's 500 handler (async)
-
-    @classmethod
-    def above(cls, stack) -> "_Outermost | None":
-        """The shortcut for a built middleware ``stack``, or None when a layer above
-        HotRoutes is one it can not stand for (or there is no HotRoutes)."""
-        layers = {}
-        while not isinstance(stack, HotRoutes):
-            kind = type(stack)
-            known = kind in (ServerErrorMiddleware, ObservabilityMiddleware,
-                             ProtocolVersionMiddleware)
-            if not known and (kind.__module__, kind.__name__) not in _PASSIVE_LAYERS:
-                return None
-            layers[kind] = stack
-            stack = getattr(stack, "app", None)
-        errors = layers.get(ServerErrorMiddleware)
-        observed = layers.get(ObservabilityMiddleware)
-        protocol = layers.get(ProtocolVersionMiddleware)
-        if (errors is None or errors.debug or not asyncio.iscoroutinefunction(errors.handler)
-                or observed is None or protocol is None):
-            return None
-        return cls(stack, protocol.protocol, observed.metrics, errors.handler)
-
-    async def __call__(self, scope, receive, send, found: tuple) -> None:
-        started = time.monotonic()
-        status = 500  # until a response starts (as ObservabilityMiddleware notes it)
-        response = None
-        try:
-            response = self.protocol.problem(scope["headers"])
-            if response is None:
-                response = await self.routes.answer(scope, receive, found)
-            response.raw_headers.append(self.protocol.header)
-            status = response.status_code
-            await response(scope, receive, send)
-        except Exception as exc:
-            if response is None:  # nothing sent: ServerErrorMiddleware's answer
-                await (await self.server_error(Request(scope), exc))(scope, receive, send)
-            raise
-        finally:
-            self.metrics.note_request(scope, status, time.monotonic() - started)
-
-
 class LayerSyncApp(FastAPI):
-    """FastAPI that answers :class:`HotRoutes`' requests before its middleware stack.
+    """FastAPI that answers the propagation path's two requests (:mod:`routes.propagation
+    <layersync_server.routes.propagation>`) before its middleware stack.
 
-    Each layer of the stack (uvicorn's proxy headers, ServerErrorMiddleware, FastAPI's
-    telemetry and body-limit layers, ObservabilityMiddleware, ProtocolVersionMiddleware)
-    costs an await, most of them also a ``send`` wrapper, per request; for the two
-    requests on the propagation path :class:`_Outermost` does what they do in one call
-    (~0.02 ms less per request on a 2-core machine). It is used when the stack built for
-    the first HTTP request allows it (:meth:`_Outermost.above`), FastAPI's native
-    OpenTelemetry was not configured by then and the app has no ``root_path``;
-    otherwise, and for every other request, the whole stack runs unchanged.
+    The shortcut (:class:`~layersync_server.routes.propagation.Shortcut`) is taken when,
+    at the first HTTP request, the app has no middleware but the server's own
+    (:data:`OWN_MIDDLEWARE`, which the shortcut does the work of), no ``root_path`` and
+    is not in debug mode, and :attr:`hot_shortcut` is on; otherwise those requests go
+    through the stack to the same endpoints in the router. Every other request takes the
+    whole stack.
     """
 
-    _hot: _Outermost | None = None
-    _hot_checked = False
+    #: The middleware classes the shortcut stands for (create_app adds them).
+    OWN_MIDDLEWARE = (ObservabilityMiddleware, ProtocolVersionMiddleware)
+
+    #: Serve the hot routes before the stack when the app allows it (class docs).
+    hot_shortcut = True
+    _shortcut: Shortcut | None = None  # set by create_app
+    _serving: Shortcut | None | bool = False  # decided at the first HTTP request
     _others = None  # what serves the other requests (default: the whole app)
 
     def drain(self) -> None:
@@ -304,26 +129,37 @@ class LayerSyncApp(FastAPI):
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            if not self._hot_checked:
-                self._hot = self._shortcut()
-                self._hot_checked = True
-            hot = self._hot
-            if hot is not None:
-                found = hot.routes.match(scope)
+            shortcut = self._serving
+            if shortcut is False:
+                shortcut = self._serving = self._usable_shortcut()
+            if shortcut is not None:
+                found = shortcut.match(scope)
                 if found is not None:
                     scope["app"] = self
-                    return await hot(scope, receive, send, found)
+                    return await shortcut(scope, receive, send, found)
         await (self._others or super().__call__)(scope, receive, send)
 
-    def _shortcut(self) -> _Outermost | None:
-        if self.root_path:
+    def _usable_shortcut(self) -> Shortcut | None:
+        if (not self.hot_shortcut or self.debug or self.root_path
+                or any(m.cls not in self.OWN_MIDDLEWARE for m in self.user_middleware)):
             return None
-        telemetry = getattr(self, "_native_telemetry", None)
-        if telemetry is not None and telemetry.enabled():
-            return None
-        if self.middleware_stack is None:
-            self.middleware_stack = self.build_middleware_stack()
-        return _Outermost.above(self.middleware_stack)
+        return self._shortcut
+
+
+#: The FastAPI routers of the app, in the order their routes are matched and listed in
+#: ``/openapi.json``; a new router is one more entry (the hot routes follow the sync
+#: router, see :func:`_include_routes`).
+ROUTERS = (sync.router, *admin.ROUTERS)
+
+
+def _include_routes(app: LayerSyncApp, ctx: AppContext) -> None:
+    """Every route of the app but the operations ones (the one place routers are added)."""
+    hot = hot_routes(ctx)
+    for router in ROUTERS:
+        app.include_router(router)
+        if router is sync.router:
+            app.router.routes.extend(hot)
+    app._shortcut = Shortcut(hot, ProtocolVersion(ctx.settings), app.state.metrics)
 
 
 def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncApp:
@@ -374,10 +210,9 @@ def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncA
     app = LayerSyncApp(title="LayerSync server", version=__version__, lifespan=lifespan,
                        docs_url=None, redoc_url=None)
     app.state.ctx = ctx
+    metrics = app.state.metrics = Metrics(ctx.notifier, ctx.storage)
     install_error_handlers(app)
-    app.include_router(sync.router)
-    app.include_router(admin.router)
-    metrics = Metrics(ctx.notifier, ctx.storage)
+    _include_routes(app, ctx)
 
     @app.get("/healthz", tags=["operations"], summary="Liveness and storage check",
              response_model=HealthOut, responses=error_responses(500))
@@ -393,7 +228,6 @@ def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncA
     def prometheus_metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(HotRoutes, ctx=ctx, handlers=app.exception_handlers)
     app.add_middleware(ProtocolVersionMiddleware, protocol=ProtocolVersion(settings))
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)
     _describe_errors_in_openapi(app)
@@ -402,12 +236,15 @@ def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncA
 
 def _describe_errors_in_openapi(app: FastAPI) -> None:
     """Validation errors answer 400 with the envelope (errors.py), not FastAPI's 422:
-    drop the 422 entries FastAPI documents by default."""
+    drop the 422 entries FastAPI documents by default. Adds the hot routes' static
+    description (:data:`~layersync_server.routes.propagation.OPENAPI_PATHS`) after the
+    sync router's records route, where FastAPI listed them."""
     build = app.openapi
 
     def openapi():
         if app.openapi_schema is None:
             schema = build()
+            _add_hot_routes(schema)
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
                     operation.get("responses", {}).pop("422", None)
@@ -417,3 +254,18 @@ def _describe_errors_in_openapi(app: FastAPI) -> None:
         return app.openapi_schema
 
     app.openapi = openapi
+
+
+def _add_hot_routes(schema: dict) -> None:
+    paths, models = schema.setdefault("paths", {}), schema.setdefault("components", {})
+    hot = copy.deepcopy(OPENAPI_PATHS)
+    listed = list(paths.items())
+    at = next((i + 1 for i, (path, _) in enumerate(listed) if path.endswith("/records")),
+              len(listed))
+    schema["paths"] = dict(listed[:at] + list(hot.items()) + listed[at:])
+    _, definitions = models_json_schema([(model, "validation") for model in OPENAPI_MODELS],
+                                        ref_template="#/components/schemas/{model}")
+    found = models.setdefault("schemas", {})
+    for name, definition in definitions.get("$defs", {}).items():
+        found.setdefault(name, definition)
+    models["schemas"] = dict(sorted(found.items()))

@@ -1,9 +1,12 @@
-"""The protocol's conflict rules, written once against :class:`LayerWriter`.
+"""The protocol's sync rules, written once against :class:`LayerWriter`, free of the
+web framework.
 
-Implements the table of docs/protocol.md ("POST .../sync"): first writer wins per
-record, optimistic concurrency on ``base_revision``, change ids applied at most once
-per layer (the first outcome is stored and replayed), tombstones, and the ``rootId``
-cascade on delete.
+Implements the table of docs/protocol.md ("POST .../sync"): the request envelope and its
+change ids (:func:`parse_sync_request`, the one place they are validated), the epoch
+check and the answer's page read in the push's transaction (:func:`push`,
+:func:`sync_answer`), first writer wins per record, optimistic concurrency on
+``base_revision``, change ids applied at most once per layer (the first outcome is
+stored and replayed), tombstones, and the ``rootId`` cascade on delete.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from layersync_server.errors import invalid_request
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
-from layersync_server.storage.base import LayerWriter, StoredRecord
-from layersync_server.wire_json import MAX_JSON_DEPTH, MAX_REVISION, BadNumber, json_problem
+from layersync_server.storage.base import LayerState, LayerWriter, RecordPage, StoredRecord, WriteWouldWait
+from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_REVISION, BadNumber, json_problem,
+                                        parse_sync_json)
 
 OPS = ("create", "update", "delete")
 
@@ -145,8 +150,8 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
                   checked: bool = False, content_texts: list | None = None) -> ApplyResult:
     """Apply ``changes`` in order inside ``writer``'s transaction.
 
-    Each change must be a dict with a valid string ``change_id`` (the route checks the
-    request shape). A change id already in the layer's log is not applied again; its
+    Each change must be a dict with a valid string ``change_id``
+    (:func:`parse_sync_request` checks it). A change id already in the layer's log is not applied again; its
     stored outcome is returned as-is. A rejected change does not stop the others.
 
     ``checked``: every content already passes :func:`json_problem`: the changes hold
@@ -201,3 +206,111 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
 def delete_record(writer: LayerWriter, record_id: str, user_id: str | None) -> int:
     """Tombstone a live record and its ``rootId`` children (admin API). Returns the revision."""
     return _tombstone_with_children(writer, record_id, user_id)
+
+
+# -- the sync request and its answer --------------------------------------------------------
+
+@dataclass
+class SyncRequest:
+    """A ``POST .../sync`` body whose envelope passed :func:`parse_sync_request`.
+
+    ``changes``: dicts, each with a valid ``change_id`` (what :func:`apply_changes`
+    needs); per-change problems (bad numbers, too deep content, bad ids...) are left to
+    the rules, which reject that change only. ``checked``: the parse found no bad number
+    or lone surrogate anywhere and no nesting past ``MAX_JSON_DEPTH + 3`` (body,
+    ``changes``, change, then the content, whose levels count from 1): every content
+    passes ``json_problem`` already. ``content_texts``: the stored text of each
+    change's content, or None (:func:`~layersync_server.wire_json.parse_sync_json`).
+    """
+
+    epoch: str | None
+    since: int
+    changes: list[dict]
+    checked: bool
+    content_texts: list | None
+    client_id: str | None
+
+
+def is_revision(value: object) -> bool:
+    """Whether ``value`` is a revision number: an integer 0..``MAX_REVISION``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REVISION
+
+
+def parse_sync_request(raw: bytes) -> SyncRequest:
+    """Parse and validate a sync request body's envelope.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` when the body is not JSON, not an object, or
+            ``epoch``, ``since``, ``changes`` or a change's ``change_id`` is malformed
+            (``details.index`` names the first bad change).
+    """
+    body, checked, texts = parse_sync_json(raw, MAX_JSON_DEPTH)
+    if not isinstance(body, dict):
+        raise invalid_request("body must be a JSON object")
+    epoch, since = body.get("epoch"), body.get("since", 0)
+    changes = body.get("changes", [])
+    if epoch is not None and not isinstance(epoch, str):
+        raise invalid_request("epoch must be a string or null")
+    if not is_revision(since):
+        raise invalid_request(f"since must be an integer 0..{MAX_REVISION}")
+    if not isinstance(changes, list):
+        raise invalid_request("changes must be an array")
+    if not (all(type(change) is dict for change in changes)
+            and all_valid_record_ids([change.get("change_id") for change in changes])):
+        _check_change_ids(changes)  # finds the first bad one
+    client_id = body.get("client_id")
+    return SyncRequest(epoch, since, changes, checked, texts,
+                       client_id if isinstance(client_id, str) else None)
+
+
+def _check_change_ids(changes: list) -> None:
+    """400 for the first change that is not an object with a valid ``change_id``."""
+    for index, change in enumerate(changes):
+        if not isinstance(change, dict) or not is_valid_record_id(change.get("change_id")):
+            raise invalid_request(f"changes[{index}] needs a string change_id of 1..128 characters "
+                                  "without control characters or lone surrogates", index=index)
+
+
+def push(writer: LayerWriter, request: SyncRequest, user_id: str | None, page_size: int,
+         inline_max_records: int | None = None) -> tuple[ApplyResult, RecordPage] | None:
+    """The push of ``request`` in ``writer``'s transaction: None when the client's epoch
+    is not the layer's (nothing applied: the client resets, docs/protocol.md), else the
+    :class:`ApplyResult` and the answer's page (:func:`answer_page`), read in the same
+    transaction (no second query or thread hop)."""
+    if request.epoch is not None and request.epoch != writer.layer.epoch:
+        return None
+    result = apply_changes(writer, request.changes, user_id, request.checked,
+                           request.content_texts)
+    return result, answer_page(writer, request.since, page_size,
+                               frozenset(result.own_revisions), inline_max_records)
+
+
+def answer_page(writer: LayerWriter, since: int, limit: int, exclude: frozenset[int],
+                inline_max_records: int | None = None) -> RecordPage:
+    """The push answer's page: ``writer.changes_since(since, limit, exclude)``.
+
+    ``inline_max_records``: the push runs on the event loop thread (the caller's
+    choice), which must read at most that many records: a client that is behind may be
+    owed a whole page, which is read in a worker instead (:class:`WriteWouldWait` makes
+    the caller roll back and run the push again there), so the answer is the same and
+    the loop never reads a large page."""
+    if inline_max_records is not None and limit > inline_max_records:
+        page = writer.changes_since(since, inline_max_records, exclude)
+        if page.has_more:
+            raise WriteWouldWait()
+        return page  # all of them: the same page as with ``limit``
+    return writer.changes_since(since, limit, exclude)
+
+
+def sync_answer(layer: LayerState,
+                pushed: tuple[ApplyResult, RecordPage] | None) -> dict:
+    """The answer's body for :func:`push`'s result and the layer state after the commit."""
+    if pushed is None:
+        return {"epoch": layer.epoch, "revision": layer.revision, "accepted": [],
+                "rejected": [], "changes": [], "has_more": False, "next_since": 0,
+                "epoch_changed": True}
+    result, page = pushed
+    return {"epoch": page.layer.epoch, "revision": page.layer.revision,
+            "accepted": result.accepted, "rejected": result.rejected,
+            "changes": [r.to_wire() for r in page.records],
+            "has_more": page.has_more, "next_since": page.next_since, "epoch_changed": False}

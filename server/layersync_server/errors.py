@@ -104,9 +104,21 @@ def payload_too_large(limit_bytes: int) -> ApiError:
 def error_response(status: int, code: str, message: str, details: dict | None = None,
                    headers: dict[str, str] | None = None) -> Response:
     """Build the envelope response."""
-    from layersync_server.wire_json import WireJSONResponse  # (imports this module)
+    from layersync_server.json_http import WireJSONResponse  # (wire_json imports this module)
     return WireJSONResponse({"error": {"code": code, "message": message, "details": details or {}}},
                             status_code=status, headers=headers)
+
+
+def api_error_response(exc: ApiError) -> Response:
+    """The envelope response of a raised :class:`ApiError`."""
+    return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+
+
+def unexpected_error_response(exc: Exception) -> Response:
+    """500 ``internal`` for an exception no route expected (logged here, with its
+    traceback; the message says nothing of it)."""
+    log.error("unhandled error", exc_info=exc)
+    return error_response(500, "internal", "internal server error")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -114,7 +126,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError):
-        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+        return api_error_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException):
@@ -132,5 +144,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):
-        log.exception("unhandled error")
-        return error_response(500, "internal", "internal server error")
+        return unexpected_error_response(exc)

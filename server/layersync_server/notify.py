@@ -3,7 +3,7 @@
 Every route that writes calls :meth:`LayerNotifier.published` after it commits;
 long-poll requests wait in :meth:`LayerNotifier.wait_for_change` without touching the
 database or holding a thread, so one process holds thousands of idle long-polls.
-With PostgreSQL, the storage's change feed (LISTEN/NOTIFY, ARCHITECTURE.md §10)
+With PostgreSQL, the storage's change feed (LISTEN/NOTIFY, docs/architecture.md §10)
 also calls ``published`` for commits made by other processes; the waiting side is
 the same. Deleting a layer or document calls :meth:`LayerNotifier.forget` instead
 (the feed carries a reset marker for it), because a re-created layer counts its

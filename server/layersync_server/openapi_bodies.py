@@ -4,7 +4,7 @@ The routes read their bodies themselves (to bound their size before parsing and 
 keep string values byte-exact), so FastAPI cannot infer the bodies; these
 ``openapi_extra`` fragments describe them (docs/protocol.md is the prose version).
 
-Responses are encoded by :class:`~layersync_server.wire_json.WireJSONResponse`
+Responses are encoded by :class:`~layersync_server.json_http.WireJSONResponse`
 (stdlib encoder, no pydantic pass), so the routes declare no ``response_model``;
 the pydantic models below are documentation only, attached with
 ``responses={status: {"model": ...}}`` (:func:`ok`), which FastAPI puts in

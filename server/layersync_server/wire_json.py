@@ -1,5 +1,7 @@
 """JSON in and out of the server: the one place request bodies are parsed and
-responses are encoded (docs/protocol.md, Conventions, "JSON values").
+responses are encoded (docs/protocol.md, Conventions, "JSON values"). The rules only:
+nothing here knows the web framework (:mod:`layersync_server.json_http` holds the
+response class and the route class built on them).
 
 Parsing never fails the whole body because of one value: a number that is not a
 finite IEEE-754 double or is longer than :data:`MAX_NUMBER_CHARS` characters, and
@@ -39,12 +41,8 @@ from __future__ import annotations
 import json
 import math
 import re
-import typing
 
 import orjson
-from fastapi.datastructures import Default, DefaultPlaceholder
-from fastapi.routing import APIRoute
-from starlette.responses import JSONResponse
 
 from layersync_server.errors import invalid_request
 
@@ -430,28 +428,16 @@ def _stdlib_dumps(value: object) -> str:
                           separators=(",", ":"))
 
 
-class WireJSONResponse(JSONResponse):
-    """JSON response encoded with :func:`dumps` (every JSON answer of the server)."""
-
-    def render(self, content: typing.Any) -> bytes:
-        data = fast_dumps(content)
-        if data is not None:
-            return data
-        text = _stdlib_dumps(content)
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate echoed from a request: escape it
-            return json.dumps(_finite(content), allow_nan=False,
-                              separators=(",", ":")).encode("ascii")
-
-
-class WireRoute(APIRoute):
-    """Route class of every router: a route without an explicit ``response_model``
-    gets none, so its return value is encoded by :class:`WireJSONResponse` (orjson or
-    the stdlib encoder) rather than pydantic, whose serializer has a depth limit of its own."""
-
-    def __init__(self, path: str, endpoint, *, response_model: typing.Any = Default(None),
-                 **kwargs):
-        if isinstance(response_model, DefaultPlaceholder):
-            response_model = None
-        super().__init__(path, endpoint, response_model=response_model, **kwargs)
+def encode_response(content: object) -> bytes:
+    """The bytes of a JSON response body: :func:`fast_dumps`, else the stdlib encoder's
+    UTF-8 text (``NaN`` as ``null``), else, for a lone surrogate echoed from a request,
+    the ASCII text with it escaped."""
+    data = fast_dumps(content)
+    if data is not None:
+        return data
+    text = _stdlib_dumps(content)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate echoed from a request: escape it
+        return json.dumps(_finite(content), allow_nan=False,
+                          separators=(",", ":")).encode("ascii")

@@ -1,12 +1,14 @@
-"""The hot routes' shortcut before the middleware stack (app.LayerSyncApp).
+"""The hot routes' shortcut before the middleware stack (app.LayerSyncApp,
+routes/propagation.Shortcut).
 
 ``POST .../sync`` and the long-poll ``GET .../changes`` are answered before
 ServerErrorMiddleware, FastAPI's own layers, ObservabilityMiddleware and
 ProtocolVersionMiddleware; the shortcut does what those do for them. These tests pin
 that it is taken, that it answers (status, body, headers), counts (``/metrics``) and
-fails (500, re-raised) exactly as the whole stack does, and that it steps aside when a
-layer it can not stand for is present. test_latency_paths.py compares the answers of
-many more requests with FastAPI's.
+fails (500, re-raised) exactly as the whole stack does (the same endpoints reached
+through the router, and the routes declared the FastAPI way), and that it steps aside
+when a layer it can not stand for is present. test_latency_paths.py compares the answers
+of many more requests with FastAPI's.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ LAYER = "/sync/v1/documents/doc/layers/~"
 
 @pytest.fixture
 def three_apps(apps):
-    """``fast`` as built, ``stack`` with the shortcut off (HotRoutes inside the stack),
-    ``slow`` without HotRoutes at all (test_latency_paths.apps); one storage."""
+    """``fast`` as built, ``stack`` with the shortcut off (the endpoints reached through
+    the stack and the router), ``slow`` with the routes declared the FastAPI way
+    (test_latency_paths.apps); one storage."""
     fast, slow, private_pem = apps
     stack = create_app(fast.state.ctx.settings, storage=fast.state.ctx.storage)
-    stack._hot_checked = True  # never look for the shortcut: every request takes the stack
+    stack.hot_shortcut = False  # every request takes the stack
     return fast, stack, slow, private_pem
 
 
@@ -173,8 +176,7 @@ class _Tagging:
         await self.app(scope, receive, tagged)
 
 
-def test_shortcut_steps_aside_for_unknown_layers_telemetry_and_root_path(three_apps, stack_calls,
-                                                                       monkeypatch):
+def test_shortcut_steps_aside_for_unknown_layers_debug_and_root_path(three_apps, stack_calls):
     fast, _, _, private_pem = three_apps
     headers = {"Authorization": f"Bearer {mint_token(private_pem, 'doc', layer='')}"}
     path = LAYER + "/changes?since=0"
@@ -194,9 +196,9 @@ def test_shortcut_steps_aside_for_unknown_layers_telemetry_and_root_path(three_a
     tagged.add_middleware(_Tagging)
     answer, through = served_through_stack(tagged)
     assert through and answer.headers["x-tag"] == "1"
-    traced = create_app(ctx.settings, storage=ctx.storage)
-    monkeypatch.setattr(traced._native_telemetry, "enabled", lambda: True)
-    assert served_through_stack(traced)[1] is True
+    debugging = create_app(ctx.settings, storage=ctx.storage)
+    debugging.debug = True  # ServerErrorMiddleware's debug page for a 500
+    assert served_through_stack(debugging)[1] is True
     rooted = create_app(ctx.settings, storage=ctx.storage)
     rooted.root_path = "/base"
     assert served_through_stack(rooted)[1] is True

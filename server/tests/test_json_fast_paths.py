@@ -21,8 +21,9 @@ from conftest import CORPUS, note
 from layersync_server import wire_json
 from layersync_server.errors import ApiError
 from layersync_server.storage.sql import dump_json
-from layersync_server.wire_json import (BadNumber, WireJSONResponse, dumps, json_problem, loads,
-                                        parse_json, parse_json_checked)
+from layersync_server.json_http import WireJSONResponse
+from layersync_server.wire_json import (BadNumber, dumps, json_problem, loads, parse_json,
+                                        parse_json_checked)
 
 INSTANT_JSON = CORPUS.parent / "instant-json"
 

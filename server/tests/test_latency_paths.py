@@ -5,9 +5,10 @@
 * Hand-over: a long-poll woken by a commit in this process answers from the page the
   commit read for it (notify.py); that page equals the re-read it replaces, and every
   case it can not stand for falls back to the re-read.
-* Fast path (app.HotRoutes): ``GET .../changes`` and ``POST .../sync`` served without
-  FastAPI's router answer byte for byte as FastAPI does, and anything it does not read
-  as FastAPI would goes to FastAPI.
+* The plain ASGI endpoints (routes/propagation.py): ``GET .../changes`` and ``POST
+  .../sync``, served without FastAPI's router, answer byte for byte as the same routes
+  declared the FastAPI way (:func:`_fastapi_declared`, the reference) do, odd queries,
+  paths and methods included.
 * ``serve`` runs on uvloop and httptools.
 """
 
@@ -25,14 +26,18 @@ from pathlib import Path
 import httpx
 import jwt.api_jwt as api_jwt
 import pytest
+from fastapi import APIRouter, Depends, Query
 from starlette.requests import Request
 
 from conftest import CORPUS, change, note, start_server, stop_server
 from layersync_server import auth
-from layersync_server.app import HotRoutes, _hot_query, create_app
+from layersync_server.app import create_app
 from layersync_server.auth import JwtVerifier
-from layersync_server.context import INLINE_MAX_RECORDS, get_context
-from layersync_server.routes.sync import INLINE_MAX_BODY_BYTES
+from layersync_server.context import INLINE_MAX_RECORDS, AppContext, get_context
+from layersync_server.json_http import WireJSONResponse, WireRoute
+from layersync_server.routes.propagation import (INLINE_MAX_BODY_BYTES, HotRoute, LayerChanges,
+                                                 LayerSync, plain_query)
+from layersync_server.wire_json import MAX_REVISION
 from layersync_server.errors import ApiError
 from layersync_server.notify import LayerNotifier, page_after
 from layersync_server.settings import Settings
@@ -257,9 +262,38 @@ def test_notifier_hands_the_page_over_or_asks_for_a_re_read(tmp_path):
 # -- hand-over and fast path through the app ------------------------------------------------
 
 
+def _fastapi_declared(app):
+    """``app`` with the two hot routes declared as FastAPI routes instead (the
+    signatures they had as FastAPI routes: FastAPI reads and validates the path and the
+    query), which then answer through the ASGI endpoints' ``answer``: what FastAPI's
+    route machinery would answer. The reference of the tests below."""
+    router = APIRouter(prefix="/sync/v1", route_class=WireRoute,
+                       default_response_class=WireJSONResponse)
+    layer_path = "/documents/{document_id}/layers/{layer:path}"
+
+    @router.get(layer_path + "/changes")
+    async def layer_changes(document_id: str, layer: str, request: Request,
+                            since: int = Query(0, ge=0, le=MAX_REVISION),
+                            wait: float = Query(0, ge=0, allow_inf_nan=False),
+                            limit: int | None = Query(None, ge=1),
+                            ctx: AppContext = Depends(get_context)) -> WireJSONResponse:
+        return await LayerChanges(ctx).answer(request.scope, request.receive)
+
+    @router.post(layer_path + "/sync")
+    async def layer_sync(document_id: str, layer: str, request: Request,
+                         ctx: AppContext = Depends(get_context)) -> WireJSONResponse:
+        return await LayerSync(ctx).answer(request.scope, request.receive)
+
+    app.router.routes[:] = [r for r in app.router.routes if not isinstance(r, HotRoute)]
+    app.include_router(router)
+    app.hot_shortcut = False
+    return app
+
+
 @pytest.fixture
 def apps(tmp_path, keys):
-    """Two apps on one storage: ``fast`` as built, ``slow`` without HotRoutes."""
+    """Two apps on one storage: ``fast`` as built, ``slow`` with the hot routes declared
+    the FastAPI way (:func:`_fastapi_declared`)."""
     private_pem, public_key = keys
     settings = Settings(db_path=tmp_path / "db.sqlite", public_key_path=public_key, admin_token="t",
                         max_wait_s=5)
@@ -267,9 +301,8 @@ def apps(tmp_path, keys):
     storage.create_document(NewDocument("doc", "t", (CORPUS / "sample-files-024-annotated_pdf.pdf")
                                         .read_bytes(), "0" * 64, 1))
     fast = create_app(settings, storage=storage)
-    slow = create_app(settings, storage=storage)
-    slow.user_middleware = [m for m in slow.user_middleware if m.cls is not HotRoutes]
-    assert any(m.cls is HotRoutes for m in fast.user_middleware)
+    slow = _fastapi_declared(create_app(settings, storage=storage))
+    assert sum(isinstance(r, HotRoute) for r in fast.router.routes) == 2
     yield fast, slow, private_pem
     storage.close()
 
@@ -356,15 +389,15 @@ def test_long_poll_answered_from_the_handed_page_equals_the_re_read(apps):
     asyncio.run(scenario())
 
 
-def test_hot_query_reads_only_what_fastapi_reads_the_same_way():
-    assert _hot_query(b"") == {}
-    assert _hot_query(b"since=5&wait=30&limit=2&x=y") == {"since": "5", "wait": "30", "limit": "2"}
-    assert _hot_query(b"since=1&since=2") == {"since": "2"}
-    assert _hot_query(b"wait=0.25") == {"wait": "0.25"}
+def test_plain_query_reads_only_what_fastapi_reads_the_same_way():
+    assert plain_query(b"") == {}
+    assert plain_query(b"since=5&wait=30&limit=2&x=y") == {"since": "5", "wait": "30", "limit": "2"}
+    assert plain_query(b"since=1&since=2") == {"since": "2"}
+    assert plain_query(b"wait=0.25") == {"wait": "0.25"}
     for odd in (b"since=%31", b"since=+1", b"since=01", b"since=-1", b"since=", b"since",
                 b"since=1e3", b"wait=inf", b"wait=nan", b"wait=1e3", b"wait=.5", b"limit=0",
                 b"since=9223372036854775808", b"since=\xff"):
-        assert _hot_query(odd) is None, odd
+        assert plain_query(odd) is None, odd
 
 
 _QUERIES = ["", "?since=0", "?since=2", "?since=3&wait=0", "?since=1&limit=1", "?since=1&limit=2&wait=1",
@@ -387,7 +420,7 @@ def test_fast_path_answers_as_fastapi_does(apps):
         calls.append(request.url.path)
         return slow_context(request)
 
-    fast.dependency_overrides[get_context] = spy  # FastAPI's routes call it; the fast path not
+    fast.dependency_overrides[get_context] = spy  # FastAPI's routes call it; the endpoints not
     good = mint_token(private_pem, "doc", layer="")
     headers = [{"Authorization": f"Bearer {good}"}, {},
                {"Authorization": f"Bearer {mint_token(private_pem, 'doc', layer='other')}"},
@@ -429,14 +462,12 @@ def test_fast_path_answers_as_fastapi_does(apps):
                 b = await s.request(method, path, headers=headers[0])
                 assert _signature(a) == _signature(b), (method, path, a.text, b.text)
             metrics = (await f.get("/metrics")).text
-            assert calls, "FastAPI served none of the odd requests"
-            calls.clear()  # plain requests do not reach FastAPI; odd ones do
+            assert calls == [], "FastAPI's route machinery served a hot request"
             base = "/sync/v1/documents/doc/layers/~"
             assert (await f.get(base + "/changes?since=1&wait=0&limit=5", headers=headers[0])).status_code == 200
             assert (await f.post(base + "/sync", content=bodies[0], headers=headers[0])).status_code == 200
-            assert calls == []
             assert (await f.get(base + "/changes?since=%31", headers=headers[0])).status_code == 200
-            assert calls == [base + "/changes"]
+            assert calls == []  # odd queries too: the endpoint validates them itself
         assert 'route="/sync/v1/documents/{document_id}/layers/{layer:path}/changes"' in metrics
         assert 'route="/sync/v1/documents/{document_id}/layers/{layer:path}/sync"' in metrics
 

@@ -93,8 +93,12 @@ def test_routes_keep_the_stdlib_encoder():
     """The response models are docs only: no sync/admin route validates or serialises
     its answer with pydantic (that cost was removed on purpose; wire_json.py)."""
     from layersync_server.routes import admin, sync
-    routes = [r for r in sync.router.routes + admin.router.routes if isinstance(r, APIRoute)]
-    assert len(routes) >= 36
+    from layersync_server.routes.propagation import hot_routes
+    routes = [r for router in (sync.router, *admin.ROUTERS) for r in router.routes
+              if isinstance(r, APIRoute)]
+    hot = hot_routes(None)  # plain ASGI endpoints answering WireJSONResponse themselves
+    assert len(hot) == 2 and not any(isinstance(r, APIRoute) for r in hot)
+    assert len(routes) + len(hot) >= 36
     assert all(r.response_field is None for r in routes), \
         [r.path for r in routes if r.response_field is not None]
 

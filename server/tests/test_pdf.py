@@ -10,7 +10,7 @@ import pikepdf
 import pytest
 
 from conftest import CORPUS, change, note
-from layersync_server.pdf_values import decode_text
+from layersync_server.pdf.values import decode_text
 
 #: Expected imported records per corpus file (SOURCES.md counts minus Popup and Caret).
 EXPECTED_COUNTS = {

@@ -28,8 +28,8 @@ import pytest
 from conftest import CORPUS, synthetic_pdf
 
 INSTANT_JSON = CORPUS.parent / "instant-json"
-from layersync_server.pdf_appearance import write_appearance
-from layersync_server.pdf_values import decode_text
+from layersync_server.pdf.appearance import write_appearance
+from layersync_server.pdf.values import decode_text
 
 SCALE = 2  # pixels per point
 #: (MediaBox, /Rotate) of the synthetic pages

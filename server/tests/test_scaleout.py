@@ -1,4 +1,4 @@
-"""Scale-out (ARCHITECTURE.md §10): several server processes on one PostgreSQL.
+"""Scale-out (docs/architecture.md §10): several server processes on one PostgreSQL.
 
 A change accepted by one process wakes a long-poll held by another (LISTEN/NOTIFY),
 and both processes serve the same documents, layers and revisions.

@@ -15,8 +15,9 @@ from __future__ import annotations
 import pytest
 
 from layersync_server.changes import apply_changes, delete_record
-from layersync_server.routes.sync import page_json
-from layersync_server.wire_json import WireJSONResponse, parse_sync_json
+from layersync_server.routes.access import page_json
+from layersync_server.json_http import WireJSONResponse
+from layersync_server.wire_json import parse_sync_json
 
 
 def _create(cid: str, rid: str, extra: str = "") -> str:

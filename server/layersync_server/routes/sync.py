@@ -1,12 +1,12 @@
 """Client sync API under ``/sync/v1`` — the contract in docs/protocol.md.
 
-All storage calls are blocking and run in Starlette's threadpool; long-polls wait on
-:class:`~layersync_server.notify.LayerNotifier` without holding a thread.
+The FastAPI routes; the two requests on the propagation path, ``POST .../sync`` and the
+long-poll ``GET .../changes``, are plain ASGI endpoints (:mod:`.propagation`). All
+storage calls are blocking and run in worker threads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -15,88 +15,30 @@ from starlette.concurrency import run_in_threadpool
 from layersync_server import SERVER_NAME, __version__
 from layersync_server import openapi_bodies as bodies
 from layersync_server.auth import Grant
-from layersync_server.changes import apply_changes
-from layersync_server.context import (INLINE_MAX_RECORDS, AppContext, check_document_id, commit,
-                                      get_context, layer_from_segment, no_document,
-                                      read_body, read_inline_first, run_in_worker)
-from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, access_denied,
-                                     error_responses, invalid_request, not_found)
+from layersync_server.changes import is_revision
+from layersync_server.context import (AppContext, commit, get_context, layer_from_segment,
+                                      no_document, read_body)
+from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, error_responses,
+                                     invalid_request, not_found)
+from layersync_server.ids import is_sha256_hex, is_valid_record_id
+from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.openapi_bodies import media, ok
-from layersync_server.ids import all_valid_record_ids, is_sha256_hex, is_valid_record_id
-from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION,
-                                        WireJSONResponse, WireRoute, parse_json,
-                                        parse_sync_json)
-from layersync_server.storage import DocumentNotFound, RecordPage
-from layersync_server.storage.base import WriteWouldWait
+from layersync_server.routes.access import grant, list_page, page_json
+from layersync_server.storage import DocumentNotFound
+from layersync_server.wire_json import MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION, parse_json
 
 router = APIRouter(prefix="/sync/v1", tags=["sync"], responses=COMMON_ERROR_RESPONSES,
                    route_class=WireRoute, default_response_class=WireJSONResponse)
 CAPABILITIES = ["long-poll", "snapshot-paging", "attachments", "history", "rollback",
                 "deleted-restore"]
-_LAYER_PATH = "/documents/{document_id}/layers/{layer:path}"
-
-
-def _wire(body: dict) -> WireJSONResponse:
-    """The response for ``body``, encoded once by the stdlib encoder. Returning it
-    directly skips FastAPI's ``jsonable_encoder`` walk over every value (a route with
-    no response model still gets one), which cost about 40% of the server's CPU under
-    bench scenario 6 and a large share of a big push's response."""
-    return WireJSONResponse(body)
-
-
-def page_json(page: RecordPage) -> dict:
-    """``{"epoch", "revision", "records", "has_more", "next_since"}`` of a page."""
-    return {"epoch": page.layer.epoch, "revision": page.layer.revision,
-            "records": [r.to_wire() for r in page.records],
-            "has_more": page.has_more, "next_since": page.next_since}
+_LAYER_PATH = "/documents/{document_id}/layers/{layer:path}"  # (propagation.LAYER_PATH)
 
 
 async def _grant(request: Request, ctx: AppContext, document_id: str, layer: str | None,
-                 permission: str, check_revoked: bool = True) -> Grant:
-    """Verify the JWT and check it grants ``document_id``/``layer``/``permission`` and
-    is not revoked. 401 without a token, 403 otherwise, 400 on a malformed id.
-
-    ``check_revoked=False`` leaves the revocation check (a storage read) to the caller,
-    which then makes it in its own worker-thread hop (:func:`_list`'s ``revoked_jti``).
-    """
-    check_document_id(document_id)
-    grant = ctx.verifier.verify(request.headers.get("authorization"))
-    grant.require(document_id, layer, permission)
-    if check_revoked and grant.jti is not None and await run_in_worker(ctx.storage.is_token_revoked,
-                                                                       grant.jti):
-        raise access_denied("token revoked")
-    return grant
-
-
-def _page_size(ctx: AppContext, limit: int | None) -> int:
-    return min(limit or ctx.settings.max_page_records, ctx.settings.max_page_records)
-
-
-async def _list(ctx: AppContext, document_id: str, layer: str, since: int, limit: int | None,
-                include_tombstones: bool, exclude: frozenset[int] = frozenset(),
-                revoked_jti: str | None = None, inline: bool = False) -> RecordPage:
-    """A page of records (in a worker thread). With ``revoked_jti``, first refuses a
-    revoked token (403, as :func:`_grant` would) in the same hop. ``inline``: first try
-    reading at most ``INLINE_MAX_RECORDS`` on the event loop (:func:`read_inline_first`);
-    a page that has more than that is read again, whole, in a worker."""
-    storage, page_size = ctx.storage, _page_size(ctx, limit)
-
-    def read(size: int = page_size) -> RecordPage:
-        if revoked_jti is not None and storage.is_token_revoked(revoked_jti):
-            raise access_denied("token revoked")
-        return storage.list_records(document_id, layer, since, size, include_tombstones, exclude)
-
-    def read_small() -> RecordPage | None:
-        size = min(page_size, INLINE_MAX_RECORDS)
-        page = read(size)
-        return page if size == page_size or not page.has_more else None
-
-    try:
-        if inline:
-            return await read_inline_first(storage, read_small, read)
-        return await run_in_worker(read)
-    except DocumentNotFound:
-        raise not_found(f"no document {document_id!r}") from None
+                 permission: str) -> Grant:
+    """:func:`~layersync_server.routes.access.grant` of the request's JWT."""
+    return await grant(request.headers.get("authorization"), ctx, document_id, layer,
+                       permission)
 
 
 @router.get("/info", responses=ok(bodies.InfoOut, "server identity, limits, capabilities"))
@@ -174,150 +116,8 @@ async def layer_records(document_id: str, layer: str, request: Request,
     """Snapshot (``since=0``: no tombstones) or delta (tombstones included), paged."""
     name = layer_from_segment(layer)
     await _grant(request, ctx, document_id, name, "read-document")
-    page = await _list(ctx, document_id, name, since, limit, include_tombstones=since > 0)
-    return _wire(page_json(page))
-
-
-@router.get(_LAYER_PATH + "/changes",
-            responses=ok(bodies.RecordPageOut, "a page of records (empty when the wait ended)"))
-async def layer_changes(document_id: str, layer: str, request: Request,
-                        since: int = Query(0, ge=0, le=MAX_REVISION),
-                        wait: float = Query(0, ge=0, allow_inf_nan=False),
-                        limit: int | None = Query(None, ge=1),
-                        ctx: AppContext = Depends(get_context)) -> WireJSONResponse:
-    """Long-poll: answer at once if there are records past ``since``, else hold up to
-    ``wait`` seconds (capped at ``max_wait_s``) until a commit to the layer."""
-    name = layer_from_segment(layer)
-    grant = await _grant(request, ctx, document_id, name, "read-document", check_revoked=False)
-    page = await _list(ctx, document_id, name, since, limit, include_tombstones=True,
-                       revoked_jti=grant.jti, inline=True)
-    wait_s = min(wait, ctx.settings.max_wait_s)
-    if page.records or wait_s <= 0:
-        return _wire(page_json(page))
-    woke, handed = await ctx.notifier.wait_for_change(document_id, name, since, page.layer, wait_s,
-                                                      _page_size(ctx, limit))
-    if handed is not None:  # the page the commit that woke us read for us (notify.py)
-        page = handed
-    elif woke:
-        page = await _list(ctx, document_id, name, since, limit, include_tombstones=True, inline=True)
-    return _wire(page_json(page))
-
-
-def _parse_sync_body(raw: bytes) -> dict:
-    """Validate the request envelope; per-change problems (bad numbers, too deep
-    content, bad ids...) are left to the rules, which reject that change only.
-    ``checked`` says the parse found no bad number or lone surrogate anywhere and no
-    nesting past ``MAX_JSON_DEPTH + 3`` (body, ``changes``, change, then the content,
-    whose levels count from 1): every content passes ``json_problem`` already.
-    ``content_texts``: the stored text of each change's content, or None
-    (:func:`~layersync_server.wire_json.parse_sync_json`)."""
-    body, checked, texts = parse_sync_json(raw, MAX_JSON_DEPTH)
-    if not isinstance(body, dict):
-        raise invalid_request("body must be a JSON object")
-    epoch, since = body.get("epoch"), body.get("since", 0)
-    changes = body.get("changes", [])
-    if epoch is not None and not isinstance(epoch, str):
-        raise invalid_request("epoch must be a string or null")
-    if not _is_revision(since):
-        raise invalid_request(f"since must be an integer 0..{MAX_REVISION}")
-    if not isinstance(changes, list):
-        raise invalid_request("changes must be an array")
-    if not (all(type(change) is dict for change in changes)
-            and all_valid_record_ids([change.get("change_id") for change in changes])):
-        _check_change_ids(changes)  # finds the first bad one
-    client_id = body.get("client_id")
-    return {"epoch": epoch, "since": since, "changes": changes, "checked": checked,
-            "content_texts": texts,
-            "client_id": client_id if isinstance(client_id, str) else None}
-
-
-def _check_change_ids(changes: list) -> None:
-    """400 for the first change that is not an object with a valid ``change_id``."""
-    for index, change in enumerate(changes):
-        if not isinstance(change, dict) or not is_valid_record_id(change.get("change_id")):
-            raise invalid_request(f"changes[{index}] needs a string change_id of 1..128 characters "
-                                  "without control characters or lone surrogates", index=index)
-
-
-#: Largest request body whose changes :func:`commit` may write on the event loop thread.
-INLINE_MAX_BODY_BYTES = 64 * 1024
-
-
-def _bounded_size(raw: bytes, changes: list) -> int | None:
-    """The number of changes for :func:`commit`, when what they write is known to be small
-    (a body of at most :data:`INLINE_MAX_BODY_BYTES`, no delete); else None, which keeps
-    the write off the event loop. A delete is unbounded: deleting a root annotation
-    deletes all of its comments (ARCHITECTURE.md §4 rule 3), thousands of rows that would
-    stall every other request of the process (20,000 comments: ~0.5 s on the loop). A
-    pull without changes has no propagation to hurry and may answer a whole page (a new
-    client's ``since=0``), so it stays off the loop too."""
-    if (not changes or len(raw) > INLINE_MAX_BODY_BYTES
-            or any(change.get("op") == "delete" for change in changes)):
-        return None
-    return len(changes)
-
-
-def _answer_page(writer, since: int, limit: int, exclude: frozenset[int],
-                 maybe_inline: bool) -> RecordPage:
-    """The push answer's page: ``writer.changes_since(since, limit, exclude)``. On the
-    event loop thread (``maybe_inline``: :func:`commit` may run the push there) it reads
-    at most :data:`INLINE_MAX_RECORDS` records: a client that is behind may be owed a
-    whole page, which is read in a worker instead (:class:`WriteWouldWait` makes
-    :func:`commit` roll back and run the push again there), so the answer is the same
-    and the loop never reads a large page."""
-    if maybe_inline and limit > INLINE_MAX_RECORDS and _on_event_loop():
-        page = writer.changes_since(since, INLINE_MAX_RECORDS, exclude)
-        if page.has_more:
-            raise WriteWouldWait()
-        return page  # all of them: the same page as with ``limit``
-    return writer.changes_since(since, limit, exclude)
-
-
-def _on_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # a worker thread
-        return False
-    return True
-
-
-def _is_revision(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REVISION
-
-
-@router.post(_LAYER_PATH + "/sync", openapi_extra=bodies.SYNC,
-             responses=ok(bodies.SyncOut, "outcomes of the pushed changes, and server changes"))
-async def layer_sync(document_id: str, layer: str, request: Request,
-                     ctx: AppContext = Depends(get_context)) -> WireJSONResponse:
-    """Push changes and pull server changes in one round trip (see module docs)."""
-    name = layer_from_segment(layer)
-    grant = await _grant(request, ctx, document_id, name, "read-document")
-    raw = await read_body(request, ctx.settings.max_request_bytes)
-    body = _parse_sync_body(raw)
-    if body["changes"]:
-        grant.require(document_id, name, "write")
-
-    bounded = _bounded_size(raw, body["changes"])
-
-    def push(writer):
-        if body["epoch"] is not None and body["epoch"] != writer.layer.epoch:
-            return None
-        result = apply_changes(writer, body["changes"], grant.user_id, body["checked"],
-                               body["content_texts"])
-        # the answer's page, read in the same transaction (no second worker hop/query)
-        return result, _answer_page(writer, body["since"], _page_size(ctx, None),
-                                    frozenset(result.own_revisions), bounded is not None)
-
-    layer_state, pushed = await commit(ctx, document_id, name, push, bounded)
-    if pushed is None:
-        return _wire({"epoch": layer_state.epoch, "revision": layer_state.revision, "accepted": [],
-                      "rejected": [], "changes": [], "has_more": False, "next_since": 0,
-                      "epoch_changed": True})
-    result, page = pushed
-    return _wire({"epoch": page.layer.epoch, "revision": page.layer.revision,
-                  "accepted": result.accepted, "rejected": result.rejected,
-                  "changes": [r.to_wire() for r in page.records],
-                  "has_more": page.has_more, "next_since": page.next_since, "epoch_changed": False})
+    page = await list_page(ctx, document_id, name, since, limit, include_tombstones=since > 0)
+    return WireJSONResponse(page_json(page))
 
 
 # -- attachments ---------------------------------------------------------------------------
@@ -443,7 +243,7 @@ async def _write_version(ctx: AppContext, document_id: str, layer: str, record_i
     """Shared part of rollback and restore: check ``base_revision``, pick the version
     with ``pick(current, history)``, write its content as a new revision."""
     base = body.get("base_revision")
-    if base is not None and not _is_revision(base):
+    if base is not None and not is_revision(base):
         raise invalid_request(f"base_revision must be an integer 0..{MAX_REVISION}")
 
     def work(writer):
@@ -476,7 +276,7 @@ async def rollback_record(document_id: str, layer: str, record_id: str, request:
     grant = await _grant(request, ctx, document_id, name, "write")
     body = await _json_body(request, ctx)
     target = body.get("revision")
-    if not _is_revision(target) or target < 1:
+    if not is_revision(target) or target < 1:
         raise invalid_request(f"revision must be an integer 1..{MAX_REVISION}")
 
     def pick(_current, history):

@@ -1,6 +1,6 @@
 """PostgreSQL backend (psycopg 3): the same SQL as SQLite, plus cross-process wake-ups.
 
-Several server processes may share one database (ARCHITECTURE.md §10):
+Several server processes may share one database (docs/architecture.md §10):
 
 * writers of one layer are serialised by ``SELECT ... FOR UPDATE`` on the layer row,
   so revisions stay unique and gap-free per layer across processes;

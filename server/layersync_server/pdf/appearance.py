@@ -11,7 +11,7 @@ an identity ``/Matrix``: it draws in the page's own user space, from the geometr
 already written into the annotation dictionary (``/Rect``, ``/InkList``,
 ``/QuadPoints``, ``/L``, ``/Vertices``, ``/C``, ``/IC``, ``/BS``), so what a viewer
 shows is what the dictionary says. Coordinates are those of the unrotated page
-(:mod:`layersync_server.pdf_geometry`); a page's ``/Rotate`` turns the annotation with
+(:mod:`layersync_server.pdf.geometry`); a page's ``/Rotate`` turns the annotation with
 the page. Free text draws in its own box (``/BBox [0 0 w h]``) and turns by the
 record's ``rotation`` through ``/Matrix``. Opacity (``/CA``) and blend modes go into
 an ``/ExtGState``, the way Acrobat, PDFium and pdf.js write their own appearances.

@@ -1,7 +1,7 @@
 """Write a layer's records into the document's PDF as PDF annotations (pikepdf).
 
 Algorithm: re-read the original PDF's annotations with
-:func:`~layersync_server.pdf_import.read_annotations` (same stable ids). An original
+:func:`~layersync_server.pdf.import_.read_annotations` (same stable ids). An original
 annotation whose record is still live with the content it was imported with is kept
 byte-for-byte (appearance streams, rich text and all) and stamped with ``/NM = id``
 so a re-import finds the same id. Every other original annotation (deleted or
@@ -15,7 +15,7 @@ or from the document's uploaded attachments (embedded as a new ``/Filespec``).
 Not written: comments and types without a PDF mapping.
 
 Every new annotation except links gets a normal appearance stream
-(:mod:`layersync_server.pdf_appearance`), since most viewers draw nothing else; kept
+(:mod:`layersync_server.pdf.appearance`), since most viewers draw nothing else; kept
 originals keep their own, and so does a changed stamp or file annotation whose look
 did not change (moved, resized, re-noted), as its picture may be an image.
 """
@@ -31,11 +31,11 @@ from typing import Callable
 import pikepdf
 from pikepdf import Array, Dictionary, Name
 
-from layersync_server.pdf_appearance import write_appearance
-from layersync_server.pdf_geometry import PageSpace
-from layersync_server.pdf_import import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT, field_node,
+from layersync_server.pdf.appearance import write_appearance
+from layersync_server.pdf.geometry import PageSpace
+from layersync_server.pdf.import_ import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT, field_node,
                                          embedded_file_bytes, open_pdf, read_annotations)
-from layersync_server.pdf_values import (default_appearance, encode_text, hex_to_rgb,
+from layersync_server.pdf.values import (default_appearance, encode_text, hex_to_rgb,
                                          iso_to_pdf_date)
 
 _MARKUP_SUBTYPES = {v: k for k, v in MARKUP_TYPES.items()}

@@ -12,7 +12,7 @@ pspdfkit/markup/{highlight,underline,strikeout,squiggly}, Ink → pspdfkit/ink,
 Square → pspdfkit/shape/rectangle, Circle → pspdfkit/shape/ellipse,
 Line → pspdfkit/shape/line, Polygon/PolyLine → pspdfkit/shape/{polygon,polyline},
 Stamp → pspdfkit/stamp, FileAttachment → pspdfkit/file, Link → pspdfkit/link,
-Widget → pspdfkit/widget. Coordinates: :mod:`layersync_server.pdf_geometry`.
+Widget → pspdfkit/widget. Coordinates: :mod:`layersync_server.pdf.geometry`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Callable
 import pikepdf
 
 from layersync_server.ids import derived_ulid, is_valid_pdf_name_id
-from layersync_server.pdf_geometry import PageSpace
-from layersync_server.pdf_values import (color_to_hex, decode_text, parse_default_appearance,
+from layersync_server.pdf.geometry import PageSpace
+from layersync_server.pdf.values import (color_to_hex, decode_text, parse_default_appearance,
                                          pdf_date_to_iso)
 
 #: Instant ``flags`` ↔ PDF annotation flag bits (PDF 32000-1 Table 165).

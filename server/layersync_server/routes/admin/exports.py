@@ -1,0 +1,157 @@
+"""Admin API: a layer as Instant JSON (export and apply) and as a PDF with its
+annotations written in."""
+
+from __future__ import annotations
+
+import hashlib
+
+from fastapi import Depends, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from layersync_server import openapi_bodies as bodies
+from layersync_server.context import AppContext, commit, layer_from_segment
+from layersync_server.errors import invalid_request
+from layersync_server.ids import is_valid_layer_name
+from layersync_server.openapi_bodies import media, ok
+from layersync_server.pdf.export import export_pdf
+from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, find_document,
+                                                  instant_json_entries, json_body, require_admin)
+from layersync_server.storage import StoredRecord
+
+
+router = admin_router()
+
+INSTANT_JSON_FORMAT = "https://pspdfkit.com/instant-json/v1"
+
+
+def _layer_query(layer: str) -> str:
+    name = "" if layer == "~" else layer
+    if not is_valid_layer_name(name):
+        raise invalid_request("layer must be a layer name ('' or '~' = default layer)")
+    return name
+
+
+async def _live_records(ctx: AppContext, document_id: str, layer: str) -> list[StoredRecord]:
+    await find_document(ctx, document_id)
+    return await run_in_threadpool(lambda: list(ctx.storage.iter_records(document_id, layer)))
+
+
+async def _instant_json(ctx: AppContext, document_id: str, layer: str) -> dict:
+    contents = [r.content for r in await _live_records(ctx, document_id, layer)]
+    values = {}
+    for c in contents:
+        if c.get("type") == "pspdfkit/widget" and "value" in c and c.get("formFieldName"):
+            values.setdefault(c["formFieldName"], c["value"])
+    return {"format": INSTANT_JSON_FORMAT,
+            "annotations": [c for c in contents if c.get("type") != "pspdfkit/comment"],
+            "comments": [c for c in contents if c.get("type") == "pspdfkit/comment"],
+            "formFieldValues": [{"v": 1, "type": "pspdfkit/form-field-value", "name": name,
+                                 "value": value} for name, value in values.items()]}
+
+
+@router.get(DOC + "/document.json", summary="Instant JSON export of a layer (?layer=)",
+            responses=ok(bodies.InstantJsonOut, "Instant JSON"))
+async def instant_json(document_id: str, layer: str = Query("", max_length=128),
+                       ctx: AppContext = Depends(require_admin)) -> dict:
+    """``pspdfkit/comment`` records go to ``comments``, the rest to ``annotations``."""
+    return await _instant_json(ctx, document_id, _layer_query(layer))
+
+
+@router.get(LAYER + "/document.json", summary="Instant JSON export of a layer",
+            responses=ok(bodies.InstantJsonOut, "Instant JSON"))
+async def layer_instant_json(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> dict:
+    return await _instant_json(ctx, document_id, layer_from_segment(layer))
+
+
+def _form_field_values(body: object) -> dict[str, object]:
+    items = body.get("formFieldValues", []) if isinstance(body, dict) else []
+    if not isinstance(items, list) or not all(isinstance(i, dict) and isinstance(i.get("name"), str)
+                                              for i in items):
+        raise invalid_request("formFieldValues must be an array of {name, value} objects")
+    return {i["name"]: i.get("value") for i in items}
+
+
+async def _apply_instant_json(request: Request, ctx: AppContext, document_id: str, layer: str) -> dict:
+    await find_document(ctx, document_id)
+    body = await json_body(request, ctx)
+    entries = instant_json_entries(body)
+    values = _form_field_values(body)
+    if values:  # form field values land on the widget records of those fields
+        widgets = await run_in_threadpool(lambda: [r.content for r in ctx.storage.iter_records(document_id, layer)
+                                                   if r.content.get("type") == "pspdfkit/widget"])
+        entries += [dict(w, value=values[w["formFieldName"]]) for w in widgets
+                    if w.get("formFieldName") in values and w.get("value") != values[w["formFieldName"]]]
+
+    def work(writer):
+        created = updated = 0
+        for content in entries:
+            current = writer.get_record(content["id"])
+            if current is not None and not current.deleted and current.content == content:
+                continue
+            writer.put_record(content["id"], content, None)
+            if current is None or current.deleted:
+                created += 1
+            else:
+                updated += 1
+        return created, updated
+
+    state, (created, updated) = await commit(ctx, document_id, layer, work)
+    return {"data": {"created": created, "updated": updated,
+                     "unchanged": len(entries) - created - updated, "revision": state.revision}}
+
+
+@router.post(DOC + "/apply_instant_json", summary="Apply Instant JSON to the default layer",
+             openapi_extra=bodies.INSTANT_JSON,
+             responses=ok(bodies.ApplyResultOut, "counts of created, updated, unchanged entries"))
+async def apply_instant_json(document_id: str, request: Request,
+                             ctx: AppContext = Depends(require_admin)) -> dict:
+    """Body: Instant JSON (``annotations``, ``comments``). Each entry creates the record
+    or replaces the one with its id; identical entries are left alone."""
+    return await _apply_instant_json(request, ctx, document_id, "")
+
+
+@router.post(LAYER + "/apply_instant_json", summary="Apply Instant JSON to a layer",
+             openapi_extra=bodies.INSTANT_JSON,
+             responses=ok(bodies.ApplyResultOut, "counts of created, updated, unchanged entries"))
+async def apply_layer_instant_json(document_id: str, layer: str, request: Request,
+                                   ctx: AppContext = Depends(require_admin)) -> dict:
+    return await _apply_instant_json(request, ctx, document_id, layer_from_segment(layer))
+
+
+async def _pdf(ctx: AppContext, document_id: str, layer: str) -> Response:
+    records = await _live_records(ctx, document_id, layer)
+    original = await run_in_threadpool(ctx.storage.read_pdf, document_id)
+
+    def stored_attachments():
+        found = {}
+        for record in records:
+            file_id = record.content.get("fileAttachmentId")
+            if isinstance(file_id, str) and file_id not in found:
+                attachment = ctx.storage.get_attachment(document_id, file_id)
+                if attachment is not None:
+                    found[file_id] = attachment.data
+        return found
+
+    attachments = await run_in_threadpool(stored_attachments)
+    result = await run_in_threadpool(export_pdf, original, [r.content for r in records], attachments)
+    return Response(result.pdf, media_type="application/pdf", headers={
+        "ETag": f'"{hashlib.sha256(result.pdf).hexdigest()}"',
+        "LayerSync-Export": f"kept={result.kept}; written={result.written}; "
+                            f"removed={result.removed}; skipped={len(result.skipped)}"})
+
+
+_PDF_RESPONSES = {200: media("application/pdf", "the PDF (header `LayerSync-Export` says what was "
+                                                  "kept, written, removed, skipped)")}
+
+
+@router.get(DOC + "/pdf", summary="The PDF with a layer's annotations written in (?layer=)",
+            response_class=Response, responses=_PDF_RESPONSES)
+async def document_pdf(document_id: str, layer: str = Query("", max_length=128),
+                       ctx: AppContext = Depends(require_admin)) -> Response:
+    return await _pdf(ctx, document_id, _layer_query(layer))
+
+
+@router.get(LAYER + "/pdf", summary="The PDF with a layer's annotations written in",
+            response_class=Response, responses=_PDF_RESPONSES)
+async def layer_pdf(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> Response:
+    return await _pdf(ctx, document_id, layer_from_segment(layer))

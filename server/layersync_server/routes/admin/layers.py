@@ -1,0 +1,99 @@
+"""Admin API: layers of a document (list, create from the base layer, a copy or Instant
+JSON, delete)."""
+
+from __future__ import annotations
+
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from layersync_server import openapi_bodies as bodies
+from layersync_server.context import AppContext, layer_from_segment
+from layersync_server.errors import ApiError, error_responses, invalid_request, not_found
+from layersync_server.ids import is_valid_layer_name
+from layersync_server.openapi_bodies import ok
+from layersync_server.pdf.import_ import import_pdf
+from layersync_server.routes.admin.common import (admin_router, find_document,
+                                                  instant_json_entries, json_body, require_admin)
+from layersync_server.storage import LayerExists, LayerState
+
+
+router = admin_router()
+
+def _layer_json(state: LayerState, record_count: int | None = None) -> dict:
+    out = {"name": state.name, "epoch": state.epoch, "revision": state.revision}
+    if record_count is not None:
+        out["record_count"] = record_count
+    return out
+
+
+@router.get("/documents/{document_id}/layers", summary="List layers",
+            responses=ok(bodies.LayerListOut, "the layers"))
+async def list_layers(document_id: str, ctx: AppContext = Depends(require_admin)) -> dict:
+    """``{"data": [{"name", "epoch", "revision", "record_count"}]}``; the default layer is ``""``."""
+    await find_document(ctx, document_id)
+
+    def read():
+        return [_layer_json(s, ctx.storage.count_records(document_id, s.name))
+                for s in ctx.storage.list_layers(document_id)]
+    return {"data": await run_in_threadpool(read)}
+
+
+@router.post("/documents/{document_id}/layers", summary="Create a layer",
+             responses={**ok(bodies.LayerOut, "the new layer"), **error_responses(409)},
+             openapi_extra=bodies.CREATE_LAYER)
+async def create_layer(document_id: str, request: Request,
+                       ctx: AppContext = Depends(require_admin)) -> dict:
+    """Body ``{"name": "review", "source_layer_name": "other"?, "instant_json": {...}?}``.
+
+    Without ``source_layer_name`` the layer starts from the base layer (the PDF's own
+    annotations, same ids as the import); with it, from a copy of that layer's live
+    records. ``instant_json`` annotations are then applied on top (same id replaces).
+    409 ``layer_exists`` when the name is taken.
+    """
+    info = await find_document(ctx, document_id)
+    body = await json_body(request, ctx)
+    if not isinstance(body, dict):
+        raise invalid_request("body must be a JSON object")
+    name, source = body.get("name"), body.get("source_layer_name")
+    if not isinstance(name, str) or name == "" or not is_valid_layer_name(name):
+        raise invalid_request("name must be 1..128 characters without control characters, "
+                              "'/' or '\\\\', and not '.', '..' or '~'")
+    if source is not None and (not isinstance(source, str) or not is_valid_layer_name(source)):
+        raise invalid_request("source_layer_name must be a layer name")
+    extra = instant_json_entries(body["instant_json"]) if body.get("instant_json") is not None else []
+    if source is None:
+        pdf = await run_in_threadpool(ctx.storage.read_pdf, document_id)
+        imported = await run_in_threadpool(import_pdf, pdf)
+        records = imported.records
+    else:
+        if await run_in_threadpool(ctx.storage.get_layer, document_id, source) is None:
+            raise not_found(f"no layer {source!r} in document {info.document_id!r}")
+        records = [r.content for r in
+                   await run_in_threadpool(lambda: list(ctx.storage.iter_records(document_id, source)))]
+    by_id = {c["id"]: c for c in records}
+    for content in extra:
+        by_id[content["id"]] = content
+    try:
+        state = await run_in_threadpool(ctx.storage.create_layer, document_id, name,
+                                        list(by_id.values()), body.get("user_id"))
+    except LayerExists:
+        raise ApiError(409, "layer_exists", f"layer {name!r} exists") from None
+    ctx.notifier.forget(document_id, name)  # a new epoch: no revision of a deleted one counts
+    await ctx.notifier.published(document_id, name, state.revision)
+    return {"data": _layer_json(state, len(by_id))}
+
+
+@router.delete("/documents/{document_id}/layers/{layer}", summary="Delete a layer",
+               responses=ok(bodies.LayerDeletedOut, "deleted"))
+async def delete_layer(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> dict:
+    """Deletes the layer's records and history; re-creating it gives a new epoch, so
+    clients re-download. 404 when it does not exist."""
+    name = layer_from_segment(layer)
+    await find_document(ctx, document_id)
+    state = await run_in_threadpool(ctx.storage.get_layer, document_id, name)
+    if state is None or not await run_in_threadpool(ctx.storage.delete_layer, document_id, name):
+        raise not_found(f"no layer {name!r}")
+    # wake its long-polls (they re-read and see the new epoch) and forget its revision:
+    # the re-created layer counts from 0 again
+    ctx.notifier.forget(document_id, name)
+    return {"data": {"name": name, "deleted": True}}
