@@ -8,7 +8,8 @@ event dispatch code from api/.
 Input: api/layersync.toml (the one description of the C API, docs/architecture.md §6).
 Outputs (never edit them by hand):
     include/layersync.h
-    bindings/python/layersync/_ffi.py
+    bindings/python/layersync/_ffi.py  (also the per-document event table and the
+                    error code -> exception class name table of the Python bindings)
     docs/c-api.md  (its mapping table of seed-SDK delegate methods comes from
                     api/delegate-mapping.md, copied in verbatim)
     Sources/LayerSync/EventDispatch+Generated.swift  (ClientEvent -> delegate/observer fields)
@@ -427,9 +428,40 @@ def zero_of(ctype: str) -> str:
     return "0"
 
 
+# Words of error code names that stay upper case in Python exception class names.
+ACRONYMS = {"URL", "JWT", "ID", "JSON"}
+
+
+def python_event_table(api: Api) -> list[tuple[str, str, str]]:
+    """The per-document events for the Python bindings, ``(name, callback type, payload
+    kind)`` in the order of ``layersync_document_observer``: the same list the Swift and C
+    emitters use (:func:`document_events`, which checks each against the delegate)."""
+    return [(e.name, e.callback, e.payload) for e in document_events(api)]
+
+
+def python_exception_names(api: Api) -> list[tuple[int, str, str]]:
+    """``(code, exception class name, doc)`` for every error code but ``LAYERSYNC_OK``: the
+    value's ``exception`` key, else its name in CamelCase plus ``Error`` (ACRONYMS kept)."""
+    out = []
+    for v in api.enums[0]["values"]:
+        if v["value"] == 0:
+            continue
+        short = v["name"].removeprefix("LAYERSYNC_ERROR_")
+        name = v.get("exception") or "".join(
+            w if w in ACRONYMS else w.capitalize() for w in short.split("_")) + "Error"
+        if not name.isidentifier():
+            raise SystemExit(f"api: {v['name']}: exception class name {name!r} is not an identifier")
+        out.append((v["value"], name, v["doc"]))
+    names = [n for _, n, _ in out]
+    if len(set(names)) != len(names):
+        raise SystemExit("api: two error codes map to the same Python exception class name")
+    return out
+
+
 def gen_ffi(api: Api) -> str:
     o = [f'"""ctypes declarations of liblayersync. {GENERATED}', "",
-         "One declaration per C function of include/layersync.h; the Pythonic layer is",
+         "One declaration per C function of include/layersync.h, plus the tables the Pythonic",
+         "layer is built from (DOCUMENT_EVENTS, ERROR_EXCEPTIONS); the Pythonic layer starts at",
          'layersync/client.py. Use `bind(lib)` on a loaded ctypes.CDLL."""',
          "from __future__ import annotations", "", "import ctypes", "",
          f"VERSION = {api.lib['version']!r}", f"ABI_VERSION = {api.lib['abi_version']}", ""]
@@ -447,6 +479,12 @@ def gen_ffi(api: Api) -> str:
         o.append(f"    {v['value']}: {short!r},")
     o.append("}")
     o.append("")
+    o += ["#: Python exception class of each error code (layersync/errors.py): its name and the",
+          "#: code's documentation.",
+          "ERROR_EXCEPTIONS = {"]
+    for code, name, doc in python_exception_names(api):
+        o.append(f"    {code}: ({name!r}, {doc!r}),")
+    o += ["}", ""]
     plain = [s for s in api.structs if not any(f["type"] in api.callback_names for f in s["fields"])]
     tables = [s for s in api.structs if s not in plain]
 
@@ -467,6 +505,13 @@ def gen_ffi(api: Api) -> str:
     o += ["", ""]
     for s in tables:
         o += struct_py(s)
+    o += ["#: The per-document events (the fields of `layersync_document_observer` with an `event`",
+          "#: key, also fields of `layersync_client_delegate`), in order: name -> (callback type,",
+          "#: payload kind: \"none\", \"error\", \"string\", \"json\", \"state\" or \"progress\").",
+          "DOCUMENT_EVENTS = {"]
+    for name, cb, payload in python_event_table(api):
+        o.append(f"    {name!r}: ({cb}, {payload!r}),")
+    o += ["}", "", ""]
     o.append("FUNCTIONS = {")
     for f in api.functions:
         args = ", ".join(api.ctypes_of(p["type"]) for p in f["params"])

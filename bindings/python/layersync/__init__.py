@@ -1,10 +1,15 @@
 """LayerSync: Python bindings of liblayersync, the offline-first sync engine for PDF
 annotation layers (ctypes; no compiler needed).
 
-Layers, as in pygit2: ``_ffi`` (generated ctypes declarations), ``_library`` (finding
-and loading the shared library), ``errors`` (one exception class per error code),
-``client`` (the Pythonic :class:`Client` and :class:`Document`), ``aio`` (the asyncio
-adapter; ``import layersync.aio``), ``cli`` (the ``layersync`` command).
+Modules by concept, as in pygit2, each importing only those before it: ``_ffi``
+(generated ctypes declarations, and the event and error tables of api/layersync.toml),
+``_library`` (finding and loading the shared library), ``errors`` (one exception class per
+error code), ``_convert`` (text, JSON, enums and error structs across ctypes),
+``_callbacks`` (trampolines; exceptions raised inside callbacks, kept and re-raised),
+``_handle`` (the C client's lifetime), ``events`` (:class:`Event`, the dispatcher),
+``observer`` (:class:`Observer`), ``document`` (:class:`Document`), ``client``
+(:class:`Client`; re-exports the names above it), ``aio`` (the asyncio adapter;
+``import layersync.aio``), ``cli`` (the ``layersync`` command).
 
 Quick start::
 

@@ -10,14 +10,14 @@ work as a Python programmer expects::
     except layersync.InvalidJWTError as e:      # also a ValueError
         print(e.code, e.code_name, e.message)   # 32 INVALID_JWT ...
 
-The table :data:`ERROR_CLASSES` maps every code of ``_ffi.ERROR_CODE_NAMES`` to its class
-(a test checks that none is missing). Codes unknown to these bindings map to
-:class:`LayerSyncError` itself.
+The table :data:`ERROR_CLASSES` maps every code of ``_ffi.ERROR_CODE_NAMES`` to its class;
+it is built from ``_ffi.ERROR_EXCEPTIONS``, generated from api/layersync.toml (a test checks
+that none is missing). Codes unknown to these bindings map to :class:`LayerSyncError` itself.
 """
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import Any, Mapping
 
 from . import _ffi
 
@@ -83,8 +83,11 @@ def _rebuild(cls: type[LayerSyncError], message: str, state: dict[str, Any]) -> 
     return exc
 
 
-# One class per error code of ARCHITECTURE.md §5 (the codes come from the generated
-# _ffi module; test_errors checks that every code has exactly one class).
+# One class per error code of docs/architecture.md §5, for the codes whose class derives
+# from a builtin exception too or says more than the C documentation. Which class stands
+# for which code is not written here: ERROR_CLASSES below is built from the table
+# _ffi.ERROR_EXCEPTIONS that tools/gen_api.py generates from api/layersync.toml, and a code
+# without a class here gets a plain one (test_errors checks that every code has exactly one).
 
 
 class UnknownError(LayerSyncError):
@@ -303,35 +306,40 @@ class InvalidStateError(LayerSyncError, RuntimeError):
     default_code = _ffi.LAYERSYNC_ERROR_INVALID_STATE
 
 
-#: Code → exception class, for every code these bindings know.
-ERROR_CLASSES: dict[int, type[LayerSyncError]] = {
-    cls.default_code: cls for cls in (
-        UnknownError, FeatureUnsupportedError, InvalidDocumentError,
-        AccessDeniedError, AlreadyDownloadedError, DatabaseAccessFailedError,
-        CouldNotWriteToDiskError, InvalidURLError, UnmanagedDocumentError,
-        NoSuchAnnotationError, UnmanagedAnnotationError, CouldNotReadFromDiskCacheError,
-        CouldNotRemoveDiskCacheEntriesError, RequestFailedError, InvalidServerDataError,
-        InvalidRequestError, PayloadLimitExceededError, OldClientError,
-        OldServerError, InvalidJWTError, UserIDMismatchError,
-        AttachmentNotLoadedError, NoSuchAttachmentError, CouldNotCreateAttachmentError,
-        AlreadyAuthenticatingError, ContentMigrationNeededError, PerformingContentMigrationError,
-        InvalidJSONStructureError, InvalidCustomDataError, InvalidArgumentError,
-        CancelledError, StorageLockedError, ServerResetError,
-        ConflictError, NotDownloadedError, InvalidStateError,
-    )
-}
+def _exception_classes(namespace: dict[str, Any],
+                       exceptions: Mapping[int, tuple[str, str]]) -> dict[int, type[LayerSyncError]]:
+    """Code → class from ``exceptions`` (``_ffi.ERROR_EXCEPTIONS``, generated from
+    api/layersync.toml: code → (class name, doc)): the class of that name in ``namespace``
+    (this module's), or, for a code that has none written there, a plain
+    :class:`LayerSyncError` subclass documented with the code's text, added to
+    ``namespace`` (so a new code is one entry in the toml).
 
-__all__ += [
-    "UnknownError", "FeatureUnsupportedError", "InvalidDocumentError", "AccessDeniedError",
-    "AlreadyDownloadedError", "DatabaseAccessFailedError", "CouldNotWriteToDiskError", "InvalidURLError",
-    "UnmanagedDocumentError", "NoSuchAnnotationError", "UnmanagedAnnotationError", "CouldNotReadFromDiskCacheError",
-    "CouldNotRemoveDiskCacheEntriesError", "RequestFailedError", "InvalidServerDataError", "InvalidRequestError",
-    "PayloadLimitExceededError", "OldClientError", "OldServerError", "InvalidJWTError",
-    "UserIDMismatchError", "AttachmentNotLoadedError", "NoSuchAttachmentError", "CouldNotCreateAttachmentError",
-    "AlreadyAuthenticatingError", "ContentMigrationNeededError", "PerformingContentMigrationError", "InvalidJSONStructureError",
-    "InvalidCustomDataError", "InvalidArgumentError", "CancelledError", "StorageLockedError",
-    "ServerResetError", "ConflictError", "NotDownloadedError", "InvalidStateError",
-]
+    Raises:
+        ImportError: a class of the table stands for another code, or a class in
+            ``namespace`` stands for no code of the table.
+    """
+    table: dict[int, type[LayerSyncError]] = {}
+    for code, (name, doc) in exceptions.items():
+        cls = namespace.get(name)
+        if cls is None:
+            cls = type(name, (LayerSyncError,), {
+                "__doc__": f"{doc} Code {code} ``{_ffi.ERROR_CODE_NAMES.get(code, 'UNRECOGNIZED')}``.",
+                "__module__": __name__, "default_code": code})
+            namespace[name] = cls
+        if not (isinstance(cls, type) and issubclass(cls, LayerSyncError)) or cls.default_code != code:
+            raise ImportError(f"layersync.errors.{name} is not the LayerSyncError of code {code}")
+        table[code] = cls
+    stray = {c for c in namespace.values() if isinstance(c, type) and issubclass(c, LayerSyncError)
+             and c is not LayerSyncError} - set(table.values())
+    if stray:
+        raise ImportError(f"exception classes without an error code: {sorted(c.__name__ for c in stray)}")
+    return table
+
+
+#: Code → exception class, for every code these bindings know (generated table, see above).
+ERROR_CLASSES: dict[int, type[LayerSyncError]] = _exception_classes(globals(), _ffi.ERROR_EXCEPTIONS)
+
+__all__ += [cls.__name__ for cls in ERROR_CLASSES.values()]
 
 
 def error_class(code: int) -> type[LayerSyncError]:

@@ -5,7 +5,7 @@ import inspect
 
 import layersync
 import layersync.aio
-from layersync import cli, client, errors
+from layersync import _callbacks, _convert, _handle, cli, client, document, errors, events, observer
 
 
 def _public_members(obj: object) -> list[tuple[str, object]]:
@@ -15,7 +15,8 @@ def _public_members(obj: object) -> list[tuple[str, object]]:
 
 def test_every_public_name_is_documented():
     missing = []
-    modules = [layersync, layersync.aio, cli, client, errors]
+    modules = [layersync, layersync.aio, cli, client, errors, events, observer, document,
+               _convert, _callbacks, _handle]
     for module in modules:
         if not (module.__doc__ or "").strip():
             missing.append(module.__name__)

@@ -33,6 +33,33 @@ def test_builtin_bases(cls, builtin):
     assert issubclass(cls, builtin)
 
 
+def test_code_to_class_table_is_generated():
+    # errors.py writes no code -> class table: it is _ffi.ERROR_EXCEPTIONS (from api/layersync.toml).
+    assert {code: cls.__name__ for code, cls in errors.ERROR_CLASSES.items()} == {
+        code: name for code, (name, _doc) in _ffi.ERROR_EXCEPTIONS.items()}
+    assert errors.ERROR_CLASSES[_ffi.LAYERSYNC_ERROR_INVALID_JWT] is errors.InvalidJWTError
+    assert errors.ERROR_CLASSES[_ffi.LAYERSYNC_ERROR_USER_ID_MISMATCH] is errors.UserIDMismatchError
+
+
+def test_a_new_code_needs_only_its_toml_entry():
+    namespace = {"InvalidJWTError": errors.InvalidJWTError}
+    table = errors._exception_classes(namespace, {32: ("InvalidJWTError", "Malformed."),
+                                                  1006: ("BrandNewError", "Something new went wrong.")})
+    new = table[1006]
+    assert namespace["BrandNewError"] is new and table[32] is errors.InvalidJWTError
+    assert issubclass(new, layersync.LayerSyncError) and new.__name__ == "BrandNewError"
+    assert new("m").code == 1006 and "Something new went wrong." in (new.__doc__ or "")
+
+
+@pytest.mark.parametrize("namespace, table", [
+    ({"InvalidJWTError": errors.InvalidJWTError}, {33: ("InvalidJWTError", "")}),  # class of another code
+    ({"InvalidJWTError": errors.InvalidJWTError}, {}),  # class of no code
+])
+def test_table_and_classes_must_agree(namespace, table):
+    with pytest.raises(ImportError):
+        errors._exception_classes(dict(namespace), table)
+
+
 def test_unknown_code_maps_to_base():
     assert errors.error_class(4242) is layersync.LayerSyncError
 
