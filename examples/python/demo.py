@@ -18,10 +18,12 @@ For each PDF (default: three from the corpus) this program
 7. both clients' records must equal each other and the server's (admin API), and the
    PDF exported with the layer's annotations written in is checked with pikepdf.
 
+The server's dashboard URL is printed once it runs; ``--keep-server`` (``make demo
+KEEP=1``) keeps the server up at the end until Ctrl-C, to look at the result there.
 Every step is printed with its duration, and a table at the end. Exit status 0 only if
 every step passed.
 
-    python examples/python/demo.py [--pdf PATH ...] [--keep] [--library PATH]
+    python examples/python/demo.py [--pdf PATH ...] [--keep] [--keep-server] [--library PATH]
 """
 from __future__ import annotations
 

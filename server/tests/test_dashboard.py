@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import os
+from html import unescape
 import re
 import shutil
 import time
@@ -156,16 +157,42 @@ def test_scripts_may_use_the_admin_header_instead_of_the_cookie(server):
     assert wrong.status_code == 403
 
 
+def _comment(root_id: str, text: str, author: str) -> dict:
+    return {"v": 2, "type": "pspdfkit/comment", "rootId": root_id, "pageIndex": 0,
+            "text": {"format": "plain", "value": text}, "creatorName": author,
+            "createdAt": "2025-01-02T00:00:00Z", "updatedAt": "2025-01-02T00:00:00Z"}
+
+
 def test_record_text_is_escaped_in_every_page(server):
     doc = server.new_document()
-    created = server.sync(doc, [change("create", "xss", note(XSS))], since=3)
+    created = server.sync(doc, [change("create", "xss", note(XSS)),
+                                change("create", "reply", _comment("xss", XSS, "<i>eve</i>"))], since=3)
     assert created.status_code == 200, created.text
     for path in (f"/dashboard/documents/{doc}/layers/~",
                  f"/dashboard/documents/{doc}/layers/~/records/xss"):
         html = server.http.get(path, headers=server.admin()).text
         assert "window.__xss" in html
-        assert "<script>window" not in html and "<img src=x" not in html
+        assert "<script>window" not in html and "<img src=x" not in html and "<i>eve" not in html
         assert "&lt;script&gt;window.__xss=2&lt;/script&gt;" in html
+
+
+def test_a_record_shows_its_instant_json_history_and_comments(server):
+    doc = server.new_document()
+    first = server.sync(doc, [change("create", "n/1", note("first words"))], since=3).json()
+    revision = first["accepted"][0]["revision"]
+    server.sync(doc, [change("update", "n/1", note("second words"), base=revision),
+                      change("create", "c1", _comment("n/1", "I agree", "carol")),
+                      change("create", "c2", _comment("n/1", "Me too", "dave"))], since=revision)
+    response = server.http.get(f"/dashboard/documents/{doc}/layers/~/records/n%2F1",
+                               headers=server.admin())
+    assert response.status_code == 200, response.text
+    html = unescape(response.text)
+    assert '"value": "second words"' in html  # the Instant JSON, as it is now
+    assert html.count("<details>") == 2 and "first words" in html  # both kept versions
+    thread = html[html.index('class="thread"'):]
+    assert thread.index("carol") < thread.index("I agree") < thread.index("dave") < thread.index("Me too")
+    assert server.http.get(f"/dashboard/documents/{doc}/layers/~/records/nope",
+                           headers=server.admin()).status_code == 404
     # JSON embedded in the page is safe in a <script> element: no "</script>" inside
     html = server.http.get(f"/dashboard/documents/{doc}/layers/~", headers=server.admin()).text
     state = re.search(r'<script type="application/json" id="layer-state">(.*?)</script>', html, re.S)

@@ -126,9 +126,9 @@ async def static_file(name: str, request: Request) -> Response:
                     headers={**_HEADERS, "Cache-Control": "no-cache"})
 
 
-def _next_path(value: str | None) -> str:
+def _next_path(value: object) -> str:
     """Where to go after login: a dashboard path only (never another site)."""
-    if value and value.startswith("/dashboard") and "//" not in value and "\\" not in value:
+    if isinstance(value, str) and value.startswith("/dashboard") and "//" not in value and "\\" not in value:
         return value
     return "/dashboard"
 
@@ -228,7 +228,7 @@ async def upload(request: Request, viewer: session.Viewer = Depends(api_viewer))
     if not content_type.lower().startswith("multipart/form-data"):
         raise ApiError(400, "invalid_request", "send multipart/form-data with a 'file' part")
     form = await _replayed(request, body).form()
-    viewer.check(request, form.get("csrf") if isinstance(form.get("csrf"), str) else None)
+    viewer.check(request, form.get("csrf"))
     await form.close()
     try:
         info = await backend.upload_document(_replayed(request, body), ctx)
@@ -418,7 +418,7 @@ def _record_detail(ctx: AppContext, document_id: str, layer: str, record_id: str
             "thread": thread}
 
 
-@router.get("/documents/{document_id}/layers/{layer}/records/{record_id}")
+@router.get("/documents/{document_id}/layers/{layer}/records/{record_id:path}")
 async def record_detail(document_id: str, layer: str, record_id: str, request: Request,
                         viewer: session.Viewer = Depends(api_viewer)) -> HTMLResponse:
     """An HTML fragment: the record's Instant JSON, its history, its comment thread."""
