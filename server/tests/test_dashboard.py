@@ -12,6 +12,7 @@ reload, and shows a record whose text is markup as text. With
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import os
 from html import unescape
 import re
@@ -197,6 +198,29 @@ def test_a_record_shows_its_instant_json_history_and_comments(server):
     html = server.http.get(f"/dashboard/documents/{doc}/layers/~", headers=server.admin()).text
     state = re.search(r'<script type="application/json" id="layer-state">(.*?)</script>', html, re.S)
     assert state is not None and "<" not in state.group(1)
+
+
+def _connected_clients(server, doc: str) -> str:
+    html = server.http.get(f"/dashboard/documents/{doc}", headers=server.admin()).text
+    row = re.search(r'<tr data-layer="">(.*?)</tr>', html, re.S).group(1)
+    return re.findall(r'<td class="num">(.*?)</td>', row, re.S)[-1].strip()
+
+
+def test_a_layer_counts_the_clients_long_polling_it_now_but_not_dashboards(server):
+    doc = server.new_document()
+    assert _connected_clients(server, doc) == "0"
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        client = pool.submit(server.http.get, server.layer_url(doc) + "/changes",
+                             params={"since": 3, "wait": 5}, headers=server.auth(doc))
+        dashboard = pool.submit(server.http.get, f"/dashboard/api/documents/{doc}/layers/~/changes",
+                                params={"since": 3, "wait": 5}, headers=server.admin())
+        _wait(lambda: "dashboard" in _connected_clients(server, doc), what="both long-polls to wait")
+        assert _connected_clients(server, doc).startswith("1 ")  # "1 (+1 dashboard)"
+        server.sync(doc, [change("create", "wake", note("wake up"))], since=3)
+        assert client.result().json()["records"][0]["id"] == "wake"
+        answer = dashboard.result().json()
+        assert answer["revision"] == 4 and [c["id"] for c in answer["changed"]] == ["wake"]
+    assert _connected_clients(server, doc) == "0"
 
 
 def test_a_page_image_is_cached_by_layer_revision(server):
