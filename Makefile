@@ -16,7 +16,8 @@ export LAYERSYNC_SERVER_BIN := $(abspath $(VENV)/bin/layersync-server)
 .PHONY: help setup generate build demo test test-generated test-swift test-c test-python test-server clean bench bench-smoke bench-setup test-c-tsan test-c-valgrind
 
 help:
-	@echo "make demo   - run the main job end to end (server, two clients, real PDFs)"
+	@echo "make demo   - run the main job end to end (server, two clients, real PDFs);"
+	@echo "              make demo KEEP=1 keeps the server and its dashboard up at the end"
 	@echo "make test   - run every test suite (generated files, Swift, C/CTest, Python, server)"
 	@echo "make bench  - run the benchmarks (bench/README.md); make bench-smoke: tiny sizes"
 	@echo "make test-c-tsan / test-c-valgrind - the C suite under ThreadSanitizer / valgrind"
@@ -34,8 +35,9 @@ build: setup
 	@# the name their loader asks for (an install gets the full set of symlinks from CMake).
 	@ln -sf liblayersync.so .build/$(CONFIG)/liblayersync.so.0
 
+# KEEP=1: keep the server (and its dashboard, whose URL the demo prints) up until Ctrl-C
 demo: build
-	$(PY) examples/python/demo.py
+	$(PY) examples/python/demo.py $(if $(KEEP),--keep-server)
 
 test: setup test-generated build test-server test-swift test-c test-python
 	@echo "make test: all suites passed"

@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(libsqlite3-dev libjansson-dev libcurl4-openssl-dev cmake pkg-config
-              clang postgresql sqlite3 curl binutils luajit valgrind)
+              clang postgresql sqlite3 curl binutils luajit valgrind
+              chromium chromium-driver)  # the dashboard's browser tests
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

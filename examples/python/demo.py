@@ -18,10 +18,12 @@ For each PDF (default: three from the corpus) this program
 7. both clients' records must equal each other and the server's (admin API), and the
    PDF exported with the layer's annotations written in is checked with pikepdf.
 
+The server's dashboard URL is printed once it runs; ``--keep-server`` (``make demo
+KEEP=1``) keeps the server up at the end until Ctrl-C, to look at the result there.
 Every step is printed with its duration, and a table at the end. Exit status 0 only if
 every step passed.
 
-    python examples/python/demo.py [--pdf PATH ...] [--keep] [--library PATH]
+    python examples/python/demo.py [--pdf PATH ...] [--keep] [--keep-server] [--library PATH]
 """
 from __future__ import annotations
 
@@ -446,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pdf", action="append", type=Path,
                         help=f"PDF to use (repeatable; default: {', '.join(DEFAULT_PDFS)} from {CORPUS})")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--keep-server", action="store_true",
+                        help="at the end, keep the server (and its dashboard) up until Ctrl-C")
     parser.add_argument("--library", help="path of liblayersync (default: $LAYERSYNC_LIBRARY, "
                                           "then .build/debug/liblayersync.so)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per wait (default 60)")
@@ -470,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     server = ReferenceServer(workdir / "server", command=[str(server_cmd)] if server_cmd.exists() else None,
                              env={"LAYERSYNC_SERVER_JWT_LEEWAY_S": "0"})
     clients: list[Any] = []
+    table_shown = False
     try:
         with report.step("setup", "load liblayersync (ABI check)", critical=True) as s:
             lib = layersync.get_library()
@@ -477,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         with report.step("setup", "start reference server (SQLite)", critical=True) as s:
             server.start()
             s.detail = server.url
+        print(f"  dashboard: {server.url}/dashboard (admin secret {server.admin_token!r})", flush=True)
         parties = []
         for name, user in (("A", "alice"), ("B", "bob")):
             with report.step("setup", f"client {name}: create + server_did_validate", critical=True) as s:
@@ -506,6 +512,14 @@ def main(argv: list[str] | None = None) -> int:
         for c in clients:
             with contextlib.suppress(Exception):
                 c.close()
+        if args.keep_server and server.process is not None:
+            print("\n" + report.table())
+            table_shown = True
+            print(f"\nserver kept up: dashboard at {server.url}/dashboard (admin secret "
+                  f"{server.admin_token!r}); Ctrl-C stops it", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while server.process.poll() is None:
+                    time.sleep(0.5)
         server.stop()
         if args.keep:
             print(f"\nkept {workdir}")
@@ -513,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
     total = sum(r.seconds for r in report.rows)
-    print("\n" + report.table())
+    if not table_shown:
+        print("\n" + report.table())
     failed = report.failed
     print(f"\n{len(report.rows)} steps, {len(failed)} failed, {total:.2f} s in steps")
     if failed:

@@ -25,6 +25,7 @@ from layersync_server.errors import error_response, error_responses, install_err
 from layersync_server.notify import LayerNotifier
 from layersync_server.openapi_bodies import HealthOut, media
 from layersync_server.observability import Metrics, ObservabilityMiddleware
+from layersync_server import dashboard
 from layersync_server.routes import admin, sync
 from layersync_server.routes.propagation import (OPENAPI_MODELS, OPENAPI_PATHS, Shortcut,
                                                  hot_routes)
@@ -149,7 +150,7 @@ class LayerSyncApp(FastAPI):
 #: The FastAPI routers of the app, in the order their routes are matched and listed in
 #: ``/openapi.json``; a new router is one more entry (the hot routes follow the sync
 #: router, see :func:`_include_routes`).
-ROUTERS = (sync.router, *admin.ROUTERS)
+ROUTERS = (sync.router, *admin.ROUTERS, dashboard.router)  # dashboard: HTML for people
 
 
 def _include_routes(app: LayerSyncApp, ctx: AppContext) -> None:

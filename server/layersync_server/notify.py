@@ -137,6 +137,11 @@ class LayerNotifier:
         metrics scrape in a worker thread, hence the atomic copy)."""
         return sum(len(signal.waiters) for signal in list(self._signals.values()))
 
+    def waiting_on(self, document_id: str, layer: str) -> int:
+        """Long-polls waiting on one layer now (the dashboard's "connected clients")."""
+        signal = self._signals.get((document_id, layer))
+        return 0 if signal is None else len(signal.waiters)
+
     async def wake_all(self) -> None:
         """Wake every waiter so it re-reads storage (after a gap in the change feed)."""
         for signal in list(self._signals.values()):

@@ -23,6 +23,7 @@ import logging
 import re
 import sys
 import time
+from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -33,6 +34,8 @@ _SECRET = re.compile(r'eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*|(?i:tok
 _TIMED = {"/sync", "/records", "/changes"}
 #: Bound of the per-middleware cache of labelled counters (methods x routes x statuses).
 _MAX_CACHED_LABELS = 4096
+#: How many of the latest error answers (status >= 400) :attr:`Metrics.recent_errors` keeps.
+RECENT_ERRORS = 100
 
 
 def redact(text: str) -> str:
@@ -107,6 +110,9 @@ class Metrics:
         self.registry.register(_LayerRecords(storage))
         self._counters: dict[tuple[str, str, int], object] = {}
         self._timers: dict[str, object] = {}
+        #: The latest answers with status >= 400, oldest first: ``(unix time, method,
+        #: route template, path without query, status)`` (the dashboard shows them).
+        self.recent_errors: deque[tuple[float, str, str, str, int]] = deque(maxlen=RECENT_ERRORS)
 
     def note_request(self, scope, status: int, elapsed_s: float) -> None:
         """Count, time and log the HTTP request of ASGI ``scope``, answered ``status``
@@ -114,6 +120,8 @@ class Metrics:
         route = getattr(scope.get("route"), "path", None) or "unmatched"
         method = scope["method"]
         self._count(method, route, status)
+        if status >= 400:
+            self.recent_errors.append((time.time(), method, route, scope["path"], status))
         if route.startswith("/sync/v1/"):
             suffix = route[route.rfind("/"):]
             if suffix in _TIMED:
