@@ -29,9 +29,9 @@ async def delete_document(document_id: str, ctx: AppContext) -> None:
 async def export_pdf(ctx: AppContext, document_id: str, layer: str) -> Response:
     """``GET /api/documents/{document_id}/layers/{layer}/pdf``: the PDF with the
     layer's annotations written in."""
-    return await exports._pdf(ctx, document_id, layer)
+    return await exports.layer_pdf_response(ctx, document_id, layer)
 
 
 async def instant_json(ctx: AppContext, document_id: str, layer: str) -> dict:
     """``GET /api/documents/{document_id}/layers/{layer}/document.json``."""
-    return await exports._instant_json(ctx, document_id, layer)
+    return await exports.layer_instant_json_document(ctx, document_id, layer)

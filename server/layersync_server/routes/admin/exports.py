@@ -36,7 +36,9 @@ async def _live_records(ctx: AppContext, document_id: str, layer: str) -> list[S
     return await run_in_threadpool(lambda: list(ctx.storage.iter_records(document_id, layer)))
 
 
-async def _instant_json(ctx: AppContext, document_id: str, layer: str) -> dict:
+async def layer_instant_json_document(ctx: AppContext, document_id: str, layer: str) -> dict:
+    """The layer's live records as an Instant JSON document (``document.json``'s body);
+    the admin routes and the dashboard both answer with it."""
     contents = [r.content for r in await _live_records(ctx, document_id, layer)]
     values = {}
     for c in contents:
@@ -54,13 +56,13 @@ async def _instant_json(ctx: AppContext, document_id: str, layer: str) -> dict:
 async def instant_json(document_id: str, layer: str = Query("", max_length=128),
                        ctx: AppContext = Depends(require_admin)) -> dict:
     """``pspdfkit/comment`` records go to ``comments``, the rest to ``annotations``."""
-    return await _instant_json(ctx, document_id, _layer_query(layer))
+    return await layer_instant_json_document(ctx, document_id, _layer_query(layer))
 
 
 @router.get(LAYER + "/document.json", summary="Instant JSON export of a layer",
             responses=ok(bodies.InstantJsonOut, "Instant JSON"))
 async def layer_instant_json(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> dict:
-    return await _instant_json(ctx, document_id, layer_from_segment(layer))
+    return await layer_instant_json_document(ctx, document_id, layer_from_segment(layer))
 
 
 def _form_field_values(body: object) -> dict[str, object]:
@@ -118,7 +120,9 @@ async def apply_layer_instant_json(document_id: str, layer: str, request: Reques
     return await _apply_instant_json(request, ctx, document_id, layer_from_segment(layer))
 
 
-async def _pdf(ctx: AppContext, document_id: str, layer: str) -> Response:
+async def layer_pdf_response(ctx: AppContext, document_id: str, layer: str) -> Response:
+    """The document's PDF with the layer's annotations written in, with the
+    ``LayerSync-Export`` report header; the admin routes and the dashboard both use it."""
     records = await _live_records(ctx, document_id, layer)
     original = await run_in_threadpool(ctx.storage.read_pdf, document_id)
 
@@ -148,10 +152,10 @@ _PDF_RESPONSES = {200: media("application/pdf", "the PDF (header `LayerSync-Expo
             response_class=Response, responses=_PDF_RESPONSES)
 async def document_pdf(document_id: str, layer: str = Query("", max_length=128),
                        ctx: AppContext = Depends(require_admin)) -> Response:
-    return await _pdf(ctx, document_id, _layer_query(layer))
+    return await layer_pdf_response(ctx, document_id, _layer_query(layer))
 
 
 @router.get(LAYER + "/pdf", summary="The PDF with a layer's annotations written in",
             response_class=Response, responses=_PDF_RESPONSES)
 async def layer_pdf(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> Response:
-    return await _pdf(ctx, document_id, layer_from_segment(layer))
+    return await layer_pdf_response(ctx, document_id, layer_from_segment(layer))
