@@ -11,7 +11,9 @@ extension DocumentDescriptor {
     /// `didReceiveChanges` (and `didRejectChanges` when a server change beat an unsent local
     /// one). Transient failures are retried with capped exponential backoff and full jitter;
     /// an auth failure (401/403) stops listening and reports `didFailAuthentication` once —
-    /// a successful reauthentication resumes it. No-op if already listening.
+    /// a successful reauthentication resumes it; a 404 (the document or layer was deleted on
+    /// the server) stops listening and reports `didFailSync` with `.invalidDocument` once.
+    /// No-op if already listening.
     /// - Throws: `.notDownloaded`, `.invalidState` after shutdown.
     public func startListening() throws(LayerSyncError) {
         try requireDownloaded()
@@ -78,6 +80,16 @@ extension DocumentDescriptor {
                 }
                 if let result { throw result }
             } catch where error.code == .cancelled {
+                return
+            } catch where error.code == .invalidDocument && error.httpStatus == 404 {
+                // The server no longer has the document or layer (deleted): retrying cannot
+                // help, so stop listening and report it once (pending changes are kept).
+                let stopped = mutableState.withLock { state in
+                    guard state.listenGeneration == generation else { return false }
+                    state.listening = false
+                    return true
+                }
+                if stopped { emit(.didFailSync(self, error.with(documentID: documentID))) }
                 return
             } catch where error.code == .accessDenied && error.httpStatus != nil {
                 mutableState.withLock { state in

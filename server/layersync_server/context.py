@@ -14,7 +14,7 @@ from layersync_server.errors import invalid_request, not_found, payload_too_larg
 from layersync_server.ids import is_valid_document_id, is_valid_layer_name
 from layersync_server.notify import LayerNotifier
 from layersync_server.settings import Settings
-from layersync_server.storage import DocumentNotFound, Storage
+from layersync_server.storage import DocumentNotFound, LayerDeleted, Storage
 from layersync_server.storage.base import WriteWouldWait
 
 #: The default layer (name "") is written "~" in paths (docs/protocol.md, Conventions).
@@ -87,6 +87,12 @@ def no_document(document_id: str):
     return not_found(f"no document {document_id!r}")
 
 
+def deleted_layer(document_id: str, layer: str):
+    """404 ``not_found`` for a layer that was deleted (``LayerDeleted``): no request
+    brings it back by itself; the admin API's ``POST /api/documents/{id}/layers`` does."""
+    return not_found(f"layer {layer!r} of document {document_id!r} was deleted")
+
+
 #: Largest batch :func:`commit` may write on the event loop thread.
 INLINE_MAX_CHANGES = 16
 #: Largest page :func:`read_inline_first` reads on the event loop thread.
@@ -135,7 +141,8 @@ async def commit(ctx: "AppContext", document_id: str, layer: str, work,
     (see :mod:`layersync_server.notify`); they answer before this coroutine resumes.
 
     Raises:
-        ApiError: 404 when the document does not exist; whatever ``work`` raises.
+        ApiError: 404 when the document does not exist or the layer was deleted; whatever
+            ``work`` raises.
     """
     storage, notifier = ctx.storage, ctx.notifier
     loop = asyncio.get_running_loop()
@@ -184,6 +191,8 @@ async def commit(ctx: "AppContext", document_id: str, layer: str, work,
         return state, result
     except DocumentNotFound:
         raise no_document(document_id) from None
+    except LayerDeleted:
+        raise deleted_layer(document_id, layer) from None
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:

@@ -5,8 +5,9 @@ Shape (docs/protocol.md, "Error envelope")::
     {"error": {"code": "conflict", "message": "human readable", "details": {}}}
 
 Routes raise :class:`ApiError`; FastAPI validation errors, unknown routes (404),
-wrong methods (405) and unexpected exceptions (500 ``internal``) are translated by
-the handlers installed with :func:`install_error_handlers`.
+wrong methods (405), a storage ``LayerDeleted`` (404 ``not_found``) and unexpected
+exceptions (500 ``internal``) are translated by the handlers installed with
+:func:`install_error_handlers`.
 """
 
 from __future__ import annotations
@@ -141,6 +142,14 @@ def install_error_handlers(app: FastAPI) -> None:
         first = problems[0] if problems else {"loc": [], "msg": "invalid"}
         message = f"{'.'.join(first['loc'])}: {first['msg']}"
         return error_response(400, "invalid_request", message, {"errors": problems})
+
+    from layersync_server.storage.base import LayerDeleted
+
+    @app.exception_handler(LayerDeleted)
+    async def _layer_deleted(_: Request, exc: LayerDeleted):
+        # a storage read of a deleted layer in a route that does not say so itself
+        # (the client routes answer it through context.deleted_layer)
+        return error_response(404, "not_found", f"layer {exc.args[0]!r} was deleted")
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):

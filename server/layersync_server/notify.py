@@ -7,7 +7,12 @@ With PostgreSQL, the storage's change feed (LISTEN/NOTIFY, docs/architecture.md 
 also calls ``published`` for commits made by other processes; the waiting side is
 the same. Deleting a layer or document calls :meth:`LayerNotifier.forget` instead
 (the feed carries a reset marker for it), because a re-created layer counts its
-revisions from 0 again.
+revisions from 0 again, and wakes the layer's long-polls: they re-read storage and get
+404 (a deleted layer is not created again by a read, docs/protocol.md). A long-poll that
+read storage before a delete and parks after its ``forget`` ran (a read in a worker
+thread, or another process's reset arriving meanwhile) would miss it: it passes the
+:attr:`LayerNotifier.resets` it saw before reading, and re-reads at once when a
+``forget`` ran since.
 
 Hand-over: a commit made in this process may pass ``published`` the page a waiter
 would read next (``list_records(since=<revision before the commit>)`` as of the
@@ -73,6 +78,8 @@ class LayerNotifier:
         self._signals: dict[tuple[str, str], _LayerSignal] = {}
         self._latest: dict[tuple[str, str], int] = {}
         self._draining = False
+        #: How many times a layer was forgotten or every waiter woken (see module docs).
+        self.resets = 0
 
     def has_waiters(self, document_id: str, layer: str) -> bool:
         """Whether a long-poll waits on the layer now (a hint; safe from any thread)."""
@@ -118,6 +125,7 @@ class LayerNotifier:
         long-poll on the new epoch with ``since`` below the old epoch's revision would
         answer at once, empty, until the new revisions passed the old ones."""
         key = (document_id, layer)
+        self.resets += 1
         self._latest.pop(key, None)
         signal = self._signals.pop(key, None)
         if signal is None:
@@ -144,6 +152,7 @@ class LayerNotifier:
 
     async def wake_all(self) -> None:
         """Wake every waiter so it re-reads storage (after a gap in the change feed)."""
+        self.resets += 1
         for signal in list(self._signals.values()):
             signal.revision = max(signal.revision, 1 << 62)
             signal.pages = []
@@ -176,12 +185,17 @@ class LayerNotifier:
 
     async def wait_for_change(self, document_id: str, layer: str, since: int,
                               known: LayerState | int, timeout_s: float,
-                              limit: int | None = None) -> tuple[bool, RecordPage | None]:
+                              limit: int | None = None,
+                              resets_seen: int | None = None) -> tuple[bool, RecordPage | None]:
         """:meth:`wait_past`, also returning the page to answer with when a handed page
         covers it: ``(woken, page or None)``. ``known`` is the layer state the caller
         read from storage (or only its revision: then no page is handed over); ``limit``
         the caller's page size. With ``(True, None)`` the caller re-reads storage.
+        ``resets_seen``: :attr:`resets` as of before the caller's read; when a layer was
+        forgotten since, answers ``(True, None)`` at once (the read may predate a delete).
         """
+        if resets_seen is not None and resets_seen != self.resets:
+            return True, None
         key = (document_id, layer)
         signal = self._signals.get(key)
         if signal is None:

@@ -56,6 +56,11 @@ def test_layers_from_base_other_layer_and_instant_json(server):
     epoch = server.records(doc, layer="review")["epoch"]
     assert _api(server, "DELETE", f"/api/documents/{doc}/layers/review").status_code == 200
     assert _api(server, "DELETE", f"/api/documents/{doc}/layers/review").status_code == 404
+    # deleted: a client request gets 404 and does not bring it back; the admin create does
+    deleted = server.http.get(server.layer_url(doc, "review") + "/records",
+                              headers=server.auth(doc, "review"))
+    assert deleted.status_code == 404 and deleted.json()["error"]["code"] == "not_found"
+    assert _api(server, "POST", f"/api/documents/{doc}/layers", json={"name": "review"}).status_code == 200
     assert server.records(doc, layer="review")["epoch"] != epoch
 
 

@@ -144,6 +144,7 @@ def test_long_poll_on_a_re_created_layer_waits(server):
     response = server.http.delete(f"/api/documents/{document_id}/layers/{layer}",
                                   headers=server.admin())
     assert response.status_code == 200, response.text
+    _recreate_empty(server, document_id, layer)  # (a deleted layer comes back only this way)
     answer = server.sync(document_id, [change("create", "again", {"n": 0})], layer=layer).json()
     assert answer["revision"] == 1
     start = time.monotonic()
@@ -153,6 +154,15 @@ def test_long_poll_on_a_re_created_layer_waits(server):
     elapsed = time.monotonic() - start
     assert response.status_code == 200 and response.json()["records"] == []
     assert elapsed >= 1.2, f"long-poll returned after {elapsed:.3f} s instead of waiting"
+
+
+def _recreate_empty(server, document_id: str, layer: str) -> None:
+    """Create ``layer`` again, empty, through the admin API (a copy of an empty layer)."""
+    assert server.sync(document_id, [], layer="empty").status_code == 200  # never existed: created
+    response = server.http.post(f"/api/documents/{document_id}/layers", headers=server.admin(),
+                                json={"name": layer, "source_layer_name": "empty"})
+    assert response.status_code == 200, response.text
+    assert response.json()["data"]["revision"] == 0
 
 
 def test_notifier_forget_drops_the_old_epoch_and_wakes_waiters():
@@ -190,8 +200,7 @@ def test_change_feed_carries_a_reset_marker_for_layer_and_document_deletes(pg_ur
             with backend.write_layer("fd", "rv") as writer:
                 apply_changes(writer, [change("create", "a", {"n": 1}, change_id="c1")], "u")
             assert backend.delete_layer("fd", "rv")
-            with backend.write_layer("fd", "rv") as writer:  # re-created: new epoch
-                apply_changes(writer, [change("create", "b", {"n": 1}, change_id="c2")], "u")
+            backend.create_layer("fd", "rv", [{"id": "b", "v": 2, "n": 1}])  # re-created: new epoch
             assert backend.delete_document("fd")
             payloads = [json.loads(n.payload) for n in listener.notifies(timeout=2, stop_after=5)]
     finally:
@@ -222,8 +231,9 @@ def test_change_feed_carries_a_reset_marker_for_layer_and_document_deletes(pg_ur
 
 def test_layer_reset_on_one_process_reaches_long_polls_on_another(tmp_path, pg_url, keys):
     """Two processes on one PostgreSQL: A knows the layer at revision 6; B deletes it
-    (A's long-poll wakes at once) and re-creates it at revision 1; a long-poll on A with
-    since=1 then waits instead of answering at once from A's stale revision."""
+    (A's long-poll wakes at once, with 404: the layer is deleted) and re-creates it (admin
+    API) at revision 1; a long-poll on A with since=1 then waits instead of answering at
+    once from A's stale revision."""
     import asyncio
     import httpx
     from conftest import CORPUS, start_server, stop_server
@@ -251,7 +261,9 @@ def test_layer_reset_on_one_process_reaches_long_polls_on_another(tmp_path, pg_u
                 return await poll, time.monotonic() - started
 
         woken, elapsed = asyncio.run(delete_while_polling())
-        assert woken.status_code == 200 and elapsed < 3, elapsed
+        assert woken.status_code == 404 and elapsed < 3, (woken.text, elapsed)
+        assert woken.json()["error"]["code"] == "not_found"
+        _recreate_empty(b, doc, layer)
         answer = b.sync(doc, [change("create", "again", {"n": 0})], layer=layer).json()
         assert answer["revision"] == 1
         time.sleep(0.3)  # let A's change feed deliver B's commits

@@ -7,12 +7,14 @@ Each test runs once on SQLite and once on PostgreSQL (a throwaway cluster, see
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from conftest import BACKENDS, open_backend
 from layersync_server.changes import apply_changes
-from layersync_server.storage import DocumentExists, DocumentNotFound, LayerExists, NewDocument
+from layersync_server.storage import (DocumentExists, DocumentNotFound, LayerDeleted, LayerExists,
+                                      NewDocument)
 from layersync_server.storage.sql import SCHEMA_VERSION
 
 
@@ -102,8 +104,103 @@ def test_layer_create_list_delete(storage):
     assert [layer.name for layer in storage.list_layers("d")] == ["", "review"]
     assert storage.count_records("d", "review") == 1
     assert storage.delete_layer("d", "review") and not storage.delete_layer("d", "review")
-    again = storage.ensure_layer("d", "review")
+    again = storage.create_layer("d", "review", [])  # (deleted: only create_layer brings it back)
     assert again.revision == 0 and again.epoch != created.epoch
+
+
+def _refuses_to_bring_back(storage, document_id: str, layer: str) -> None:
+    """Every call that creates a layer on first use refuses a deleted one, and leaves it
+    deleted (nothing listed, no epoch)."""
+    with pytest.raises(LayerDeleted):
+        storage.ensure_layer(document_id, layer)
+    for include_tombstones in (False, True):
+        with pytest.raises(LayerDeleted):
+            storage.list_records(document_id, layer, 0, 10, include_tombstones)
+    with pytest.raises(LayerDeleted):
+        with storage.write_layer(document_id, layer) as writer:
+            writer.put_record("sneaky", {"id": "sneaky"}, None)
+    assert storage.get_layer(document_id, layer) is None
+    assert layer not in [state.name for state in storage.list_layers(document_id)]
+    assert storage.is_layer_deleted(document_id, layer)
+
+
+def test_a_deleted_layer_stays_deleted_until_created_again(storage):
+    """Tombstone per deleted layer: reads and writes that create a layer on first use
+    (a JWT naming a new layer) refuse it with LayerDeleted; create_layer (the admin API's
+    create / restore from a copy) brings it back with a new epoch and clears it."""
+    with storage.write_layer("d", "gone") as writer:  # never existed: created on first use
+        writer.put_record("g1", {"id": "g1"}, "u")
+    first = storage.get_layer("d", "gone")
+    assert not storage.is_layer_deleted("d", "gone")
+    assert storage.delete_layer("d", "gone")
+    _refuses_to_bring_back(storage, "d", "gone")
+    assert not storage.delete_layer("d", "gone")  # already gone: still a tombstone
+    assert storage.is_layer_deleted("d", "gone")
+
+    restored = storage.create_layer("d", "gone", [{"id": "c1", "v": 2}, {"id": "c2", "v": 2}], "u")
+    assert restored.revision == 2 and restored.epoch != first.epoch
+    assert not storage.is_layer_deleted("d", "gone")
+    assert [r.id for r in storage.list_records("d", "gone", 0, 10, False).records] == ["c1", "c2"]
+    with storage.write_layer("d", "gone") as writer:
+        assert writer.put_record("c3", {"id": "c3"}, "u") == 3
+    with pytest.raises(LayerExists):
+        storage.create_layer("d", "gone", [])
+    assert storage.get_layer("d", "gone").epoch == restored.epoch
+
+    assert storage.ensure_layer("d", "fresh").revision == 0  # never existed: still created
+    assert storage.list_records("d", "other", 0, 10, True).layer.revision == 0
+    assert not storage.is_layer_deleted("d", "never")
+
+
+def test_deleting_a_document_leaves_its_layers_deleted(storage):
+    """A document deleted and uploaded again gets its default layer back (the upload
+    creates it); its other layers stay deleted until create_layer."""
+    storage.create_layer("d", "side", [{"id": "s1", "v": 2}])
+    assert storage.delete_document("d")
+    for layer in ("", "side"):
+        with pytest.raises(DocumentNotFound):
+            storage.list_records("d", layer, 0, 10, True)
+        assert storage.is_layer_deleted("d", layer)
+    storage.create_document(NewDocument("d", "again", b"x", "11" * 32, 1, [{"id": "n1", "v": 2}]))
+    assert not storage.is_layer_deleted("d", "")
+    assert [r.id for r in storage.list_records("d", "", 0, 10, False).records] == ["n1"]
+    _refuses_to_bring_back(storage, "d", "side")
+    assert storage.create_layer("d", "side", []).revision == 0
+    assert storage.list_records("d", "side", 0, 10, True).records == []
+
+
+def test_writers_racing_a_layer_delete_never_bring_it_back(storage):
+    """Writers keep writing a layer while it is deleted: each ends with LayerDeleted, and
+    the layer is not re-created by the writes that lost the race (the PostgreSQL path of
+    a writer queued on the layer lock while the delete commits)."""
+    storage.create_layer("d", "busy", [])
+    started = threading.Barrier(5)
+    outcomes = []
+
+    def write(n):
+        started.wait()
+        for i in range(10_000):
+            try:
+                with storage.write_layer("d", "busy") as writer:
+                    writer.put_record(f"{n}-{i}", {"id": f"{n}-{i}"}, None)
+            except LayerDeleted:
+                outcomes.append("deleted")
+                return
+        outcomes.append("never deleted")
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    started.wait()
+    deadline = time.monotonic() + 30
+    while storage.get_layer("d", "busy").revision < 8:  # the writers are under way
+        assert time.monotonic() < deadline and len(outcomes) == 0, outcomes
+        time.sleep(0.001)
+    assert storage.delete_layer("d", "busy")
+    for t in threads:
+        t.join()
+    assert outcomes == ["deleted"] * 4
+    _refuses_to_bring_back(storage, "d", "busy")
 
 
 def test_attachments_revocation_and_document_delete(storage):

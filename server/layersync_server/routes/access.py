@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from layersync_server.auth import Grant
 from layersync_server.context import (INLINE_MAX_RECORDS, AppContext, check_document_id,
-                                      read_inline_first, run_in_worker)
+                                      deleted_layer, read_inline_first, run_in_worker)
 from layersync_server.errors import access_denied, not_found
-from layersync_server.storage import DocumentNotFound, RecordPage
+from layersync_server.storage import DocumentNotFound, LayerDeleted, RecordPage
 
 
 async def grant(authorization: str | None, ctx: AppContext, document_id: str, layer: str | None,
@@ -46,7 +46,8 @@ async def list_page(ctx: AppContext, document_id: str, layer: str, since: int, l
     """A page of records (in a worker thread). With ``revoked_jti``, first refuses a
     revoked token (403, as :func:`grant` would) in the same hop. ``inline``: first try
     reading at most ``INLINE_MAX_RECORDS`` on the event loop (:func:`read_inline_first`);
-    a page that has more than that is read again, whole, in a worker."""
+    a page that has more than that is read again, whole, in a worker. 404 when the
+    document does not exist or the layer was deleted."""
     storage, size_asked = ctx.storage, page_size(ctx, limit)
 
     def read(size: int = size_asked) -> RecordPage:
@@ -65,3 +66,5 @@ async def list_page(ctx: AppContext, document_id: str, layer: str, since: int, l
         return await run_in_worker(read)
     except DocumentNotFound:
         raise not_found(f"no document {document_id!r}") from None
+    except LayerDeleted:
+        raise deleted_layer(document_id, layer) from None

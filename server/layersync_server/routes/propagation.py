@@ -121,7 +121,8 @@ def changes_query(query_string: bytes) -> tuple[int, float, int | None]:
 class LayerChanges:
     """ASGI endpoint of ``GET .../changes``: long-poll. Answers at once if there are
     records past ``since``, else holds up to ``wait`` seconds (capped at ``max_wait_s``)
-    until a commit to the layer."""
+    until a commit to the layer. A delete of the layer (or its document) ends the wait:
+    the re-read answers 404 ``not_found`` (the layer is not created again)."""
 
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
@@ -138,13 +139,14 @@ class LayerChanges:
         name = layer_from_segment(params["layer"])
         found = await grant(Request(scope, receive).headers.get("authorization"), ctx,
                             document_id, name, "read-document", check_revoked=False)
+        resets = ctx.notifier.resets  # a delete after this read still ends the wait
         page = await list_page(ctx, document_id, name, since, limit, include_tombstones=True,
                                revoked_jti=found.jti, inline=True)
         wait_s = min(wait, ctx.settings.max_wait_s)
         if page.records or wait_s <= 0:
             return WireJSONResponse(page_json(page))
         woke, handed = await ctx.notifier.wait_for_change(document_id, name, since, page.layer,
-                                                          wait_s, page_size(ctx, limit))
+                                                          wait_s, page_size(ctx, limit), resets)
         if handed is not None:  # the page the commit that woke us read for us (notify.py)
             page = handed
         elif woke:

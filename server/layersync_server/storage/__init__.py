@@ -6,9 +6,9 @@ database) share their SQL (:mod:`.sql`) and run the same conformance tests
 """
 
 from layersync_server.storage.base import (Attachment, DocumentExists, DocumentInfo,
-                                           DocumentNotFound, LayerExists, LayerState,
-                                           LayerWriter, NewDocument, RecordPage, Storage,
-                                           StoredRecord)
+                                           DocumentNotFound, LayerDeleted, LayerExists,
+                                           LayerState, LayerWriter, NewDocument, RecordPage,
+                                           Storage, StoredRecord)
 
 
 def is_postgres_url(url_or_path) -> bool:
@@ -25,6 +25,6 @@ def open_storage(url_or_path, history_versions: int = 20) -> Storage:
     return SqliteStorage(url_or_path, history_versions=history_versions)
 
 
-__all__ = ["Attachment", "DocumentExists", "DocumentInfo", "DocumentNotFound", "LayerExists",
-           "LayerState", "LayerWriter", "NewDocument", "RecordPage", "Storage", "StoredRecord",
+__all__ = ["Attachment", "DocumentExists", "DocumentInfo", "DocumentNotFound", "LayerDeleted",
+           "LayerExists", "LayerState", "LayerWriter", "NewDocument", "RecordPage", "Storage", "StoredRecord",
            "is_postgres_url", "open_storage"]

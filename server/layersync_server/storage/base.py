@@ -40,6 +40,13 @@ class LayerExists(Exception):
     """A layer with that name already exists."""
 
 
+class LayerDeleted(LookupError):
+    """The layer was deleted (alone or with its document) and has not been created again
+    on purpose (:meth:`Storage.create_layer`, or :meth:`Storage.create_document` for the
+    default layer): storage keeps a tombstone per deleted layer so that no read or write
+    brings it back by itself (docs/protocol.md, "When a layer is created")."""
+
+
 @dataclass(frozen=True)
 class Attachment:
     """An attachment's bytes, addressed by the SHA-256 hex of those bytes."""
@@ -202,7 +209,8 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def create_document(self, document: NewDocument) -> DocumentInfo:
         """Store a document and import its records into the default layer ``""``
-        (created with a new epoch; records at revisions 1..N), atomically.
+        (created with a new epoch; records at revisions 1..N), atomically. Clears a
+        tombstone of the default layer left by a deleted document of that id.
 
         Raises:
             DocumentExists: the id is taken.
@@ -222,8 +230,10 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def delete_document(self, document_id: str) -> bool:
-        """Delete a document with its layers, records, history and attachments.
-        Returns False when it did not exist."""
+        """Delete a document with its layers, records, history and attachments, leaving
+        a tombstone for each of its layers (see :meth:`delete_layer`; a document created
+        again under the id gets its default layer back, the other layers stay deleted
+        until :meth:`create_layer`). Returns False when it did not exist."""
 
     @abc.abstractmethod
     def read_pdf(self, document_id: str) -> bytes:
@@ -231,10 +241,11 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def ensure_layer(self, document_id: str, layer: str) -> LayerState:
-        """The layer, created empty (revision 0, new UUID epoch) if missing.
+        """The layer, created empty (revision 0, new UUID epoch) if it never existed.
 
         Raises:
             DocumentNotFound: the document does not exist.
+            LayerDeleted: the layer was deleted (see :meth:`delete_layer`).
         """
 
     @abc.abstractmethod
@@ -249,7 +260,8 @@ class Storage(abc.ABC):
     def create_layer(self, document_id: str, layer: str, records: list[dict],
                      user_id: str | None = None) -> LayerState:
         """Create a layer (new epoch) holding ``records`` (Instant JSON dicts with ``id``)
-        at revisions 1..N, atomically.
+        at revisions 1..N, atomically. The one way to bring a deleted layer back: clears
+        its tombstone (see :meth:`delete_layer`).
 
         Raises:
             LayerExists: the layer exists. DocumentNotFound: no such document.
@@ -257,8 +269,14 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def delete_layer(self, document_id: str, layer: str) -> bool:
-        """Delete a layer with its records and history. False when it did not exist.
-        Re-creating it later gives a new epoch."""
+        """Delete a layer with its records and history, leaving a tombstone of its name:
+        from then on :meth:`ensure_layer`, :meth:`list_records` and :meth:`write_layer`
+        raise :class:`LayerDeleted` instead of creating it again, until
+        :meth:`create_layer` re-creates it (a new epoch). False when it did not exist."""
+
+    @abc.abstractmethod
+    def is_layer_deleted(self, document_id: str, layer: str) -> bool:
+        """Whether the layer has a tombstone (deleted, not created again since)."""
 
     @abc.abstractmethod
     def get_record(self, document_id: str, layer: str, record_id: str) -> StoredRecord | None:
@@ -301,7 +319,7 @@ class Storage(abc.ABC):
                      include_tombstones: bool, exclude_revisions: frozenset[int] = frozenset(),
                      only_tombstones: bool = False) -> RecordPage:
         """Records with ``revision > since`` ordered by revision, at most ``limit``,
-        from one consistent snapshot. Creates the layer if missing.
+        from one consistent snapshot. Creates the layer if it never existed.
         ``only_tombstones`` lists deleted records only.
 
         ``exclude_revisions`` are skipped (a sync response leaves out the revisions the
@@ -309,16 +327,18 @@ class Storage(abc.ABC):
 
         Raises:
             DocumentNotFound: the document does not exist.
+            LayerDeleted: the layer was deleted (see :meth:`delete_layer`).
         """
 
     @abc.abstractmethod
     def write_layer(self, document_id: str, layer: str) -> contextlib.AbstractContextManager[LayerWriter]:
-        """Open a write transaction on the layer (created if missing) and yield a
-        :class:`LayerWriter`. Commits when the block exits normally, rolls back on
-        an exception. Writers on the same layer are serialised.
+        """Open a write transaction on the layer (created if it never existed) and
+        yield a :class:`LayerWriter`. Commits when the block exits normally, rolls back
+        on an exception. Writers on the same layer are serialised.
 
         Raises:
             DocumentNotFound: the document does not exist.
+            LayerDeleted: the layer was deleted (see :meth:`delete_layer`).
         """
 
     def iter_records(self, document_id: str, layer: str, include_tombstones: bool = False,

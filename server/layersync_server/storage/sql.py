@@ -21,9 +21,9 @@ from typing import Any, Iterator
 import orjson
 
 from layersync_server.storage.base import (Attachment, DocumentExists, DocumentInfo,
-                                           DocumentNotFound, LayerExists, LayerState,
-                                           LayerWriter, NewDocument, RecordPage, Storage,
-                                           StoredRecord)
+                                           DocumentNotFound, LayerDeleted, LayerExists,
+                                           LayerState, LayerWriter, NewDocument, RecordPage,
+                                           Storage, StoredRecord)
 from layersync_server.wire_json import fast_dumps, loads
 
 #: Versioned schema migrations: ``(version, statements)``. ``{blob}`` / ``{bigint}`` are
@@ -101,6 +101,17 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         """DELETE FROM record_versions WHERE EXISTS (SELECT 1 FROM records r
             WHERE r.document_id = record_versions.document_id AND r.layer = record_versions.layer
             AND r.id = record_versions.id AND r.revision = record_versions.revision)""",
+    ]),
+    # A tombstone per deleted layer (Storage.delete_layer): a request naming the layer
+    # gets LayerDeleted instead of creating it again; create_layer clears it. Not tied to
+    # documents: a document deleted and uploaded again keeps its layers' tombstones
+    # (its default layer excepted, which the upload creates).
+    (4, [
+        """CREATE TABLE IF NOT EXISTS deleted_layers (
+            document_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            deleted_at TEXT NOT NULL,
+            PRIMARY KEY (document_id, name))""",
     ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -652,6 +663,7 @@ class SqlStorage(Storage):
                  document.page_count, len(document.records), now, document.pdf)).rowcount
             if inserted != 1:
                 raise DocumentExists(document.document_id)
+            self._clear_tombstone(conn, document.document_id, "")  # the upload creates it
             for sha256, data in document.attachments.items():
                 self.execute(conn, "INSERT INTO attachments (document_id, sha256, content_type,"
                              " size_bytes, data, created_at) VALUES (?,?,?,?,?,?) "
@@ -696,6 +708,7 @@ class SqlStorage(Storage):
                 # they re-read and get 404
                 self.layer_changed(conn, LayerState(document_id, layer["name"], layer["epoch"],
                                                     layer["revision"] + 1), reset=True)
+                self._leave_tombstone(conn, document_id, layer["name"])
             # children first: SQLite enforces the cascade only with foreign_keys=ON
             for table in ("change_log", "record_versions", "records", "layers", "attachments"):
                 self.execute(conn, f"DELETE FROM {table} WHERE document_id=?", (document_id,))
@@ -718,20 +731,54 @@ class SqlStorage(Storage):
         return LayerState(document_id, name, row["epoch"], row["revision"]) if row else None
 
     def _insert_layer(self, conn, document_id: str, name: str) -> bool:
+        """Insert the layer (revision 0, a new epoch) unless it exists or has a tombstone
+        (one statement: the tombstone check and the insert see the same rows). True when
+        inserted.
+
+        Raises:
+            DocumentNotFound: no such document. LayerDeleted: the layer has a tombstone.
+        """
         if not self.execute(conn, "SELECT 1 FROM documents WHERE document_id=?",
                             (document_id,)).fetchone():
             raise DocumentNotFound(document_id)
-        return self.execute(conn, "INSERT INTO layers (document_id, name, epoch, revision, created_at) "
-                            "VALUES (?,?,?,0,?) ON CONFLICT (document_id, name) DO NOTHING",
-                            (document_id, name, str(uuid.uuid4()), now_iso())).rowcount == 1
+        if self.execute(conn, "INSERT INTO layers (document_id, name, epoch, revision, created_at) "
+                        "SELECT ?,?,?,0,? WHERE NOT EXISTS (SELECT 1 FROM deleted_layers "
+                        "WHERE document_id=? AND name=?) ON CONFLICT (document_id, name) DO NOTHING",
+                        (document_id, name, str(uuid.uuid4()), now_iso(), document_id,
+                         name)).rowcount == 1:
+            return True
+        if self._has_tombstone(conn, document_id, name):
+            raise LayerDeleted(name)
+        return False
+
+    def _has_tombstone(self, conn, document_id: str, name: str) -> bool:
+        return self.execute(conn, "SELECT 1 FROM deleted_layers WHERE document_id=? AND name=?",
+                            (document_id, name)).fetchone() is not None
+
+    def _leave_tombstone(self, conn, document_id: str, name: str) -> None:
+        self.execute(conn, "INSERT INTO deleted_layers (document_id, name, deleted_at) "
+                     "VALUES (?,?,?) ON CONFLICT (document_id, name) DO NOTHING",
+                     (document_id, name, now_iso()))
+
+    def _clear_tombstone(self, conn, document_id: str, name: str) -> None:
+        self.execute(conn, "DELETE FROM deleted_layers WHERE document_id=? AND name=?",
+                     (document_id, name))
 
     def _lock_layer(self, conn, document_id: str, name: str) -> LayerState:
-        """The layer, created if missing, locked for this write transaction."""
+        """The layer, created if it never existed, locked for this write transaction.
+
+        Raises:
+            DocumentNotFound, LayerDeleted: as :meth:`_insert_layer`.
+        """
         state = self._read_layer(conn, document_id, name, lock=True)
         if state is None:
             self._insert_layer(conn, document_id, name)
             state = self._read_layer(conn, document_id, name, lock=True)
         return state
+
+    def is_layer_deleted(self, document_id: str, layer: str) -> bool:
+        with self.connection() as conn:
+            return self._has_tombstone(conn, document_id, layer)
 
     def ensure_layer(self, document_id: str, layer: str) -> LayerState:
         with self.connection() as conn:
@@ -755,6 +802,7 @@ class SqlStorage(Storage):
     def create_layer(self, document_id: str, layer: str, records: list[dict],
                      user_id: str | None = None) -> LayerState:
         with self.transaction(write=True) as conn:
+            self._clear_tombstone(conn, document_id, layer)  # brought back on purpose
             if not self._insert_layer(conn, document_id, layer):
                 raise LayerExists(layer)
             writer = SqlLayerWriter(self, conn, self._read_layer(conn, document_id, layer, lock=True),
@@ -771,9 +819,10 @@ class SqlStorage(Storage):
             if state is None:
                 return False
             # every process forgets the layer's revision (a re-created layer starts again
-            # from 0) and wakes its long-polls: they re-read and see the new epoch
+            # from 0) and wakes its long-polls: they re-read and get LayerDeleted (404)
             self.layer_changed(conn, LayerState(document_id, layer, state.epoch, state.revision + 1),
                                reset=True)
+            self._leave_tombstone(conn, document_id, layer)
             for table in ("change_log", "record_versions", "records"):
                 self.execute(conn, f"DELETE FROM {table} WHERE document_id=? AND layer=?",
                              (document_id, layer))
@@ -798,9 +847,11 @@ class SqlStorage(Storage):
                 rows = self.execute(conn, sql, params).fetchall()
             if rows:
                 break
-            if attempt == 0:  # a layer is created on first use; DocumentNotFound without document
-                self.ensure_layer(document_id, layer)
+            if attempt == 0:  # a layer is created on first use (DocumentNotFound without
+                self.ensure_layer(document_id, layer)  # document, LayerDeleted once deleted)
         if not rows:  # deleted between ensure and read
+            if self.is_layer_deleted(document_id, layer):
+                raise LayerDeleted(layer)
             raise DocumentNotFound(document_id)
         state = LayerState(document_id, layer, rows[0]["layer_epoch"], rows[0]["layer_revision"])
         return _page(state, [r for r in rows if r["id"] is not None], limit)

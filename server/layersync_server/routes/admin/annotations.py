@@ -34,6 +34,9 @@ def _annotation_json(record: StoredRecord) -> dict:
 async def _list_annotations(request: Request, ctx: AppContext, document_id: str, layer: str):
     await find_document(ctx, document_id)
     if "application/x-ndjson" in request.headers.get("accept", ""):
+        # the layer before the stream starts (404 if it was deleted, not mid-stream)
+        await run_in_threadpool(ctx.storage.list_records, document_id, layer, 0, 1, False)
+
         def lines():
             for record in ctx.storage.iter_records(document_id, layer):
                 yield dumps(_annotation_json(record)) + "\n"

@@ -48,7 +48,9 @@ async def create_layer(document_id: str, request: Request,
     Without ``source_layer_name`` the layer starts from the base layer (the PDF's own
     annotations, same ids as the import); with it, from a copy of that layer's live
     records. ``instant_json`` annotations are then applied on top (same id replaces).
-    409 ``layer_exists`` when the name is taken.
+    409 ``layer_exists`` when the name is taken. The one way to bring a deleted layer
+    back (no client request re-creates it): its tombstone is cleared and it gets a new
+    epoch, so clients re-download it.
     """
     info = await find_document(ctx, document_id)
     body = await json_body(request, ctx)
@@ -86,14 +88,16 @@ async def create_layer(document_id: str, request: Request,
 @router.delete("/documents/{document_id}/layers/{layer}", summary="Delete a layer",
                responses=ok(bodies.LayerDeletedOut, "deleted"))
 async def delete_layer(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> dict:
-    """Deletes the layer's records and history; re-creating it gives a new epoch, so
-    clients re-download. 404 when it does not exist."""
+    """Deletes the layer's records and history and leaves a tombstone: from then on
+    client requests on it (sync, records, a parked or new long-poll) answer 404
+    ``not_found`` instead of re-creating it, until ``POST .../layers`` creates it again
+    (a new epoch, so clients re-download). 404 when it does not exist."""
     name = layer_from_segment(layer)
     await find_document(ctx, document_id)
     state = await run_in_threadpool(ctx.storage.get_layer, document_id, name)
     if state is None or not await run_in_threadpool(ctx.storage.delete_layer, document_id, name):
         raise not_found(f"no layer {name!r}")
-    # wake its long-polls (they re-read and see the new epoch) and forget its revision:
-    # the re-created layer counts from 0 again
+    # wake its long-polls (they re-read and get 404) and forget its revision: a layer
+    # created again counts from 0
     ctx.notifier.forget(document_id, name)
     return {"data": {"name": name, "deleted": True}}
