@@ -698,7 +698,10 @@ int layersync_document_stop_syncing(
 /**
  * Starts listening for server changes by HTTP long-poll. Changes are applied locally and
  * reported through `did_receive_changes`. Survives transient network failures with capped
- * exponential backoff; stops on authentication failure until reauthentication. Mirrors
+ * exponential backoff; stops on authentication failure until reauthentication. Stops for
+ * good when the server answers that the document or layer no longer exists (404
+ * `not_found`, e.g. the layer was deleted): `did_fail_sync` reports `INVALID_DOCUMENT`
+ * once (with no `did_begin_sync` before it) and pending local changes are kept. Mirrors
  * Instant's `startListeningForChanges()`.
  *
  * @param document The document. Must not be NULL.
