@@ -21,7 +21,9 @@ from starlette.responses import Response
 from layersync_server import __version__
 from layersync_server.auth import JwtVerifier
 from layersync_server.context import AppContext, run_in_worker
-from layersync_server.errors import error_response, error_responses, install_error_handlers
+from layersync_server.errors import invalid_request
+from layersync_server.errors_http import (api_error_response, error_response, error_responses,
+                                          install_error_handlers)
 from layersync_server.notify import LayerNotifier
 from layersync_server.openapi_bodies import HealthOut, media
 from layersync_server.observability import Metrics, ObservabilityMiddleware
@@ -61,7 +63,7 @@ class ProtocolVersion:
         try:
             version = int(announced.decode("ascii").strip())
         except (UnicodeDecodeError, ValueError):
-            return error_response(400, "invalid_request", "LayerSync-Protocol must be an integer")
+            return api_error_response(invalid_request("LayerSync-Protocol must be an integer"))
         if version < self.settings.protocol_min:
             return error_response(
                 426, "old_client",
@@ -236,7 +238,7 @@ def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncA
 
 
 def _describe_errors_in_openapi(app: FastAPI) -> None:
-    """Validation errors answer 400 with the envelope (errors.py), not FastAPI's 422:
+    """Validation errors answer 400 with the envelope (errors_http.py), not FastAPI's 422:
     drop the 422 entries FastAPI documents by default. Adds the hot routes' static
     description (:data:`~layersync_server.routes.propagation.OPENAPI_PATHS`) after the
     sync router's records route, where FastAPI listed them."""

@@ -37,8 +37,9 @@ from layersync_server import openapi_bodies as bodies
 from layersync_server.changes import parse_sync_request, push, sync_answer
 from layersync_server.context import (INLINE_MAX_RECORDS, AppContext, commit, layer_from_segment,
                                       read_body)
-from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, api_error_response,
-                                     invalid_request, unexpected_error_response)
+from layersync_server.errors import ApiError, invalid_fields
+from layersync_server.errors_http import (COMMON_ERROR_RESPONSES, api_error_response,
+                                          unexpected_error_response)
 from layersync_server.json_http import WireJSONResponse
 from layersync_server.routes.access import grant, list_page, page_json, page_size
 from layersync_server.wire_json import MAX_REVISION
@@ -110,11 +111,9 @@ def changes_query(query_string: bytes) -> tuple[int, float, int | None]:
         try:
             values.append(validator.validate_python(given[name]))
         except ValidationError as exc:
-            problems += [{"loc": ["query", name, *map(str, e["loc"])], "msg": str(e["msg"])}
-                         for e in exc.errors()]
+            problems += [{**e, "loc": ("query", name, *e["loc"])} for e in exc.errors()]
     if problems:
-        first = problems[0]
-        raise invalid_request(f"{'.'.join(first['loc'])}: {first['msg']}", errors=problems)
+        raise invalid_fields(problems)
     return values[0], values[1], values[2]
 
 

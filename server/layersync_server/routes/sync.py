@@ -18,8 +18,8 @@ from layersync_server.auth import Grant
 from layersync_server.changes import is_revision
 from layersync_server.context import (AppContext, commit, get_context, layer_from_segment,
                                       no_document, read_body)
-from layersync_server.errors import (COMMON_ERROR_RESPONSES, ApiError, error_responses,
-                                     invalid_request, not_found)
+from layersync_server.errors import ApiError, invalid_request, not_found
+from layersync_server.errors_http import COMMON_ERROR_RESPONSES, error_responses
 from layersync_server.ids import is_sha256_hex, is_valid_record_id
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.openapi_bodies import media, ok

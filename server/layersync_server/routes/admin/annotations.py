@@ -10,7 +10,8 @@ from starlette.concurrency import run_in_threadpool
 from layersync_server import openapi_bodies as bodies
 from layersync_server.changes import delete_record
 from layersync_server.context import AppContext, commit, layer_from_segment
-from layersync_server.errors import ApiError, error_responses, not_found
+from layersync_server.errors import ApiError, not_found
+from layersync_server.errors_http import error_responses
 from layersync_server.openapi_bodies import ok
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_content,
                                                   check_annotation_id, find_document, json_body,

@@ -10,7 +10,8 @@ from layersync_server.auth import check_admin_token
 from layersync_server.changes import normalize_content
 from layersync_server.context import (AppContext, check_document_id, get_context, no_document,
                                       read_body)
-from layersync_server.errors import COMMON_ERROR_RESPONSES, invalid_request
+from layersync_server.errors import invalid_request
+from layersync_server.errors_http import COMMON_ERROR_RESPONSES
 from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.storage import DocumentInfo

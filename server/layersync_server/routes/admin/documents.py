@@ -7,7 +7,8 @@ from starlette.concurrency import run_in_threadpool
 
 from layersync_server import openapi_bodies as bodies
 from layersync_server.context import AppContext, check_document_id, no_document, read_body
-from layersync_server.errors import ApiError, error_responses, invalid_request
+from layersync_server.errors import ApiError, invalid_request
+from layersync_server.errors_http import error_responses
 from layersync_server.ids import is_valid_document_id, new_ulid
 from layersync_server.openapi_bodies import ok
 from layersync_server.pdf.import_ import PdfImportError, import_pdf

@@ -8,7 +8,8 @@ from starlette.concurrency import run_in_threadpool
 
 from layersync_server import openapi_bodies as bodies
 from layersync_server.context import AppContext, layer_from_segment
-from layersync_server.errors import ApiError, error_responses, invalid_request, not_found
+from layersync_server.errors import ApiError, invalid_request, not_found
+from layersync_server.errors_http import error_responses
 from layersync_server.ids import is_valid_layer_name
 from layersync_server.openapi_bodies import ok
 from layersync_server.pdf.import_ import import_pdf
