@@ -254,21 +254,6 @@ extension LayerStore {
         return removed
     }
 
-    /// An accepted change from a sync answer.
-    struct AcceptedChange: Sendable {
-        var changeID: String
-        var recordID: String
-        var revision: Int64
-    }
-
-    /// A rejected change from a sync answer.
-    struct RejectedChangeAnswer: Sendable {
-        var changeID: String
-        var recordID: String
-        var reason: String
-        var serverRecord: ServerRecord?
-    }
-
     /// Applies the `accepted` and `rejected` lists of a sync answer.
     /// Accepted: the change leaves the queue and the record's server version becomes the
     /// sent content at the new revision — unless a newer server version arrived meanwhile,
@@ -282,7 +267,7 @@ extension LayerStore {
     ///     change the request did not carry costs a scan of the queue).
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
-    func applyAnswers(accepted: [AcceptedChange], rejected: [RejectedChangeAnswer],
+    func applyAnswers(accepted: [SyncAnswer.Accepted], rejected: [SyncAnswer.Rejected],
                       sent: [PendingChange]) throws(LayerSyncError) -> ServerChangeOutcome {
         try localEdit(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
@@ -314,7 +299,7 @@ extension LayerStore {
 
     /// The body of ``applyAnswers(accepted:rejected:sent:)`` (inside a transaction).
     /// - Returns: How many rows left `pending_changes`.
-    static func applyAnswers(_ db: SQLiteDatabase, accepted: [AcceptedChange], rejected: [RejectedChangeAnswer],
+    static func applyAnswers(_ db: SQLiteDatabase, accepted: [SyncAnswer.Accepted], rejected: [SyncAnswer.Rejected],
                              sent: [PendingChange], into outcome: inout ServerChangeOutcome) throws(LayerSyncError) -> Int {
         var removed = 0
         var lookup = SentChanges(sent: sent)

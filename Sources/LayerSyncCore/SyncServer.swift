@@ -1,26 +1,5 @@
 import Synchronization
 
-/// A page of a layer: the answer of `GET .../records` and `GET .../changes`.
-struct LayerPage: Sendable {
-    var epoch: String
-    var revision: Int64
-    var records: [ServerRecord]
-    var hasMore: Bool
-    var nextSince: Int64
-}
-
-/// The answer of `POST .../sync`.
-struct SyncAnswer: Sendable {
-    var epoch: String
-    var revision: Int64
-    var epochChanged: Bool
-    var accepted: [LayerStore.AcceptedChange]
-    var rejected: [LayerStore.RejectedChangeAnswer]
-    var changes: [ServerRecord]
-    var hasMore: Bool
-    var nextSince: Int64
-}
-
 /// Whether a client may attempt requests: two flags kept apart so that neither silently undoes
 /// the other (docs/threading.md §8). Only the host's explicit call moves `hostSaysAvailable`;
 /// the reachability hint's answers move only `hintSaysOffline` (and an explicit "available"
@@ -137,7 +116,7 @@ final class SyncServer: Sendable {
         var path = layerPath(documentID, layer) + "/records?since=\(since)"
         if let limit { path += "&limit=\(limit)" }
         let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
-        return try Self.page(response.body)
+        return try LayerPage(body: response.body)
     }
 
     /// `GET .../changes?since=&wait=` (long-poll).
@@ -146,7 +125,7 @@ final class SyncServer: Sendable {
         var request = HTTPRequest(url: url.url(layerPath(documentID, layer) + "/changes?since=\(since)&wait=\(waitSeconds)"))
         request.timeoutSeconds = requestTimeout + Double(waitSeconds)
         let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
-        return try Self.page(response.body)
+        return try LayerPage(body: response.body)
     }
 
     /// `POST .../sync`.
@@ -160,34 +139,7 @@ final class SyncServer: Sendable {
         request.headers = ["Content-Type: application/json"]
         request.body = body
         let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
-        guard let json = try? JSONValue.parse(bytes: response.body), let epoch = json["epoch"]?.stringValue,
-              let revision = json["revision"]?.int64Value else {
-            throw LayerSyncError(.invalidServerData, "sync answer without epoch/revision")
-        }
-        var accepted: [LayerStore.AcceptedChange] = []
-        for item in json["accepted"]?.arrayValue ?? [] {
-            guard let changeID = item["change_id"]?.stringValue, let id = item["id"]?.stringValue,
-                  let revision = item["revision"]?.int64Value else {
-                throw LayerSyncError(.invalidServerData, "malformed accepted entry")
-            }
-            accepted.append(.init(changeID: changeID, recordID: id, revision: revision))
-        }
-        var rejected: [LayerStore.RejectedChangeAnswer] = []
-        for item in json["rejected"]?.arrayValue ?? [] {
-            guard let changeID = item["change_id"]?.stringValue, let id = item["id"]?.stringValue else {
-                throw LayerSyncError(.invalidServerData, "malformed rejected entry")
-            }
-            var serverRecord: ServerRecord?
-            if let record = item["server_record"], !record.isNull { serverRecord = try ServerRecord(json: record) }
-            rejected.append(.init(changeID: changeID, recordID: id, reason: item["reason"]?.stringValue ?? "conflict",
-                                  serverRecord: serverRecord))
-        }
-        var changes: [ServerRecord] = []
-        for item in json["changes"]?.arrayValue ?? [] { changes.append(try ServerRecord(json: item)) }
-        return SyncAnswer(epoch: epoch, revision: revision, epochChanged: json["epoch_changed"]?.boolValue ?? false,
-                          accepted: accepted, rejected: rejected, changes: changes,
-                          hasMore: json["has_more"]?.boolValue ?? false,
-                          nextSince: json["next_since"]?.int64Value ?? revision)
+        return try SyncAnswer(body: response.body)
     }
 
     /// `GET .../records/{rid}/history`: the kept versions, newest first.
@@ -274,19 +226,6 @@ final class SyncServer: Sendable {
 
     private func layerPath(_ documentID: String, _ layer: String) -> String {
         "/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/layers/\(ServerURL.layerSegment(layer))"
-    }
-
-    private static func page(_ body: [UInt8]) throws(LayerSyncError) -> LayerPage {
-        guard let json = try? JSONValue.parse(bytes: body), let epoch = json["epoch"]?.stringValue,
-              let revision = json["revision"]?.int64Value, let items = json["records"]?.arrayValue else {
-            throw LayerSyncError(.invalidServerData, "layer page without epoch/revision/records")
-        }
-        var records: [ServerRecord] = []
-        records.reserveCapacity(items.count)
-        for item in items { records.append(try ServerRecord(json: item)) }
-        return LayerPage(epoch: epoch, revision: revision, records: records,
-                         hasMore: json["has_more"]?.boolValue ?? false,
-                         nextSince: json["next_since"]?.int64Value ?? revision)
     }
 
     /// Sends a request and maps a non-2xx answer through the error envelope.
