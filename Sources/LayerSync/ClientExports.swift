@@ -1,5 +1,7 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
+import LayerSyncStore
 
 // "Client" section of include/layersync.h.
 

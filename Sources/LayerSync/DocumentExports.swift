@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 // "Document" section of include/layersync.h: thin calls into DocumentDescriptor.
 

@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 // Comments, search and the one-shot server operations of the "Records" section.
 

@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 // "Observers" section of include/layersync.h.
 

@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 // "Records" section of include/layersync.h: Instant JSON strings in and out.
 

@@ -1,3 +1,6 @@
+import LayerSyncStore
+
+
 /// Settings of a ``SyncClient``; fixed when the client is created.
 public struct ClientConfiguration: Sendable {
     /// Base URL of the sync server, e.g. `https://sync.example.com` (a path prefix is allowed).
@@ -19,7 +22,7 @@ public struct ClientConfiguration: Sendable {
     public var longPollWait: Int = 30
     /// How local writes made through the API commit (the C options' `durability`): `.full`
     /// (default, `LAYERSYNC_DURABILITY_FULL`) fsyncs each one, so it survives a power loss when
-    /// the call returns (ARCHITECTURE.md §4 rule 1); `.relaxed` (`LAYERSYNC_DURABILITY_NORMAL`)
+    /// the call returns (docs/rules.md rule 1); `.relaxed` (`LAYERSYNC_DURABILITY_NORMAL`)
     /// does not: the write survives an app crash, and a power loss or OS crash may undo the most
     /// recent ones (a suffix, never anything already sent). A layer store shared with another
     /// client of the process that asked for `.full` stays `.full` (the strictest wins; see

@@ -1,4 +1,6 @@
 import Dispatch
+import LayerSyncModel
+import LayerSyncTransport
 
 /// Listening for server changes with HTTP long-poll (`GET .../changes`).
 extension DocumentDescriptor {

@@ -1,3 +1,7 @@
+import LayerSyncModel
+import LayerSyncStore
+
+
 /// Local records: Instant JSON strings in and out.
 ///
 /// Errors for every method: `.notDownloaded` before the document is downloaded,

@@ -1,4 +1,7 @@
 import Dispatch
+import LayerSyncModel
+import LayerSyncStore
+import LayerSyncTransport
 import Synchronization
 
 /// One document layer of a ``SyncClient`` (Instant's `InstantDocumentDescriptor`): its

@@ -1,4 +1,7 @@
 import Dispatch
+import LayerSyncModel
+import LayerSyncStore
+import LayerSyncTransport
 import Synchronization
 
 /// A LayerSync client: one per server URL and storage directory (Instant's `InstantClient`).
@@ -103,7 +106,7 @@ public final class SyncClient: Sendable {
         let result: Result<DocumentDescriptor, LayerSyncError> = descriptors.withLock { descriptors in
             // A descriptor whose storage was removed stays invalid; the layer gets a fresh one.
             if let existing = descriptors[key], !existing.isInvalid {
-                // The layer is pinned to one user (ARCHITECTURE.md §3); another user's JWT
+                // The layer is pinned to one user (docs/architecture.md §3); another user's JWT
                 // must not hand out that user's descriptor.
                 if let user = claims.userID, let pinned = existing.userID, user != pinned {
                     return .failure(LayerSyncError(

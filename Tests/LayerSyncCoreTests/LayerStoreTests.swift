@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
+@testable import LayerSyncStore
 
 func temporaryDirectory(_ name: String = "store") -> String {
     NSTemporaryDirectory() + "layersync-\(name)-" + UUID().uuidString
@@ -335,7 +337,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
 
     /// A change sent and then dropped as too large (a 413 for it alone, from a server or proxy
     /// with a lower limit) goes alone: the edit queued behind it while it was in flight, the
-    /// user's newest version, stays queued and is sent in its place (rule 5; it used to go
+    /// user's newest version, stays queued and is sent in its place (docs/rules.md rule 5; it used to go
     /// with the dropped change, unreported).
     @Test func aDroppedChangeKeepsTheEditsQueuedBehindIt() throws {
         let store = try downloadedStore(serverRecords: "a")

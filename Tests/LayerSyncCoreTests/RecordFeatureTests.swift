@@ -2,6 +2,9 @@ import Foundation
 import Synchronization
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
+@testable import LayerSyncStore
+@testable import LayerSyncTransport
 
 /// Comments, full-text search, history/rollback/deleted/restore, against the real server.
 @Suite(.serialized, .enabled(if: TestServer.isAvailable, "layersync-server not installed in .venv (run scripts/setup.sh)"))

@@ -1,5 +1,6 @@
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 @Suite struct ServerURLTests {
     @Test(arguments: ["http://127.0.0.1:8787", "http://localhost", "http://[::1]:9/", "http://127.5.6.7/sync", "https://example.com"])

@@ -1,3 +1,6 @@
+import LayerSyncModel
+
+
 /// Attachment bookkeeping of a layer store (the bytes are files; see ``StorageLayout``).
 extension LayerStore {
     /// Records an attachment added locally, to be uploaded by the next sync cycle.
@@ -5,7 +8,7 @@ extension LayerStore {
     ///   - id: The SHA-256 hex of the bytes.
     ///   - contentType: Its MIME type.
     /// - Throws: `.databaseAccessFailed`.
-    func addAttachment(id: String, contentType: String) throws(LayerSyncError) {
+    package func addAttachment(id: String, contentType: String) throws(LayerSyncError) {
         try withDatabase { db throws(LayerSyncError) in
             defer { invalidateCache() }
             try db.query("INSERT INTO attachments(id, content_type) VALUES (?, ?) ON CONFLICT(id) DO NOTHING",
@@ -14,7 +17,7 @@ extension LayerStore {
     }
 
     /// Records an attachment downloaded from the server (already uploaded).
-    func noteDownloadedAttachment(id: String, contentType: String) throws(LayerSyncError) {
+    package func noteDownloadedAttachment(id: String, contentType: String) throws(LayerSyncError) {
         try withDatabase { db throws(LayerSyncError) in
             defer { invalidateCache() }
             try db.query("""
@@ -25,7 +28,7 @@ extension LayerStore {
     }
 
     /// Attachments not yet on the server, oldest first: (id, content type).
-    func pendingAttachments() throws(LayerSyncError) -> [(id: String, contentType: String)] {
+    package func pendingAttachments() throws(LayerSyncError) -> [(id: String, contentType: String)] {
         try withDatabase { db throws(LayerSyncError) in
             try db.query("SELECT id, content_type FROM attachments WHERE uploaded = 0 ORDER BY rowid").compactMap { row in
                 guard let id = row[0].text, let type = row[1].text else { return nil }
@@ -35,7 +38,7 @@ extension LayerStore {
     }
 
     /// Marks an attachment as stored on the server.
-    func markAttachmentUploaded(id: String) throws(LayerSyncError) {
+    package func markAttachmentUploaded(id: String) throws(LayerSyncError) {
         try withDatabase { db throws(LayerSyncError) in
             defer { invalidateCache() }
             try db.query("UPDATE attachments SET uploaded = 1 WHERE id = ?", [.text(id)])
@@ -44,7 +47,7 @@ extension LayerStore {
 
     /// Forgets an attachment whose upload can never happen (its file vanished), so that it
     /// no longer blocks the sync cycle.
-    func dropPendingAttachment(id: String) throws(LayerSyncError) {
+    package func dropPendingAttachment(id: String) throws(LayerSyncError) {
         try withDatabase { db throws(LayerSyncError) in
             defer { invalidateCache() }
             try db.query("DELETE FROM attachments WHERE id = ? AND uploaded = 0", [.text(id)])
@@ -52,7 +55,7 @@ extension LayerStore {
     }
 
     /// The content type recorded for an attachment, if this layer knows it.
-    func attachmentContentType(id: String) throws(LayerSyncError) -> String? {
+    package func attachmentContentType(id: String) throws(LayerSyncError) -> String? {
         try withDatabase { db throws(LayerSyncError) in
             try db.query("SELECT content_type FROM attachments WHERE id = ?", [.text(id)]).first?.first?.text
         }

@@ -1,10 +1,11 @@
 import CCurl
+import LayerSyncModel
 import Synchronization
 
 /// Cancels HTTP transfers promptly from any thread: `cancel()` sets a flag and wakes the
 /// `curl_multi_poll` of the transfer currently attached, which then aborts.
 /// One token may serve a sequence of transfers (a download, a long-poll loop).
-final class TransferCancellation: Sendable {
+package final class TransferCancellation: Sendable {
     private struct State {
         var cancelled = false
         /// The multi handle of the running transfer; only woken while attached (under the lock).
@@ -14,13 +15,13 @@ final class TransferCancellation: Sendable {
     private let state = Mutex(State())
 
     /// A token that is not cancelled.
-    init() {}
+    package init() {}
 
     /// Whether `cancel()` has been called.
     var isCancelled: Bool { state.withLock { $0.cancelled } }
 
     /// Cancels the running and every later transfer using this token.
-    func cancel() {
+    package func cancel() {
         state.withLock { state in
             state.cancelled = true
             if let multi = state.multi { curl_multi_wakeup(multi.value) }

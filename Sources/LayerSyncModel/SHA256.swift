@@ -1,6 +1,6 @@
 /// SHA-256 (FIPS 180-4), for content-addressed attachment ids. Small and allocation-light;
 /// the engine hashes attachments once when they are added or downloaded.
-enum SHA256 {
+package enum SHA256 {
     private static let k: [UInt32] = [
         0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
         0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
@@ -13,7 +13,7 @@ enum SHA256 {
     ]
 
     /// The lowercase hex digest of `bytes` (64 characters).
-    static func hex<C: Collection>(_ bytes: C) -> String where C.Element == UInt8 {
+    package static func hex<C: Collection>(_ bytes: C) -> String where C.Element == UInt8 {
         var h: [UInt32] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]
         var message = Array(bytes)
         let bitLength = UInt64(message.count) * 8
@@ -52,7 +52,7 @@ enum SHA256 {
     private static func rotr(_ x: UInt32, _ n: UInt32) -> UInt32 { (x >> n) | (x << (32 - n)) }
 
     /// Whether `text` looks like a SHA-256 hex digest (64 lowercase hex digits).
-    static func isDigest(_ text: String) -> Bool {
+    package static func isDigest(_ text: String) -> Bool {
         text.utf8.count == 64 && text.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 }

@@ -1,11 +1,11 @@
 /// A validated sync server base URL (`http[s]://host[:port][/prefix]`).
-struct ServerURL: Sendable, Equatable {
+package struct ServerURL: Sendable, Equatable {
     /// `http` or `https`.
-    var scheme: String
+    package var scheme: String
     /// Host as written (IPv6 without brackets).
-    var host: String
+    package var host: String
     /// Explicit port, if any.
-    var port: Int?
+    package var port: Int?
     /// Path prefix without trailing slash (`""` or `/prefix`).
     var pathPrefix: String
 
@@ -15,7 +15,7 @@ struct ServerURL: Sendable, Equatable {
     ///   - allowInsecureHTTP: Whether plain `http://` is allowed for non-loopback hosts.
     /// - Throws: `.invalidURL` for anything that is not an absolute http(s) URL without
     ///   query, fragment or user info, or for plain http to a non-loopback host when not allowed.
-    init(_ text: String, allowInsecureHTTP: Bool) throws(LayerSyncError) {
+    package init(_ text: String, allowInsecureHTTP: Bool) throws(LayerSyncError) {
         func invalid(_ why: String) -> LayerSyncError { LayerSyncError(.invalidURL, "invalid server URL '\(text)': \(why)") }
         let lowered = text.lowercased()
         let scheme: String
@@ -84,7 +84,7 @@ struct ServerURL: Sendable, Equatable {
     }
 
     /// The normalised base URL without trailing slash.
-    var base: String {
+    package var base: String {
         let hostPart = host.contains(":") ? "[\(host)]" : host
         return "\(scheme)://\(hostPart)\(port.map { ":\($0)" } ?? "")\(pathPrefix)"
     }
@@ -92,12 +92,12 @@ struct ServerURL: Sendable, Equatable {
     /// An absolute URL for a path below the base.
     /// - Parameter path: A path starting with `/`, already percent-encoded.
     /// - Returns: The URL text.
-    func url(_ path: String) -> String { base + path }
+    package func url(_ path: String) -> String { base + path }
 
     /// Percent-encodes one path segment (RFC 3986 unreserved characters stay as they are).
     /// - Parameter segment: The raw segment.
     /// - Returns: The encoded segment.
-    static func encodeSegment(_ segment: String) -> String {
+    package static func encodeSegment(_ segment: String) -> String {
         var output: [UInt8] = []
         let hex = Array("0123456789ABCDEF".utf8)
         for byte in segment.utf8 {
@@ -118,7 +118,7 @@ struct ServerURL: Sendable, Equatable {
     /// The `{layer}` path segment: `~` for the default layer, else the encoded name.
     /// - Parameter layerName: The layer name.
     /// - Returns: The encoded segment.
-    static func layerSegment(_ layerName: String) -> String {
+    package static func layerSegment(_ layerName: String) -> String {
         layerName.isEmpty ? "~" : encodeSegment(layerName)
     }
 }

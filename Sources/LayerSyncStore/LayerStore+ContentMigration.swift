@@ -1,5 +1,8 @@
+import LayerSyncModel
+
+
 /// Content migration: rewriting the records of a store written in an older content format
-/// (ARCHITECTURE.md §8; Instant's `needsContentMigration` states).
+/// (docs/architecture.md §8; Instant's `needsContentMigration` states).
 ///
 /// Content versions (meta `content_version`; absent = current):
 /// - 1: Instant JSON v1 records (`"v": 1`, `text` a plain string).
@@ -10,7 +13,7 @@ extension LayerStore {
 
     /// Whether the records are in an older content format (record calls and syncing are
     /// refused with `.contentMigrationNeeded` until ``migrateContent()`` ran).
-    var needsContentMigration: Bool {
+    package var needsContentMigration: Bool {
         (((try? contentVersion()) ?? nil) ?? Self.contentVersion) < Self.contentVersion
     }
 
@@ -20,7 +23,7 @@ extension LayerStore {
     /// - Returns: The number of records rewritten.
     /// - Throws: `.databaseAccessFailed` (nothing is changed then).
     @discardableResult
-    func migrateContent() throws(LayerSyncError) -> Int {
+    package func migrateContent() throws(LayerSyncError) -> Int {
         try transaction(.full) { db throws(LayerSyncError) in
             var rewritten = 0
             for row in try db.query("SELECT id, content, server_content FROM records") {

@@ -1,10 +1,10 @@
 /// A page of a layer: the answer of `GET .../records` and `GET .../changes` (protocol.md).
-struct LayerPage: Sendable {
-    var epoch: String
-    var revision: Int64
-    var records: [ServerRecord]
-    var hasMore: Bool
-    var nextSince: Int64
+package struct LayerPage: Sendable {
+    package var epoch: String
+    package var revision: Int64
+    package var records: [ServerRecord]
+    package var hasMore: Bool
+    package var nextSince: Int64
 
     /// Creates a page.
     init(epoch: String, revision: Int64, records: [ServerRecord], hasMore: Bool, nextSince: Int64) {
@@ -18,7 +18,7 @@ struct LayerPage: Sendable {
     /// Decodes `{"epoch", "revision", "records", "has_more", "next_since"}`.
     /// - Parameter body: The answer's body.
     /// - Throws: `.invalidServerData` when it is not such an object or a record is malformed.
-    init(body: [UInt8]) throws(LayerSyncError) {
+    package init(body: [UInt8]) throws(LayerSyncError) {
         guard let json = try? JSONValue.parse(bytes: body), let epoch = json["epoch"]?.stringValue,
               let revision = json["revision"]?.int64Value, let items = json["records"]?.arrayValue else {
             throw LayerSyncError(.invalidServerData, "layer page without epoch/revision/records")

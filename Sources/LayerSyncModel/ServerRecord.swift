@@ -1,16 +1,16 @@
 /// A record as the server sends it (protocol.md "Record shape").
-struct ServerRecord: Sendable, Equatable {
+package struct ServerRecord: Sendable, Equatable {
     /// The record id.
-    var id: String
+    package var id: String
     /// The layer revision at which the record last changed.
-    var revision: Int64
+    package var revision: Int64
     /// `true` for a tombstone.
-    var deleted: Bool
+    package var deleted: Bool
     /// The Instant JSON object, `nil` for a tombstone.
-    var content: JSONValue?
+    package var content: JSONValue?
 
     /// Creates a record.
-    init(id: String, revision: Int64, deleted: Bool, content: JSONValue?) {
+    package init(id: String, revision: Int64, deleted: Bool, content: JSONValue?) {
         self.id = id
         self.revision = revision
         self.deleted = deleted
@@ -20,7 +20,7 @@ struct ServerRecord: Sendable, Equatable {
     /// Decodes `{"id", "revision", "deleted", "content"}`.
     /// - Parameter json: The record object.
     /// - Throws: `.invalidServerData` when a field is missing or ill-typed.
-    init(json: JSONValue) throws(LayerSyncError) {
+    package init(json: JSONValue) throws(LayerSyncError) {
         guard let id = json["id"]?.stringValue, let revision = json["revision"]?.int64Value else {
             throw LayerSyncError(.invalidServerData, "record without string id / integer revision")
         }
@@ -35,5 +35,5 @@ struct ServerRecord: Sendable, Equatable {
     }
 
     /// The content as compact JSON text, `nil` for a tombstone.
-    var contentText: String? { deleted ? nil : content?.jsonText }
+    package var contentText: String? { deleted ? nil : content?.jsonText }
 }

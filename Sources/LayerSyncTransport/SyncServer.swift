@@ -1,31 +1,15 @@
+import LayerSyncModel
 import Synchronization
-
-/// Whether a client may attempt requests: two flags kept apart so that neither silently undoes
-/// the other (docs/threading.md §8). Only the host's explicit call moves `hostSaysAvailable`;
-/// the reachability hint's answers move only `hintSaysOffline` (and an explicit "available"
-/// clears it, so the host's latest explicit word always wins; `hostWords` tells an answer
-/// asked for before that word, which must not undo it).
-struct NetworkAvailability: Sendable, Equatable {
-    /// The host's last explicit setting (``SyncClient/setNetworkAvailable(_:)``); initially `true`.
-    var hostSaysAvailable = true
-    /// The reachability hint's last answer was `false`; initially `false`.
-    var hintSaysOffline = false
-    /// How many explicit calls the host made so far. An ask of the hint queued before the latest
-    /// one answers for a failure that call superseded, so its answer is dropped.
-    var hostWords: UInt64 = 0
-    /// Whether requests may be attempted.
-    var isUsable: Bool { hostSaysAvailable && !hintSaysOffline }
-}
 
 /// The sync server as the client sees it: the endpoints of protocol.md version 1, with
 /// their error envelope mapped to ``ErrorCode``s. Every request carries
 /// `LayerSync-Protocol: 1`, and all but `info` a `Bearer` JWT.
-final class SyncServer: Sendable {
+package final class SyncServer: Sendable {
     /// The protocol version this client speaks.
     static let protocolVersion = 1
 
     /// The base URL.
-    let url: ServerURL
+    package let url: ServerURL
     private let requestTimeout: Double
     private let availability = Mutex(NetworkAvailability())
     private let transportFailureHandler = Mutex<(@Sendable (UInt64) -> Void)?>(nil)
@@ -34,22 +18,22 @@ final class SyncServer: Sendable {
     /// - Parameters:
     ///   - url: The validated base URL.
     ///   - requestTimeout: Seconds per ordinary request.
-    init(url: ServerURL, requestTimeout: Double) {
+    package init(url: ServerURL, requestTimeout: Double) {
         self.url = url
         self.requestTimeout = requestTimeout
     }
 
     /// Whether requests may be attempted: neither the host (``SyncClient/setNetworkAvailable(_:)``)
     /// nor the host's reachability hint (its last answer) says the network is gone.
-    var isNetworkAvailable: Bool { availability.withLock { $0.isUsable } }
+    package var isNetworkAvailable: Bool { availability.withLock { $0.isUsable } }
 
     /// The two flags behind ``isNetworkAvailable``.
-    var networkAvailability: NetworkAvailability { availability.withLock { $0 } }
+    package var networkAvailability: NetworkAvailability { availability.withLock { $0 } }
 
     /// Changes the availability flags atomically.
     /// - Parameter change: Sets `hostSaysAvailable` and/or `hintSaysOffline`.
     /// - Returns: Whether requests became possible by this change (they were not before).
-    func updateNetworkAvailability(_ change: (inout NetworkAvailability) -> Void) -> Bool {
+    package func updateNetworkAvailability(_ change: (inout NetworkAvailability) -> Void) -> Bool {
         availability.withLock { flags in
             let before = flags.isUsable
             change(&flags)
@@ -62,7 +46,7 @@ final class SyncServer: Sendable {
     /// thread, before the error is thrown, so it must return at once and never wait for the
     /// event thread. Its argument is ``NetworkAvailability/hostWords`` when the request was
     /// started: a request in flight across an explicit call failed for the superseded word.
-    func onTransportFailure(_ handler: @escaping @Sendable (UInt64) -> Void) {
+    package func onTransportFailure(_ handler: @escaping @Sendable (UInt64) -> Void) {
         transportFailureHandler.withLock { $0 = handler }
     }
 
@@ -71,7 +55,7 @@ final class SyncServer: Sendable {
     /// `GET /sync/v1/info` and the protocol check.
     /// - Returns: The server info.
     /// - Throws: `.requestFailed`, `.invalidServerData`, `.oldClient`, `.oldServer`, `.cancelled`.
-    func info(session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> ServerInfo {
+    package func info(session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> ServerInfo {
         let response = try send(HTTPRequest(url: url.url("/sync/v1/info")), jwt: nil, session: session, cancellation: cancellation)
         let json = String(decoding: response.body, as: UTF8.self)
         guard let body = try? JSONValue.parse(bytes: response.body),
@@ -101,7 +85,7 @@ final class SyncServer: Sendable {
     ///   - progress: Called with (bytes done, bytes total or -1).
     /// - Returns: The number of bytes received.
     /// - Throws: Mapped HTTP errors, `.requestFailed`, `.couldNotWriteToDisk`, `.cancelled`.
-    func downloadPDF(documentID: String, jwt: String, fileDescriptor: Int32, progress: @escaping @Sendable (Int64, Int64) -> Void,
+    package func downloadPDF(documentID: String, jwt: String, fileDescriptor: Int32, progress: @escaping @Sendable (Int64, Int64) -> Void,
                      session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) {
         var request = HTTPRequest(url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/pdf"))
         request.bodyFileDescriptor = fileDescriptor
@@ -111,7 +95,7 @@ final class SyncServer: Sendable {
     }
 
     /// `GET .../records?since=` (snapshot or delta page).
-    func records(documentID: String, layer: String, since: Int64, limit: Int? = nil, jwt: String,
+    package func records(documentID: String, layer: String, since: Int64, limit: Int? = nil, jwt: String,
                  session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> LayerPage {
         var path = layerPath(documentID, layer) + "/records?since=\(since)"
         if let limit { path += "&limit=\(limit)" }
@@ -120,7 +104,7 @@ final class SyncServer: Sendable {
     }
 
     /// `GET .../changes?since=&wait=` (long-poll).
-    func changes(documentID: String, layer: String, since: Int64, waitSeconds: Int, jwt: String,
+    package func changes(documentID: String, layer: String, since: Int64, waitSeconds: Int, jwt: String,
                  session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> LayerPage {
         var request = HTTPRequest(url: url.url(layerPath(documentID, layer) + "/changes?since=\(since)&wait=\(waitSeconds)"))
         request.timeoutSeconds = requestTimeout + Double(waitSeconds)
@@ -133,7 +117,7 @@ final class SyncServer: Sendable {
     ///   - body: The exact request body.
     /// - Returns: The decoded answer.
     /// - Throws: `.payloadLimitExceeded` for 413 and the other mapped errors.
-    func sync(documentID: String, layer: String, body: [UInt8], jwt: String,
+    package func sync(documentID: String, layer: String, body: [UInt8], jwt: String,
               session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> SyncAnswer {
         var request = HTTPRequest(method: "POST", url: url.url(layerPath(documentID, layer) + "/sync"))
         request.headers = ["Content-Type: application/json"]
@@ -145,7 +129,7 @@ final class SyncServer: Sendable {
     /// `GET .../records/{rid}/history`: the kept versions, newest first.
     /// - Returns: The versions.
     /// - Throws: `.invalidDocument` (404: nothing kept) and the other mapped errors.
-    func history(documentID: String, layer: String, recordID: String, jwt: String,
+    package func history(documentID: String, layer: String, recordID: String, jwt: String,
                  session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> [ServerRecord] {
         let path = layerPath(documentID, layer) + "/records/\(ServerURL.encodeSegment(recordID))/history"
         let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
@@ -165,7 +149,7 @@ final class SyncServer: Sendable {
     ///   - baseRevision: The record's revision the caller knows, or `nil`.
     /// - Returns: The record as written.
     /// - Throws: `.conflict` (409), `.invalidDocument` (404), `.invalidRequest` (400), and the other mapped errors.
-    func revive(_ operation: String, documentID: String, layer: String, recordID: String, revision: Int64?,
+    package func revive(_ operation: String, documentID: String, layer: String, recordID: String, revision: Int64?,
                 baseRevision: Int64?, jwt: String, session: HTTPSession,
                 cancellation: TransferCancellation) throws(LayerSyncError) -> ServerRecord {
         var request = HTTPRequest(method: "POST", url: url.url(layerPath(documentID, layer)
@@ -185,7 +169,7 @@ final class SyncServer: Sendable {
     /// `GET .../deleted?since=` pages, all of them: the layer's tombstones, each with
     /// `last_content` (the newest kept live version, or null).
     /// - Returns: The raw entries, in revision order.
-    func deleted(documentID: String, layer: String, jwt: String, session: HTTPSession,
+    package func deleted(documentID: String, layer: String, jwt: String, session: HTTPSession,
                  cancellation: TransferCancellation) throws(LayerSyncError) -> [JSONValue] {
         var entries: [JSONValue] = []
         var since: Int64 = 0
@@ -204,7 +188,7 @@ final class SyncServer: Sendable {
 
     /// `PUT documents/{id}/attachments/{sha256}`: uploads an attachment (idempotent).
     /// - Throws: `.invalidRequest` (hash mismatch), `.payloadLimitExceeded` (413), and the other mapped errors.
-    func putAttachment(documentID: String, id: String, bytes: [UInt8], contentType: String, jwt: String,
+    package func putAttachment(documentID: String, id: String, bytes: [UInt8], contentType: String, jwt: String,
                        session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) {
         var request = HTTPRequest(method: "PUT", url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/attachments/\(id)"))
         request.headers = ["Content-Type: \(contentType)"]
@@ -215,7 +199,7 @@ final class SyncServer: Sendable {
     /// `GET documents/{id}/attachments/{sha256}`.
     /// - Returns: The bytes and their content type.
     /// - Throws: `.invalidDocument` (404) and the other mapped errors.
-    func getAttachment(documentID: String, id: String, jwt: String, session: HTTPSession,
+    package func getAttachment(documentID: String, id: String, jwt: String, session: HTTPSession,
                        cancellation: TransferCancellation) throws(LayerSyncError) -> (bytes: [UInt8], contentType: String) {
         let request = HTTPRequest(url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/attachments/\(id)"))
         let response = try send(request, jwt: jwt, session: session, cancellation: cancellation, accept: "*/*")

@@ -1,12 +1,15 @@
+import LayerSyncModel
+
+
 /// The store's side of the sync cycle: freezing outgoing changes, applying the server's
 /// answers, and re-basing on a new snapshot.
 extension LayerStore {
     /// A batch of changes to send, and the changes that can never be sent (each alone over
     /// the size limit; frozen like the batch, and dropped by the sync cycle).
-    typealias Batch = (batch: [PendingChange], oversized: [PendingChange])
+    package typealias Batch = (batch: [PendingChange], oversized: [PendingChange])
 
     /// How ``nextBatch(_:)`` fills a batch.
-    struct BatchLimits: Sendable {
+    package struct BatchLimits: Sendable {
         /// Budget for the summed payload sizes (a first change that fits `maxChangeBytes`
         /// is always taken, so the queue always moves).
         var maxBytes: Int
@@ -30,7 +33,7 @@ extension LayerStore {
         }
 
         /// Limits with the changes of a request in flight given as they were sent.
-        init(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = LayerStore.defaultBatchCount,
+        package init(maxBytes: Int, maxChangeBytes: Int? = nil, maxCount: Int = LayerStore.defaultBatchCount,
              inFlight changes: [PendingChange]) {
             self.init(maxBytes: maxBytes, maxChangeBytes: maxChangeBytes, maxCount: maxCount,
                       inFlight: Set(changes.map(\.sequence)))
@@ -68,7 +71,7 @@ extension LayerStore {
     }
 
     /// ``nextBatch(maxBytes:maxChangeBytes:maxCount:)`` with all limits, in its own transaction.
-    func nextBatch(_ limits: BatchLimits) throws(LayerSyncError) -> Batch {
+    package func nextBatch(_ limits: BatchLimits) throws(LayerSyncError) -> Batch {
         try localEdit(.relaxed, freezing: true) { db throws(LayerSyncError) in (try Self.takeBatch(db, limits), pendingDelta: 0) }
     }
 
@@ -202,7 +205,7 @@ extension LayerStore {
     }
 
     /// Drops a change that can never be sent (over the server's size limit), alone
-    /// (ARCHITECTURE.md §4 rule 5), and reports it with the version it carried.
+    /// (docs/rules.md rule 5), and reports it with the version it carried.
     ///
     /// Later edits of the record, made while the change was in flight and queued behind it,
     /// stay queued and are sent in its place: they are the user's newest version (often the
@@ -216,7 +219,7 @@ extension LayerStore {
     ///   - reason: The rejection reason to report.
     /// - Returns: What changed locally, including the rejection report.
     /// - Throws: `.databaseAccessFailed`.
-    func dropChange(_ change: PendingChange, reason: String) throws(LayerSyncError) -> ServerChangeOutcome {
+    package func dropChange(_ change: PendingChange, reason: String) throws(LayerSyncError) -> ServerChangeOutcome {
         try transaction(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
             _ = try Self.dropAlone(db, sequence: change.sequence, changeID: change.changeID, recordID: change.recordID,
@@ -399,7 +402,7 @@ extension LayerStore {
     ///     for the result of an API call.
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
-    func applyServerRecords(_ records: [ServerRecord], since: Int64?,
+    package func applyServerRecords(_ records: [ServerRecord], since: Int64?,
                             durability: CommitDurability = .relaxed) throws(LayerSyncError) -> ServerChangeOutcome {
         try localEdit(durability) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
@@ -435,15 +438,15 @@ extension LayerStore {
     }
 
     /// What ``applySyncAnswer(_:sent:since:lastSyncTime:next:)`` did.
-    struct SyncRound: Sendable {
+    package struct SyncRound: Sendable {
         /// What changed locally.
-        var outcome: ServerChangeOutcome
+        package var outcome: ServerChangeOutcome
         /// Queued changes and attachments left afterwards.
-        var pending: Int
+        package var pending: Int
         /// The next batch, frozen in the same transaction (when asked for and anything is left).
-        var next: Batch?
+        package var next: Batch?
         /// Whether `lastSyncTime` was stored.
-        var storedSyncTime: Bool
+        package var storedSyncTime: Bool
     }
 
     /// One round of the sync cycle in one transaction (one commit): applies a sync answer's
@@ -457,7 +460,7 @@ extension LayerStore {
     ///   - lastSyncTime: Stored as meta `last_sync_time` if nothing is pending afterwards.
     ///   - next: The limits of the next batch, or `nil` for none.
     /// - Throws: `.databaseAccessFailed` (nothing is applied then).
-    func applySyncAnswer(_ answer: SyncAnswer, sent: [PendingChange], since: Int64?, lastSyncTime: Double?,
+    package func applySyncAnswer(_ answer: SyncAnswer, sent: [PendingChange], since: Int64?, lastSyncTime: Double?,
                          next: BatchLimits?) throws(LayerSyncError) -> SyncRound {
         try localEdit(.relaxed, freezing: next != nil) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
@@ -492,7 +495,7 @@ extension LayerStore {
 
     /// Starts staging a snapshot: empties `snapshot_staging` (left over from an interrupted download).
     /// - Throws: `.databaseAccessFailed`.
-    func beginSnapshot() throws(LayerSyncError) {
+    package func beginSnapshot() throws(LayerSyncError) {
         _ = try withDatabase(.relaxed) { db throws(LayerSyncError) in
             try db.query("DELETE FROM snapshot_staging")
         }
@@ -502,7 +505,7 @@ extension LayerStore {
     /// bounded by a page). A record seen again keeps its highest revision and its first position.
     /// - Parameter records: The page's records.
     /// - Throws: `.databaseAccessFailed`.
-    func stageSnapshotPage(_ records: [ServerRecord]) throws(LayerSyncError) {
+    package func stageSnapshotPage(_ records: [ServerRecord]) throws(LayerSyncError) {
         try withDatabase(.relaxed) { db throws(LayerSyncError) in
             try db.transaction(.relaxed) { () throws(LayerSyncError) in
                 for record in records {
@@ -521,7 +524,7 @@ extension LayerStore {
     /// Replaces the server side of the store with the staged snapshot (first download, or a
     /// new layer epoch) in one transaction, which also marks the layer downloaded — so a
     /// layer is downloaded with all its records or not at all — and re-bases queued local
-    /// changes onto it (ARCHITECTURE.md §4 rule 7): records with queued changes keep their
+    /// changes onto it (docs/rules.md rule 7): records with queued changes keep their
     /// local content and get one fresh, unsent change computed against the snapshot (create
     /// if the server lacks the record, else update or delete); every other record takes the
     /// snapshot's version. Runs in SQL, so memory does not grow with the layer.
@@ -532,7 +535,7 @@ extension LayerStore {
     ///     a first download, where every record is new).
     /// - Returns: What changed locally.
     /// - Throws: `.databaseAccessFailed`.
-    func finishSnapshot(epoch: String, revision: Int64, reportChanges: Bool) throws(LayerSyncError) -> ServerChangeOutcome {
+    package func finishSnapshot(epoch: String, revision: Int64, reportChanges: Bool) throws(LayerSyncError) -> ServerChangeOutcome {
         try transaction(.relaxed) { db throws(LayerSyncError) in
             var outcome = ServerChangeOutcome()
             let notPending = "NOT EXISTS (SELECT 1 FROM pending_changes p WHERE p.record_id = r.id)"
@@ -610,7 +613,7 @@ extension LayerStore {
     }
 
     /// The last server revision this store knows for a record, `nil` if none.
-    func knownServerRevision(id: String) throws(LayerSyncError) -> Int64? {
+    package func knownServerRevision(id: String) throws(LayerSyncError) -> Int64? {
         try withDatabase { db throws(LayerSyncError) in
             try db.query("SELECT server_revision FROM records WHERE id = ?", [.text(id)]).first?.first?.integer
         }
@@ -621,7 +624,7 @@ extension LayerStore {
     /// - Parameter id: The record id.
     /// - Returns: `true` for a local-only record; `false` for one the server confirmed or an unknown id.
     /// - Throws: `.databaseAccessFailed`, `.invalidState` after storage removal.
-    func isLocalOnly(id: String) throws(LayerSyncError) -> Bool {
+    package func isLocalOnly(id: String) throws(LayerSyncError) -> Bool {
         try withDatabase { db throws(LayerSyncError) in
             guard let row = try db.query("SELECT server_revision FROM records WHERE id = ?", [.text(id)]).first else { return false }
             return row[0].integer == nil

@@ -2,7 +2,7 @@ extension JSONValue {
     /// Compact JSON text: no insignificant whitespace, members in stored order, numbers
     /// as parsed, strings escaped only where JSON requires (`"`, `\`, control characters),
     /// so every other byte of a string value is written unchanged.
-    var jsonText: String {
+    package var jsonText: String {
         var output: [UInt8] = []
         output.reserveCapacity(128)
         write(to: &output)
@@ -10,7 +10,7 @@ extension JSONValue {
     }
 
     /// The compact JSON text as UTF-8 bytes.
-    var jsonBytes: [UInt8] {
+    package var jsonBytes: [UInt8] {
         var output: [UInt8] = []
         write(to: &output)
         return output
@@ -18,7 +18,7 @@ extension JSONValue {
 
     /// Appends the compact JSON text to `output`.
     /// - Parameter output: The byte buffer to append to.
-    func write(to output: inout [UInt8]) {
+    package func write(to output: inout [UInt8]) {
         switch self {
         case .null: output.append(contentsOf: "null".utf8)
         case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)

@@ -48,7 +48,7 @@ public struct LayerSyncError: Error, Sendable, CustomStringConvertible {
     }
 
     /// A copy with `documentID` set (used when an engine error surfaces through a document).
-    func with(documentID: String) -> LayerSyncError {
+    package func with(documentID: String) -> LayerSyncError {
         var copy = self
         copy.documentID = documentID
         return copy

@@ -3,7 +3,7 @@ extension JSONValue {
     /// - Parameter text: The JSON text.
     /// - Returns: The parsed value.
     /// - Throws: `.invalidArgument` when the text is not valid JSON.
-    static func parse(_ text: String) throws(LayerSyncError) -> JSONValue {
+    package static func parse(_ text: String) throws(LayerSyncError) -> JSONValue {
         try parse(bytes: Array(text.utf8))
     }
 
@@ -11,7 +11,7 @@ extension JSONValue {
     /// - Parameter bytes: The JSON text as UTF-8.
     /// - Returns: The parsed value.
     /// - Throws: `.invalidArgument` when the bytes are not valid JSON.
-    static func parse(bytes: [UInt8]) throws(LayerSyncError) -> JSONValue {
+    package static func parse(bytes: [UInt8]) throws(LayerSyncError) -> JSONValue {
         try bytes.withUnsafeBufferPointer { buffer throws(LayerSyncError) in try parse(bytes: buffer) }
     }
 
@@ -199,7 +199,7 @@ extension JSONValue {
     /// engine only passes through, such as stored record content spliced into a request.
     /// - Parameter bytes: The JSON text as UTF-8.
     /// - Returns: `true` if ``parse(bytes:)`` would succeed.
-    static func isValid(bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+    package static func isValid(bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         var validator = JSONValidator(bytes: bytes)
         return validator.validateDocument()
     }

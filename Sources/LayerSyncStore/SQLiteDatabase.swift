@@ -1,4 +1,5 @@
 import CSQLite
+import LayerSyncModel
 
 /// A thin owner of one `sqlite3` connection. Not thread-safe by itself: ``LayerStore``
 /// uses it only inside its mutex (the connection is opened with `SQLITE_OPEN_NOMUTEX`).

@@ -1,12 +1,15 @@
+import LayerSyncModel
+
+
 /// Local record edits: each one commits the record and its pending change in one
-/// transaction (ARCHITECTURE.md §4 rule 1).
+/// transaction (docs/rules.md rule 1).
 extension LayerStore {
     /// Inserts a new record and queues its `create`.
     /// - Parameters:
     ///   - id: The record id.
     ///   - content: The Instant JSON text to store.
     /// - Throws: `.invalidArgument` if a record (live or deleted) with `id` exists; `.databaseAccessFailed`.
-    func createRecord(id: String, content: String) throws(LayerSyncError) {
+    package func createRecord(id: String, content: String) throws(LayerSyncError) {
         try localEdit { db throws(LayerSyncError) in
             if try !db.query("SELECT 1 FROM records WHERE id = ?", [.text(id)]).isEmpty {
                 throw LayerSyncError(.invalidArgument, "a record with id \(id) already exists", recordID: id)
@@ -21,7 +24,7 @@ extension LayerStore {
     ///   - id: The record id.
     ///   - content: The new Instant JSON text.
     /// - Throws: `.noSuchAnnotation` if no live record has `id`; `.databaseAccessFailed`.
-    func updateRecord(id: String, content: String) throws(LayerSyncError) {
+    package func updateRecord(id: String, content: String) throws(LayerSyncError) {
         try localEdit { db throws(LayerSyncError) in
             guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first else {
                 throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(id)", recordID: id)
@@ -37,7 +40,7 @@ extension LayerStore {
     /// - Returns: The ids deleted, the record first.
     /// - Throws: `.noSuchAnnotation` if no live record has `id`; `.databaseAccessFailed`.
     @discardableResult
-    func deleteRecord(id: String) throws(LayerSyncError) -> [String] {
+    package func deleteRecord(id: String) throws(LayerSyncError) -> [String] {
         try localEdit { db throws(LayerSyncError) in
             guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first else {
                 throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(id)", recordID: id)
@@ -92,26 +95,36 @@ extension LayerStore {
     /// - Parameter id: The record id.
     /// - Returns: The Instant JSON text, or `nil` if there is no live record with `id`.
     /// - Throws: `.databaseAccessFailed`.
-    func record(id: String) throws(LayerSyncError) -> String? {
+    package func record(id: String) throws(LayerSyncError) -> String? {
         try withDatabase { db throws(LayerSyncError) in
             try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first?.text
         }
     }
 
     /// Filter of ``listRecords(filter:)``; every field optional.
-    struct RecordFilter: Sendable {
-        var pageIndex: Int64?
-        var type: String?
-        var creatorName: String?
-        var limit: Int64?
-        var offset: Int64?
+    package struct RecordFilter: Sendable {
+        package var pageIndex: Int64?
+        package var type: String?
+        package var creatorName: String?
+        package var limit: Int64?
+        package var offset: Int64?
+
+        /// A filter; with no arguments it lets every live record through.
+        package init(pageIndex: Int64? = nil, type: String? = nil, creatorName: String? = nil, limit: Int64? = nil,
+                     offset: Int64? = nil) {
+            self.pageIndex = pageIndex
+            self.type = type
+            self.creatorName = creatorName
+            self.limit = limit
+            self.offset = offset
+        }
     }
 
     /// Live records in creation order, filtered.
     /// - Parameter filter: The filter.
     /// - Returns: The records' Instant JSON texts.
     /// - Throws: `.databaseAccessFailed`.
-    func listRecords(filter: RecordFilter) throws(LayerSyncError) -> [String] {
+    package func listRecords(filter: RecordFilter) throws(LayerSyncError) -> [String] {
         var sql = "SELECT content FROM records WHERE content IS NOT NULL"
         var bindings: [SQLiteDatabase.Value] = []
         if let pageIndex = filter.pageIndex {
@@ -140,7 +153,7 @@ extension LayerStore {
     ///   - limit: Maximum number of results.
     /// - Returns: The records' Instant JSON texts.
     /// - Throws: `.invalidArgument` for a query without words; `.databaseAccessFailed`.
-    func searchRecords(query: String, limit: Int64) throws(LayerSyncError) -> [String] {
+    package func searchRecords(query: String, limit: Int64) throws(LayerSyncError) -> [String] {
         // A word is what the unicode61 tokenizer indexes: a run of letters and digits. Pieces
         // without any ("!!!", "--") would match nothing, so they are not words.
         let words = query.split(whereSeparator: { $0.isWhitespace })
@@ -186,7 +199,7 @@ extension LayerStore {
     /// - Parameter rootID: The root record's id.
     /// - Returns: The comments' Instant JSON texts.
     /// - Throws: `.noSuchAnnotation` when no live record has `rootID`; `.databaseAccessFailed`.
-    func comments(rootID: String) throws(LayerSyncError) -> [String] {
+    package func comments(rootID: String) throws(LayerSyncError) -> [String] {
         try withDatabase { db throws(LayerSyncError) in
             guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(rootID)]).first?.first else {
                 throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(rootID)", recordID: rootID)

@@ -1,4 +1,5 @@
 import CCurl
+import LayerSyncModel
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -37,7 +38,7 @@ struct HTTPResponse: Sendable {
 /// It keeps one easy handle, so keep-alive connections are reused across requests, and
 /// drives it through a multi handle with `curl_multi_poll`, so a ``TransferCancellation``
 /// can abort a running transfer at once with `curl_multi_wakeup`.
-final class HTTPSession: Sendable {
+package final class HTTPSession: Sendable {
     private struct Handles {
         var easy: UncheckedSendable<UnsafeMutableRawPointer>
         var multi: UncheckedSendable<UnsafeMutableRawPointer>
@@ -51,7 +52,7 @@ final class HTTPSession: Sendable {
 
     /// Creates a session.
     /// - Parameter connectTimeoutSeconds: Seconds allowed to establish a connection.
-    init(connectTimeoutSeconds: Double) {
+    package init(connectTimeoutSeconds: Double) {
         Self.globalInit
         self.connectTimeoutSeconds = connectTimeoutSeconds
         handles = Mutex(Handles(easy: UncheckedSendable(curl_easy_init()!), multi: UncheckedSendable(curl_multi_init()!)))

@@ -4,7 +4,7 @@
 /// The reference server enforces the same limits (docs/protocol.md, "Record limits");
 /// checking them at the API turns a would-be server rejection into an immediate
 /// `INVALID_JSON_STRUCTURE` that loses nothing.
-enum RecordLimits {
+package enum RecordLimits {
     /// Deepest nesting of objects and arrays inside one record (the record itself is 1).
     /// Instant JSON records nest a few levels; ink `lines` are the deepest at 4.
     static let maximumDepth = 64
@@ -15,7 +15,7 @@ enum RecordLimits {
 
     /// Checks `value` against the limits.
     /// - Throws: `.invalidJSONStructure` naming the first violation.
-    static func check(_ value: JSONValue) throws(LayerSyncError) {
+    package static func check(_ value: JSONValue) throws(LayerSyncError) {
         try check(value, depth: 1)
     }
 
@@ -45,7 +45,7 @@ enum RecordLimits {
 
     /// Whether `id` is a valid record id: 1–128 characters, no control characters
     /// (U+0000–U+001F, U+007F), as docs/protocol.md requires.
-    static func isValidID(_ id: String) -> Bool {
+    package static func isValidID(_ id: String) -> Bool {
         (1...128).contains(id.count) && !id.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
     }
 }

@@ -1,20 +1,23 @@
+import LayerSyncModel
+
+
 /// What the client-level storage functions read from a layer store without a descriptor.
 extension LayerStore {
     /// A layer store's identity and status, for ``SyncClient/localDocumentsJSON()``.
-    struct Summary: Sendable {
-        var documentID: String?
-        var layerName: String?
-        var downloaded: Bool
-        var pendingChanges: Int
+    package struct Summary: Sendable {
+        package var documentID: String?
+        package var layerName: String?
+        package var downloaded: Bool
+        package var pendingChanges: Int
         /// Attachments added locally and not uploaded yet (unsynced too).
-        var pendingAttachments: Int
-        var recordCount: Int
+        package var pendingAttachments: Int
+        package var recordCount: Int
     }
 
     /// Reads the summary.
     /// - Returns: The summary.
     /// - Throws: `.databaseAccessFailed`, `.invalidState` after ``close()``.
-    func summary() throws(LayerSyncError) -> Summary {
+    package func summary() throws(LayerSyncError) -> Summary {
         try withDatabase { db throws(LayerSyncError) in
             Summary(
                 documentID: try Self.meta(db, "document_id"),
@@ -32,7 +35,7 @@ extension LayerStore {
     /// later; the sync cycle needs their bytes).
     /// - Returns: The ids.
     /// - Throws: `.databaseAccessFailed`, `.invalidState` after ``close()``.
-    func referencedAttachmentIDs() throws(LayerSyncError) -> Set<String> {
+    package func referencedAttachmentIDs() throws(LayerSyncError) -> Set<String> {
         try withDatabase { db throws(LayerSyncError) in
             var ids = Set(try db.query("SELECT id FROM attachments WHERE uploaded = 0").compactMap { $0.first?.text })
             for column in ["content", "server_content"] {

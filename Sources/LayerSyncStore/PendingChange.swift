@@ -1,3 +1,6 @@
+import LayerSyncModel
+
+
 /// A local change waiting in the store's queue, in the form the sync cycle sends it.
 ///
 /// Once sent (attempted) a change is frozen: its `payload` — the exact JSON of the
@@ -12,7 +15,7 @@
 /// because it may have been sent before a power loss undid its freeze (see
 /// ``LayerStore/sealPendingChanges(_:)``): later edits get a row of their own, and its base
 /// revision is fixed when it is frozen for sending, as for an unsent change.
-struct PendingChange: Sendable, Equatable {
+package struct PendingChange: Sendable, Equatable {
     /// The operation of a change.
     enum Operation: String, Sendable {
         case create, update, delete
@@ -27,7 +30,7 @@ struct PendingChange: Sendable, Equatable {
     /// What it does.
     var operation: Operation
     /// The change as JSON text: `{"change_id","op","id"[,"base_revision"][,"content"]}`.
-    var payload: String
+    package var payload: String
     /// Where the change's content is in `payload` (offsets of its UTF-8 bytes) when it went in
     /// as stored; `nil` otherwise (no content, content sent as `null`, or a payload an earlier
     /// version stored). Lets an accepted change record its content without reading the row again.
@@ -35,17 +38,20 @@ struct PendingChange: Sendable, Equatable {
 }
 
 /// What applying a server answer changed locally.
-struct ServerChangeOutcome: Sendable {
+package struct ServerChangeOutcome: Sendable {
     /// Records changed by the server, for `didReceiveChanges`.
-    var changes = RecordChanges()
+    package var changes = RecordChanges()
     /// Local changes that lost, for `didRejectChanges`.
-    var rejections: [RejectedChange] = []
+    package var rejections: [RejectedChange] = []
     /// Records whose unsynced local changes were re-based onto a new layer snapshot
     /// (epoch changed), for `didResetLayer`.
-    var rebased: [String] = []
+    package var rebased: [String] = []
+
+    /// Nothing changed.
+    package init() {}
 
     /// Appends another outcome.
-    mutating func merge(_ other: ServerChangeOutcome) {
+    package mutating func merge(_ other: ServerChangeOutcome) {
         changes.created += other.changes.created
         changes.updated += other.changes.updated
         changes.deleted += other.changes.deleted

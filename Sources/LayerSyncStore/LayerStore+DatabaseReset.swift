@@ -1,10 +1,11 @@
+import LayerSyncModel
 import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// Reset for a database migration (Instant's `needsResetForDatabaseMigration` states,
-/// ARCHITECTURE.md §4, §8): a `layer.sqlite` whose `user_version` is newer than this library
+/// docs/architecture.md §4, §8): a `layer.sqlite` whose `user_version` is newer than this library
 /// opens without a connection (nothing is written to it); ``salvageAndMoveAside()`` reads its
 /// pending local changes with plain SELECTs into `layer.salvage.json`, moves the file aside as
 /// `layer.sqlite.schema-N.bak`, and ``installFreshDatabase()`` creates an empty current store.
@@ -18,7 +19,7 @@ extension LayerStore {
     }
 
     /// One pending local change read from the old store.
-    struct SalvagedEdit: Sendable, Equatable {
+    package struct SalvagedEdit: Sendable, Equatable {
         var recordID: String
         var operation: PendingChange.Operation
         var content: String?
@@ -27,7 +28,7 @@ extension LayerStore {
     static let salvageFileName = "layer.salvage.json"
 
     /// Whether the store needs a reset for a database migration (no connection until then).
-    var needsDatabaseReset: Bool { resetState.withLock { $0 != nil } }
+    package var needsDatabaseReset: Bool { resetState.withLock { $0 != nil } }
 
     private var databasePath: String { directory + "/layer.sqlite" }
     private var salvagePath: String { directory + "/" + Self.salvageFileName }
@@ -38,7 +39,7 @@ extension LayerStore {
     ///   (the old file is kept as `.bak` then), or `nil`.
     /// - Throws: `.couldNotWriteToDisk` when the salvage file cannot be written or the store
     ///   cannot be moved (nothing is lost: the old file stays in place).
-    func salvageAndMoveAside() throws(LayerSyncError) -> (edits: [SalvagedEdit], loss: LayerSyncError?) {
+    package func salvageAndMoveAside() throws(LayerSyncError) -> (edits: [SalvagedEdit], loss: LayerSyncError?) {
         var edits = try Self.readSalvageFile(salvagePath)
         var loss: LayerSyncError?
         let version: Int64? = StorageLayout.fileExists(databasePath) ? {
@@ -82,7 +83,7 @@ extension LayerStore {
     }
 
     /// Creates the current schema in a new `layer.sqlite` and opens the store on it.
-    func installFreshDatabase() throws(LayerSyncError) {
+    package func installFreshDatabase() throws(LayerSyncError) {
         let file = Glibc.open(databasePath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if file >= 0 { Glibc.close(file) }
         let path = databasePath
@@ -101,7 +102,7 @@ extension LayerStore {
     }
 
     /// After a failed reset: drops the connection; the store needs a reset again.
-    func abandonReset() {
+    package func abandonReset() {
         database.withLock { $0 = nil }
         invalidateCache()
         resetState.withLock { state in if state == nil { state = ResetState(schemaVersion: Self.schemaVersion) } }
@@ -110,7 +111,7 @@ extension LayerStore {
     /// Re-queues salvaged edits onto the freshly downloaded snapshot, in one transaction, then
     /// removes the salvage file and leaves the needs-reset mode.
     /// - Throws: `.databaseAccessFailed` (nothing re-queued; the salvage file stays).
-    func requeueSalvaged(_ edits: [SalvagedEdit]) throws(LayerSyncError) {
+    package func requeueSalvaged(_ edits: [SalvagedEdit]) throws(LayerSyncError) {
         try transaction(.full) { db throws(LayerSyncError) in
             for edit in edits {
                 let row = try db.query("SELECT content FROM records WHERE id = ?", [.text(edit.recordID)]).first

@@ -1,18 +1,18 @@
-/// The claims of a LayerSync JWT, from the offline shape check (ARCHITECTURE.md §3).
+/// The claims of a LayerSync JWT, from the offline shape check (docs/architecture.md §3).
 ///
 /// The client never verifies signatures (it has no key); it only checks that the token
 /// is three dot-separated base64url parts whose header and payload are JSON objects,
 /// that `document_id` is a non-empty string, and that optional claims are well-typed.
 /// The server verifies signature and expiry.
-struct JWTClaims: Sendable, Equatable {
+package struct JWTClaims: Sendable, Equatable {
     /// The token text as given.
-    var token: String
+    package var token: String
     /// `document_id`.
-    var documentID: String
+    package var documentID: String
     /// `layer` (alias `layer_name`); `""` is the default layer.
-    var layerName: String
+    package var layerName: String
     /// `user_id`, if present.
-    var userID: String?
+    package var userID: String?
     /// `permissions`, if present.
     var permissions: [String]?
     /// `exp` in seconds since the Unix epoch, if present.
@@ -23,7 +23,7 @@ struct JWTClaims: Sendable, Equatable {
     /// Shape-checks and decodes a JWT.
     /// - Parameter token: The compact JWS text.
     /// - Throws: `.invalidJWT` describing the first problem found.
-    init(token: String) throws(LayerSyncError) {
+    package init(token: String) throws(LayerSyncError) {
         func invalid(_ why: String) -> LayerSyncError { LayerSyncError(.invalidJWT, "malformed JWT: \(why)") }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else { throw invalid("expected 3 dot-separated parts, found \(parts.count)") }

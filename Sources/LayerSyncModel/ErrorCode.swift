@@ -1,4 +1,4 @@
-/// A LayerSync error code (ARCHITECTURE.md §5).
+/// A LayerSync error code (docs/architecture.md §5).
 ///
 /// Codes below 1000 keep the numbers of PSPDFKit Instant's `InstantError` so that
 /// people who know Instant recognise them; LayerSync's own codes start at 1000.

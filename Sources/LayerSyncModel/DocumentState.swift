@@ -1,4 +1,4 @@
-/// The sync state of a document layer, with Instant's raw values (ARCHITECTURE.md §4).
+/// The sync state of a document layer, with Instant's raw values (docs/architecture.md §4).
 public enum DocumentState: Int32, Sendable, CustomStringConvertible {
     /// Not downloaded yet, or not known.
     case unknown = 0

@@ -4,7 +4,7 @@
 /// Instant JSON is arbitrary JSON, so records are held as `JSONValue` rather than
 /// decoded into fixed types. Parsing is in `JSONValue+Parsing.swift`, writing in
 /// `JSONValue+Writing.swift`.
-enum JSONValue: Sendable, Equatable {
+package enum JSONValue: Sendable, Equatable {
     case null
     case bool(Bool)
     /// A number, kept as its JSON text (e.g. `"1.50"`) so it round-trips exactly.
@@ -14,13 +14,13 @@ enum JSONValue: Sendable, Equatable {
     case object(JSONObject)
 
     /// The string value, or `nil` for any other kind.
-    var stringValue: String? {
+    package var stringValue: String? {
         if case .string(let value) = self { return value }
         return nil
     }
 
     /// The number as an `Int64`, or `nil` if not an integral number that fits.
-    var int64Value: Int64? {
+    package var int64Value: Int64? {
         guard case .number(let text) = self else { return nil }
         if let value = Int64(text) { return value }
         if let double = Double(text), double.rounded() == double, abs(double) < 9.0e15 { return Int64(double) }
@@ -34,13 +34,13 @@ enum JSONValue: Sendable, Equatable {
     }
 
     /// The bool value, or `nil` for any other kind.
-    var boolValue: Bool? {
+    package var boolValue: Bool? {
         if case .bool(let value) = self { return value }
         return nil
     }
 
     /// The elements, or `nil` for any other kind.
-    var arrayValue: [JSONValue]? {
+    package var arrayValue: [JSONValue]? {
         if case .array(let value) = self { return value }
         return nil
     }
@@ -52,38 +52,38 @@ enum JSONValue: Sendable, Equatable {
     }
 
     /// `true` for `.null`.
-    var isNull: Bool { self == .null }
+    package var isNull: Bool { self == .null }
 
     /// Member lookup on objects; `nil` for missing keys and non-objects.
-    subscript(key: String) -> JSONValue? { objectValue?[key] }
+    package subscript(key: String) -> JSONValue? { objectValue?[key] }
 
     /// A JSON number for an integer.
-    static func integer<T: BinaryInteger>(_ value: T) -> JSONValue { .number(String(value)) }
+    package static func integer<T: BinaryInteger>(_ value: T) -> JSONValue { .number(String(value)) }
 }
 
 /// A JSON object whose members keep their order. A duplicate key in parsed text
 /// replaces the earlier value in place (last one wins, as in jansson and Python).
-struct JSONObject: Sendable, Equatable {
+package struct JSONObject: Sendable, Equatable {
     /// One member.
-    struct Member: Sendable, Equatable {
-        var key: String
-        var value: JSONValue
+    package struct Member: Sendable, Equatable {
+        package var key: String
+        package var value: JSONValue
     }
 
     /// Members in document order.
-    private(set) var members: [Member] = []
+    package private(set) var members: [Member] = []
 
     /// An empty object.
-    init() {}
+    package init() {}
 
     /// An object from ordered key/value pairs.
     /// - Parameter pairs: Members in order; later duplicates replace earlier ones.
-    init(_ pairs: [(String, JSONValue)]) {
+    package init(_ pairs: [(String, JSONValue)]) {
         for (key, value) in pairs { self[key] = value }
     }
 
     /// Gets, replaces (keeping position), appends, or (with `nil`) removes a member.
-    subscript(key: String) -> JSONValue? {
+    package subscript(key: String) -> JSONValue? {
         get { members.first { $0.key == key }?.value }
         set {
             let index = members.firstIndex { $0.key == key }

@@ -9,7 +9,7 @@ import Glibc
 /// Ids from one process are strictly increasing: within one millisecond (or if the clock
 /// steps back) the random part of the previous id is incremented instead of redrawn.
 /// Record ids, change ids and client ids are ULIDs.
-enum ULID {
+package enum ULID {
     /// Crockford's base32 alphabet (no I, L, O, U).
     static let alphabet = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ".utf8)
 
@@ -23,7 +23,7 @@ enum ULID {
 
     /// A new ULID, later than every ULID this process generated before.
     /// - Returns: 26 uppercase Crockford base32 characters.
-    static func generate() -> String {
+    package static func generate() -> String {
         generate(milliseconds: currentMilliseconds())
     }
 

@@ -1,3 +1,4 @@
+
 /// How a layer store transaction commits: with an fsync (`synchronous=FULL`) or without one
 /// (`synchronous=NORMAL`). The store runs in WAL mode, where SQLite lets a connection switch
 /// `PRAGMA synchronous` between transactions (https://sqlite.org/pragma.html#pragma_synchronous).
@@ -13,7 +14,7 @@
 /// - Server data lost that way is fetched again: the revision cursor (`since`) commits in the
 ///   same transaction as the records.
 /// - A lost accepted/rejected answer leaves the change queued; it is resent with the same change
-///   id and the server answers with its recorded outcome (ARCHITECTURE.md §4 rule 2).
+///   id and the server answers with its recorded outcome (docs/rules.md rule 2).
 /// - A lost freeze (``LayerStore/takeBatch(_:_:)``) is the one hazard: the change may have
 ///   reached the server, and a later local edit coalesced into the no-longer-frozen row would go
 ///   out under a change id the server has already applied (and be dropped as a duplicate).
@@ -23,7 +24,7 @@
 ///
 /// Every write made by a public API call (create/update/delete a record, attachments, meta the
 /// host sets) commits with the store's ``LayerStore/localWriteDurability``: `.full` by default
-/// (rule 1: durable when the call returns), `.relaxed` when the client asked for it
+/// (docs/rules.md rule 1: durable when the call returns), `.relaxed` when the client asked for it
 /// (``ClientConfiguration/localWriteDurability``, C `LAYERSYNC_DURABILITY_NORMAL`). Then a batch
 /// holding a relaxed API write that no FULL commit has covered yet is frozen `.full`, so that
 /// nothing is sent before it is durable here.

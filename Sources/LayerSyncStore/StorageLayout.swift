@@ -1,21 +1,23 @@
+import LayerSyncModel
+
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Paths of the client's on-disk layout (ARCHITECTURE.md §8):
+/// Paths of the client's on-disk layout (docs/architecture.md §8):
 /// `<storage>/<server-key>/<document-key>/document.pdf` and
 /// `.../layers/<layer-key>/{layer.sqlite,lock}`. Directories are created 0700.
-struct StorageLayout: Sendable {
+package struct StorageLayout: Sendable {
     /// The client's storage directory.
-    var root: String
+    package var root: String
     /// `<root>/<server-key>`.
-    var serverDirectory: String
+    package var serverDirectory: String
 
     /// Creates the layout for one server.
     /// - Parameters:
     ///   - root: The storage directory.
     ///   - server: The server's base URL.
-    init(root: String, server: ServerURL) {
+    package init(root: String, server: ServerURL) {
         var root = root
         while root.count > 1, root.hasSuffix("/") { root.removeLast() }
         self.root = root
@@ -24,11 +26,11 @@ struct StorageLayout: Sendable {
     }
 
     /// `<server>/<document-key>`.
-    func documentDirectory(_ documentID: String) -> String { serverDirectory + "/" + Self.key(documentID) }
+    package func documentDirectory(_ documentID: String) -> String { serverDirectory + "/" + Self.key(documentID) }
     /// `<server>/<document-key>/document.pdf`.
-    func pdfPath(_ documentID: String) -> String { documentDirectory(documentID) + "/document.pdf" }
+    package func pdfPath(_ documentID: String) -> String { documentDirectory(documentID) + "/document.pdf" }
     /// `<server>/<document-key>/layers/<layer-key>`.
-    func layerDirectory(_ documentID: String, layer: String) -> String {
+    package func layerDirectory(_ documentID: String, layer: String) -> String {
         documentDirectory(documentID) + "/layers/" + Self.key(layer.isEmpty ? "~" : layer)
     }
 
@@ -63,7 +65,7 @@ struct StorageLayout: Sendable {
     /// Creates a directory and its missing parents with mode 0700.
     /// - Parameter path: The directory.
     /// - Throws: `.couldNotWriteToDisk` if a component cannot be created or is not a directory.
-    static func createDirectory(_ path: String) throws(LayerSyncError) {
+    package static func createDirectory(_ path: String) throws(LayerSyncError) {
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             current += "/" + component
@@ -77,7 +79,7 @@ struct StorageLayout: Sendable {
     }
 
     /// Whether a regular file exists at `path`.
-    static func fileExists(_ path: String) -> Bool {
+    package static func fileExists(_ path: String) -> Bool {
         var info = stat()
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
     }
@@ -85,7 +87,7 @@ struct StorageLayout: Sendable {
 
 extension StorageLayout {
     /// Names in a directory (without `.` and `..`); empty if it cannot be read.
-    static func entries(_ path: String) -> [String] {
+    package static func entries(_ path: String) -> [String] {
         guard let directory = opendir(path) else { return [] }
         defer { closedir(directory) }
         var names: [String] = []
@@ -99,7 +101,7 @@ extension StorageLayout {
     }
 
     /// Whether `path` is a directory.
-    static func isDirectory(_ path: String) -> Bool {
+    package static func isDirectory(_ path: String) -> Bool {
         var info = stat()
         return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
@@ -111,7 +113,7 @@ extension StorageLayout {
     }
 
     /// Bytes of every regular file below `path` (or of `path` itself).
-    static func treeSize(_ path: String) -> Int64 {
+    package static func treeSize(_ path: String) -> Int64 {
         guard isDirectory(path) else { return fileSize(path) }
         return entries(path).reduce(0) { $0 + treeSize(path + "/" + $1) }
     }
@@ -119,7 +121,7 @@ extension StorageLayout {
     /// Removes a file or a directory tree (symbolic links are removed, never followed).
     /// - Parameter path: What to remove; absent is fine.
     /// - Throws: `.couldNotRemoveDiskCacheEntries` naming the first path that could not be removed.
-    static func removeTree(_ path: String) throws(LayerSyncError) {
+    package static func removeTree(_ path: String) throws(LayerSyncError) {
         if isDirectory(path) {
             for name in entries(path) { try removeTree(path + "/" + name) }
             guard rmdir(path) == 0 || errno == ENOENT else {

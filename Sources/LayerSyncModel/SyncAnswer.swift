@@ -1,29 +1,29 @@
 /// The answer of `POST .../sync` (protocol.md): what became of the changes sent, and the
 /// server's changes since the request's `since`.
-struct SyncAnswer: Sendable {
+package struct SyncAnswer: Sendable {
     /// An accepted change: it is now the record's server version at `revision`.
-    struct Accepted: Sendable {
-        var changeID: String
-        var recordID: String
-        var revision: Int64
+    package struct Accepted: Sendable {
+        package var changeID: String
+        package var recordID: String
+        package var revision: Int64
     }
 
     /// A rejected change, with the server's version of the record (`nil` when it has none).
-    struct Rejected: Sendable {
-        var changeID: String
-        var recordID: String
-        var reason: String
-        var serverRecord: ServerRecord?
+    package struct Rejected: Sendable {
+        package var changeID: String
+        package var recordID: String
+        package var reason: String
+        package var serverRecord: ServerRecord?
     }
 
-    var epoch: String
-    var revision: Int64
-    var epochChanged: Bool
-    var accepted: [Accepted]
-    var rejected: [Rejected]
-    var changes: [ServerRecord]
-    var hasMore: Bool
-    var nextSince: Int64
+    package var epoch: String
+    package var revision: Int64
+    package var epochChanged: Bool
+    package var accepted: [Accepted]
+    package var rejected: [Rejected]
+    package var changes: [ServerRecord]
+    package var hasMore: Bool
+    package var nextSince: Int64
 
     /// Creates an answer.
     init(epoch: String, revision: Int64, epochChanged: Bool, accepted: [Accepted], rejected: [Rejected],
@@ -42,7 +42,7 @@ struct SyncAnswer: Sendable {
     /// "has_more", "next_since"}`.
     /// - Parameter body: The answer's body.
     /// - Throws: `.invalidServerData` when it is not such an object or an entry is malformed.
-    init(body: [UInt8]) throws(LayerSyncError) {
+    package init(body: [UInt8]) throws(LayerSyncError) {
         guard let json = try? JSONValue.parse(bytes: body), let epoch = json["epoch"]?.stringValue,
               let revision = json["revision"]?.int64Value else {
             throw LayerSyncError(.invalidServerData, "sync answer without epoch/revision")

@@ -1,13 +1,14 @@
+import LayerSyncModel
 import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// The local store of one document layer: `layer.sqlite` plus an exclusive `flock` on
-/// the `lock` file next to it (ARCHITECTURE.md §4 rule 8, §8).
+/// the `lock` file next to it (docs/rules.md rule 8, docs/architecture.md §8).
 ///
 /// Durability: WAL journal. Writes made for an API call commit with ``localWriteDurability``:
-/// `synchronous=FULL` by default, so they are on disk when the call returns (rule 1), not only
+/// `synchronous=FULL` by default, so they are on disk when the call returns (docs/rules.md rule 1), not only
 /// after the next checkpoint; `.relaxed` when every client that opened the store asked for it
 /// (`LAYERSYNC_DURABILITY_NORMAL`), and then a batch is frozen with an fsync before it is sent
 /// if such a write is not durable yet (``nextBatch(_:)``). The engine's own writes (server data,
@@ -33,12 +34,12 @@ import Glibc
 ///   in one transaction when the last page arrived (see ``finishSnapshot(epoch:revision:reportChanges:)``).
 /// - `attachments`: attachments added through this layer (`id` = SHA-256 hex, the bytes live
 ///   in the document's `attachments/` directory), `uploaded` 0 until the server has them.
-final class LayerStore: Sendable {
+package final class LayerStore: Sendable {
     /// Schema version stored in `PRAGMA user_version`.
     static let schemaVersion: Int64 = 5
 
     /// The layer directory.
-    let directory: String
+    package let directory: String
     /// The connection; `nil` once ``close()`` ran (local storage removed).
     /// `nil` also while the store needs (or runs) a reset for a schema migration
     /// (see LayerStore+DatabaseReset.swift).
@@ -90,7 +91,7 @@ final class LayerStore: Sendable {
     /// - Returns: The shared store.
     /// - Throws: `.storageLocked` if another process holds it, `.couldNotWriteToDisk`,
     ///   `.databaseAccessFailed`.
-    static func open(directory: String, localWriteDurability: CommitDurability? = nil) throws(LayerSyncError) -> LayerStore {
+    package static func open(directory: String, localWriteDurability: CommitDurability? = nil) throws(LayerSyncError) -> LayerStore {
         let result: Result<LayerStore, LayerSyncError> = registry.withLock { registry in
             if let store = registry[directory]?.store { return .success(store) }
             do throws(LayerSyncError) {
@@ -118,7 +119,7 @@ final class LayerStore: Sendable {
     /// durability asked for `.relaxed` (``open(directory:localWriteDurability:)``). This is what
     /// ``withDatabase(_:_:)``, ``transaction(_:_:)``, ``localEdit(_:_:)`` and ``setMeta(_:_:durability:)``
     /// use when given no durability.
-    var localWriteDurability: CommitDurability {
+    package var localWriteDurability: CommitDurability {
         requestedLocalWriteDurability.withLock { $0 } ?? .full
     }
 
@@ -195,7 +196,7 @@ final class LayerStore: Sendable {
     /// Closes the connection and releases the layer lock, so that the directory can be
     /// removed; every later use throws `.invalidState`. Idempotent. Waits for a running
     /// transaction (it takes the store's lock).
-    func close() {
+    package func close() {
         database.withLock { $0 = nil }
         let descriptor = lockDescriptor.exchange(-1, ordering: .acquiringAndReleasing)
         if descriptor >= 0 { Glibc.close(descriptor) }
@@ -450,7 +451,7 @@ final class LayerStore: Sendable {
     /// - Parameter key: The key.
     /// - Returns: The value, or `nil`.
     /// - Throws: `.databaseAccessFailed`.
-    func meta(_ key: String) throws(LayerSyncError) -> String? {
+    package func meta(_ key: String) throws(LayerSyncError) -> String? {
         try withDatabase { db throws(LayerSyncError) in try Self.meta(db, key) }
     }
 
@@ -461,7 +462,7 @@ final class LayerStore: Sendable {
     ///   - durability: `nil` (default) for a value set for an API call (``localWriteDurability``),
     ///     or `.relaxed` for a value the engine keeps for itself.
     /// - Throws: `.databaseAccessFailed`.
-    func setMeta(_ key: String, _ value: String?, durability: CommitDurability? = nil) throws(LayerSyncError) {
+    package func setMeta(_ key: String, _ value: String?, durability: CommitDurability? = nil) throws(LayerSyncError) {
         try withDatabase(durability) { db throws(LayerSyncError) in
             defer { invalidateCache() }
             try Self.setMeta(db, key, value)
@@ -469,13 +470,13 @@ final class LayerStore: Sendable {
     }
 
     /// The layer epoch the store last synced against, `nil` before the first download.
-    func epoch() throws(LayerSyncError) -> String? { try meta("epoch") }
+    package func epoch() throws(LayerSyncError) -> String? { try meta("epoch") }
 
     /// The last server revision whose changes are applied locally (0 before download).
-    func since() throws(LayerSyncError) -> Int64 { Int64(try meta("since") ?? "0") ?? 0 }
+    package func since() throws(LayerSyncError) -> Int64 { Int64(try meta("since") ?? "0") ?? 0 }
 
     /// Whether the snapshot has been downloaded into the store.
-    func isDownloaded() throws(LayerSyncError) -> Bool {
+    package func isDownloaded() throws(LayerSyncError) -> Bool {
         try cached(\.downloaded) { db throws(LayerSyncError) in try Self.meta(db, "downloaded") == "1" }
     }
 
@@ -488,7 +489,7 @@ final class LayerStore: Sendable {
     /// dirty while this is above 0).
     /// - Returns: The count.
     /// - Throws: `.databaseAccessFailed`.
-    func pendingCount() throws(LayerSyncError) -> Int {
+    package func pendingCount() throws(LayerSyncError) -> Int {
         let changes = try cached(\.pendingChanges) { db throws(LayerSyncError) in
             Int(try db.query("SELECT count(*) FROM pending_changes").first?.first?.integer ?? 0)
         }
@@ -520,7 +521,7 @@ final class LayerStore: Sendable {
     }
 
     /// The stable id of this local store, sent as `client_id`.
-    func clientID() throws(LayerSyncError) -> String { try meta("client_id") ?? "" }
+    package func clientID() throws(LayerSyncError) -> String { try meta("client_id") ?? "" }
 
     /// Raises `since` to `revision` (never lowers it).
     /// - Parameter revision: The new revision.
