@@ -14,11 +14,12 @@ public struct ClientConfiguration: Sendable {
     /// descriptors; a negative value (the C header's `LAYERSYNC_SYNC_DISABLED`, -1) turns
     /// automatic sync off.
     public var syncDelay: Double = 1.0
-    /// Seconds allowed for establishing a connection.
+    /// Seconds allowed for establishing a connection; must be positive.
     public var connectTimeout: Double = 10
-    /// Seconds allowed for one ordinary request (long-polls get `longPollWait` on top).
+    /// Seconds allowed for one ordinary request (long-polls get `longPollWait` on top); must be
+    /// positive.
     public var requestTimeout: Double = 30
-    /// Seconds a long-poll asks the server to hold the request (`wait=`).
+    /// Seconds a long-poll asks the server to hold the request (`wait=`); must be positive.
     public var longPollWait: Int = 30
     /// How local writes made through the API commit (the C options' `durability`): `.full`
     /// (default, `LAYERSYNC_DURABILITY_FULL`) fsyncs each one, so it survives a power loss when

@@ -39,5 +39,18 @@ import Testing
         } catch {
             #expect(error.code == .couldNotWriteToDisk)
         }
+        // The timeouts and the long-poll wait must be positive (C: layersync_client_create's
+        // INVALID_ARGUMENT), checked before anything else.
+        for change in [{ (c: inout ClientConfiguration) in c.connectTimeout = 0 }, { $0.requestTimeout = -1 },
+                       { $0.longPollWait = 0 }, { $0.connectTimeout = .nan }] {
+            var configuration = ClientConfiguration(serverURL: "http://example.com", storagePath: "/proc/layersync/nope")
+            change(&configuration)
+            do {
+                _ = try SyncClient(configuration: configuration) { _ in }
+                Issue.record("a configuration with a timeout or wait that is not positive was accepted")
+            } catch {
+                #expect(error.code == .invalidArgument)
+            }
+        }
     }
 }
