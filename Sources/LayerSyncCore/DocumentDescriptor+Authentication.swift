@@ -52,7 +52,7 @@ extension DocumentDescriptor {
             state.claims = claims
             state.authFailedToken = nil
             state.reauthenticating = false
-            return state.listenStoppedByAuth
+            return state.listener.stoppedByAuth
         }
         emit(.didFinishReauthentication(self, jwt: claims.token))
         if resumeListening { beginListening() }
