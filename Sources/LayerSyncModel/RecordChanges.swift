@@ -12,7 +12,7 @@ public struct RecordChanges: Sendable, Equatable {
     ///   - created: Ids of new records.
     ///   - updated: Ids of changed records.
     ///   - deleted: Ids of deleted records.
-    public init(created: [String] = [], updated: [String] = [], deleted: [String] = []) {
+    package init(created: [String] = [], updated: [String] = [], deleted: [String] = []) {
         self.created = created
         self.updated = updated
         self.deleted = deleted

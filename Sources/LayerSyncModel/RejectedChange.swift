@@ -35,7 +35,7 @@ public struct RejectedChange: Sendable {
     ///   - reason: Why the change lost.
     ///   - localJSON: The losing local version.
     ///   - serverJSON: The winning server version.
-    public init(recordID: String, reason: String, localJSON: String?, serverJSON: String?) {
+    package init(recordID: String, reason: String, localJSON: String?, serverJSON: String?) {
         self.recordID = recordID
         self.reason = reason
         self.localJSON = localJSON

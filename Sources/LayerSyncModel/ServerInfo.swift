@@ -21,8 +21,8 @@ public struct ServerInfo: Sendable {
     ///   - maxRequestBytes: Largest accepted request body in bytes.
     ///   - capabilities: Feature names.
     ///   - json: The raw info body.
-    public init(serverVersion: String, protocolMin: Int, protocolMax: Int, maxRequestBytes: Int,
-                capabilities: [String], json: String) {
+    package init(serverVersion: String, protocolMin: Int, protocolMax: Int, maxRequestBytes: Int,
+                 capabilities: [String], json: String) {
         self.serverVersion = serverVersion
         self.protocolMin = protocolMin
         self.protocolMax = protocolMax
