@@ -1,6 +1,5 @@
 import LayerSyncStore
 
-
 /// Settings of a ``SyncClient``; fixed when the client is created.
 public struct ClientConfiguration: Sendable {
     /// Base URL of the sync server, e.g. `https://sync.example.com` (a path prefix is allowed).

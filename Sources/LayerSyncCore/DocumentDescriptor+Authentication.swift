@@ -1,7 +1,6 @@
 import LayerSyncModel
 import LayerSyncTransport
 
-
 /// Replacing the JWT (Instant's `reauthenticate(withJWT:)`).
 extension DocumentDescriptor {
     /// Replaces the token after checking it offline and then against the server.

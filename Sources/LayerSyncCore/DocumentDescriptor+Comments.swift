@@ -1,6 +1,5 @@
 import LayerSyncModel
 
-
 /// Comments (Instant JSON `pspdfkit/comment` records with a `rootId`) and full-text search.
 /// Common errors as for the record methods (``createAnnotation(json:)``).
 extension DocumentDescriptor {

@@ -1,6 +1,5 @@
 import LayerSyncModel
 
-
 /// Attachment bookkeeping of a layer store (the bytes are files; see ``StorageLayout``).
 extension LayerStore {
     /// Records an attachment added locally, to be uploaded by the next sync cycle.

@@ -1,6 +1,5 @@
 import LayerSyncModel
 
-
 /// Content migration: rewriting the records of a store written in an older content format
 /// (docs/architecture.md §8; Instant's `needsContentMigration` states).
 ///

@@ -1,6 +1,5 @@
 import LayerSyncModel
 
-
 /// Local record edits: each one commits the record and its pending change in one
 /// transaction (docs/rules.md rule 1).
 extension LayerStore {

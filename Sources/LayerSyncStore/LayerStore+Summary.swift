@@ -1,6 +1,5 @@
 import LayerSyncModel
 
-
 /// What the client-level storage functions read from a layer store without a descriptor.
 extension LayerStore {
     /// A layer store's identity and status, for ``SyncClient/localDocumentsJSON()``.

@@ -1,6 +1,5 @@
 import LayerSyncModel
 
-
 /// The store's side of the sync cycle: freezing outgoing changes, applying the server's
 /// answers, and re-basing on a new snapshot.
 extension LayerStore {

@@ -1,6 +1,5 @@
 import LayerSyncModel
 
-
 /// A local change waiting in the store's queue, in the form the sync cycle sends it.
 ///
 /// Once sent (attempted) a change is frozen: its `payload` — the exact JSON of the
