@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 #if canImport(Glibc)
 import Glibc
@@ -14,8 +15,7 @@ import Musl
     _ outAttachmentID: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        guard let outAttachmentID else { throw LayerSyncError(.invalidArgument, "out_attachment_id must not be NULL") }
-        outAttachmentID.pointee = nil
+        let outAttachmentID = try OutParameter.required(outAttachmentID, "out_attachment_id")
         guard data != nil || sizeBytes == 0 else { throw LayerSyncError(.invalidArgument, "data must not be NULL") }
         let bytes = data.map { Array(UnsafeRawBufferPointer(start: $0, count: sizeBytes)) } ?? []
         let id = try descriptor.addAttachment(bytes: bytes, contentType: try CString.read(contentType, "content_type"))
@@ -28,12 +28,7 @@ import Musl
     _ outAttachment: UnsafeMutablePointer<layersync_attachment>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        guard let outAttachment, outAttachment.pointee.version == UInt32(LAYERSYNC_ATTACHMENT_VERSION) else {
-            throw LayerSyncError(.invalidArgument, "out_attachment must be a LAYERSYNC_ATTACHMENT_INIT struct")
-        }
-        outAttachment.pointee.data = nil
-        outAttachment.pointee.size_bytes = 0
-        outAttachment.pointee.content_type = nil
+        let outAttachment = try OutParameter.required(outAttachment, "out_attachment")
         let (bytes, contentType) = try descriptor.attachmentData(id: try CString.read(attachmentID, "attachment_id"))
         if !bytes.isEmpty {
             guard let buffer = malloc(bytes.count) else { fatalError("layersync: out of memory") }

@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 #if canImport(Glibc)
 import Glibc
@@ -9,7 +10,7 @@ import Musl
 
 /// Conversions between C strings and Swift strings at the ABI boundary.
 ///
-/// Strings coming in must be NUL-terminated, valid UTF-8 (ARCHITECTURE.md §4 rule 9);
+/// Strings coming in must be NUL-terminated, valid UTF-8 (docs/rules.md rule 9);
 /// strings going out are `malloc`ed copies the caller frees with `layersync_free`.
 enum CString {
     /// Reads a required UTF-8 argument.

@@ -1,5 +1,7 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
+import LayerSyncStore
 
 // "Client" section of include/layersync.h.
 
@@ -33,8 +35,7 @@ private func defaultClientOptions() -> layersync_client_options {
     _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     ErrorBridge.run(error) { () throws(LayerSyncError) in
-        guard let outClient else { throw LayerSyncError(.invalidArgument, "out_client must not be NULL") }
-        outClient.pointee = nil
+        let outClient = try OutParameter.required(outClient, "out_client")
         guard let options else { throw LayerSyncError(.invalidArgument, "options must not be NULL") }
         // Only the fields of the caller's version are read; the later ones keep their defaults.
         let optionsVersion = VersionedStruct.version(of: options)
@@ -65,9 +66,6 @@ private func defaultClientOptions() -> layersync_client_options {
                                  + "(LAYERSYNC_DURABILITY_FULL = 0 or LAYERSYNC_DURABILITY_NORMAL = 1)")
         }
         configuration.localWriteDurability = durability
-        guard configuration.connectTimeout > 0, configuration.requestTimeout > 0, configuration.longPollWait > 0 else {
-            throw LayerSyncError(.invalidArgument, "timeouts and long_poll_wait_s must be positive")
-        }
         let handle = try ClientHandle(configuration: configuration, delegate: table)
         outClient.pointee = OpaquePointer(Unmanaged.passRetained(handle).toOpaque())
     }
@@ -97,8 +95,7 @@ private func defaultClientOptions() -> layersync_client_options {
     _ outDocument: UnsafeMutablePointer<OpaquePointer?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     ErrorBridge.run(error) { () throws(LayerSyncError) in
-        guard let outDocument else { throw LayerSyncError(.invalidArgument, "out_document must not be NULL") }
-        outDocument.pointee = nil
+        let outDocument = try OutParameter.required(outDocument, "out_document")
         let handle = try ClientHandle.from(client)
         let descriptor = try handle.client.document(forJWT: try CString.read(jwt, "jwt"))
         outDocument.pointee = handle.handle(for: descriptor).opaque
@@ -118,8 +115,7 @@ private func defaultClientOptions() -> layersync_client_options {
     _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     ErrorBridge.run(error) { () throws(LayerSyncError) in
-        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
-        outJSON.pointee = nil
+        let outJSON = try OutParameter.required(outJSON, "out_json")
         CString.store(try ClientHandle.from(client).client.localDocumentsJSON(), in: outJSON)
     }
 }
@@ -129,8 +125,7 @@ private func defaultClientOptions() -> layersync_client_options {
     _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     ErrorBridge.run(error) { () throws(LayerSyncError) in
-        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
-        outJSON.pointee = nil
+        let outJSON = try OutParameter.required(outJSON, "out_json")
         CString.store(try ClientHandle.from(client).client.cacheEntriesJSON(), in: outJSON)
     }
 }

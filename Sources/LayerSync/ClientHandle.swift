@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 import Synchronization
 
 #if canImport(Glibc)
@@ -67,11 +68,9 @@ final class ClientHandle: Sendable {
     }
 
     /// Shuts the core client down (cancel, drain callbacks), then calls `release_context`.
-    /// - Throws: `.invalidState` when called from one of this client's callbacks.
+    /// - Throws: `.invalidState` when called from one of this client's callbacks (the core's
+    ///   rule, ``SyncClient/shutdown()``).
     func destroy() throws(LayerSyncError) {
-        if client.isOnEventQueue {
-            throw LayerSyncError(.invalidState, "layersync_client_destroy called from inside a callback of the same client")
-        }
         try client.shutdown()
         // Observers still registered: release them (their pointers die with the client).
         for document in documents.withLock({ Array($0.values) }) {

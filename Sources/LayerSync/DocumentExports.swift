@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 // "Document" section of include/layersync.h: thin calls into DocumentDescriptor.
 
@@ -26,7 +27,7 @@ func withDescriptor(
     _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        guard outUserID != nil else { throw LayerSyncError(.invalidArgument, "out_user_id must not be NULL") }
+        let outUserID = try OutParameter.required(outUserID, "out_user_id")
         CString.store(descriptor.userID, in: outUserID)
     }
 }
@@ -53,8 +54,7 @@ func withDescriptor(
     _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        guard let outPath else { throw LayerSyncError(.invalidArgument, "out_path must not be NULL") }
-        outPath.pointee = nil
+        let outPath = try OutParameter.required(outPath, "out_path")
         CString.store(try descriptor.requirePDFPath(), in: outPath)
     }
 }

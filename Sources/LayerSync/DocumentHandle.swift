@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 import Synchronization
 
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 /// Translates the core's ``ClientEvent``s into calls of the host's
 /// `layersync_client_delegate` and of the document's observers. Runs on the core's serial

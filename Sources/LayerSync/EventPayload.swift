@@ -1,4 +1,5 @@
 import LayerSyncCore
+import LayerSyncModel
 
 /// JSON payloads of the string callbacks (`did_receive_changes`, `did_reject_changes`),
 /// in the shapes documented in api/layersync.toml.

@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 // Comments, search and the one-shot server operations of the "Records" section.
 
@@ -8,7 +9,7 @@ import LayerSyncCore
     _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        outJSON?.pointee = nil
+        let outJSON = OutParameter.optional(outJSON)
         let stored = try descriptor.createComment(rootID: try CString.read(rootID, "root_id"),
                                                   json: try CString.read(commentJSON, "comment_json"))
         CString.store(stored, in: outJSON)
@@ -20,8 +21,7 @@ import LayerSyncCore
     _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
-        outJSON.pointee = nil
+        let outJSON = try OutParameter.required(outJSON, "out_json")
         CString.store(try descriptor.listComments(rootID: try CString.read(rootID, "root_id")), in: outJSON)
     }
 }
@@ -31,11 +31,9 @@ import LayerSyncCore
     _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
-        outJSON.pointee = nil
-        guard limit >= 0 else { throw LayerSyncError(.invalidArgument, "limit must not be negative") }
+        let outJSON = try OutParameter.required(outJSON, "out_json")
         let text = try CString.read(query, "query")
-        CString.store(try descriptor.searchAnnotations(query: text, limit: limit == 0 ? 100 : Int64(limit)), in: outJSON)
+        CString.store(try descriptor.searchAnnotations(query: text, limit: Int64(limit)), in: outJSON)
     }
 }
 

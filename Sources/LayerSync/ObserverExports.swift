@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 // "Observers" section of include/layersync.h.
 
@@ -8,8 +9,7 @@ import LayerSyncCore
     _ outObserver: UnsafeMutablePointer<OpaquePointer?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     ErrorBridge.run(error) { () throws(LayerSyncError) in
-        guard let outObserver else { throw LayerSyncError(.invalidArgument, "out_observer must not be NULL") }
-        outObserver.pointee = nil
+        let outObserver = try OutParameter.required(outObserver, "out_observer")
         let handle = try DocumentHandle.from(document)
         try handle.descriptor.requireValid()
         guard let observer else { throw LayerSyncError(.invalidArgument, "observer must not be NULL") }

@@ -1,5 +1,6 @@
 import CLayerSync
 import LayerSyncCore
+import LayerSyncModel
 
 // "Records" section of include/layersync.h: Instant JSON strings in and out.
 
@@ -8,7 +9,7 @@ import LayerSyncCore
     _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        outJSON?.pointee = nil
+        let outJSON = OutParameter.optional(outJSON)
         let stored = try descriptor.createAnnotation(json: try CString.read(annotationJSON, "annotation_json"))
         CString.store(stored, in: outJSON)
     }
@@ -19,7 +20,7 @@ import LayerSyncCore
     _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        outJSON?.pointee = nil
+        let outJSON = OutParameter.optional(outJSON)
         let stored = try descriptor.updateAnnotation(json: try CString.read(annotationJSON, "annotation_json"))
         CString.store(stored, in: outJSON)
     }
@@ -38,8 +39,7 @@ import LayerSyncCore
     _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
-        outJSON.pointee = nil
+        let outJSON = try OutParameter.required(outJSON, "out_json")
         CString.store(try descriptor.annotation(id: try CString.read(annotationID, "annotation_id")), in: outJSON)
     }
 }
@@ -49,8 +49,7 @@ import LayerSyncCore
     _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ error: UnsafeMutablePointer<layersync_error>?
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in
-        guard let outJSON else { throw LayerSyncError(.invalidArgument, "out_json must not be NULL") }
-        outJSON.pointee = nil
+        let outJSON = try OutParameter.required(outJSON, "out_json")
         let filter = try CString.readOptional(filterJSON, "filter_json")
         CString.store(try descriptor.listAnnotations(filterJSON: filter), in: outJSON)
     }

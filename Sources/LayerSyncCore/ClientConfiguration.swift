@@ -1,3 +1,5 @@
+import LayerSyncStore
+
 /// Settings of a ``SyncClient``; fixed when the client is created.
 public struct ClientConfiguration: Sendable {
     /// Base URL of the sync server, e.g. `https://sync.example.com` (a path prefix is allowed).
@@ -11,15 +13,16 @@ public struct ClientConfiguration: Sendable {
     /// descriptors; a negative value (the C header's `LAYERSYNC_SYNC_DISABLED`, -1) turns
     /// automatic sync off.
     public var syncDelay: Double = 1.0
-    /// Seconds allowed for establishing a connection.
+    /// Seconds allowed for establishing a connection; must be positive.
     public var connectTimeout: Double = 10
-    /// Seconds allowed for one ordinary request (long-polls get `longPollWait` on top).
+    /// Seconds allowed for one ordinary request (long-polls get `longPollWait` on top); must be
+    /// positive.
     public var requestTimeout: Double = 30
-    /// Seconds a long-poll asks the server to hold the request (`wait=`).
+    /// Seconds a long-poll asks the server to hold the request (`wait=`); must be positive.
     public var longPollWait: Int = 30
     /// How local writes made through the API commit (the C options' `durability`): `.full`
     /// (default, `LAYERSYNC_DURABILITY_FULL`) fsyncs each one, so it survives a power loss when
-    /// the call returns (ARCHITECTURE.md §4 rule 1); `.relaxed` (`LAYERSYNC_DURABILITY_NORMAL`)
+    /// the call returns (docs/rules.md rule 1); `.relaxed` (`LAYERSYNC_DURABILITY_NORMAL`)
     /// does not: the write survives an app crash, and a power loss or OS crash may undo the most
     /// recent ones (a suffix, never anything already sent). A layer store shared with another
     /// client of the process that asked for `.full` stays `.full` (the strictest wins; see

@@ -1,3 +1,6 @@
+import LayerSyncModel
+import LayerSyncStore
+import LayerSyncTransport
 import Synchronization
 
 /// What a ``SyncClient`` shares with its ``DocumentDescriptor``s (so descriptors do not

@@ -1,3 +1,5 @@
+import LayerSyncModel
+
 /// Everything a ``SyncClient`` reports, delivered in order on the client's one serial
 /// event queue (see ``SyncClient/init(configuration:eventHandler:)``).
 ///

@@ -1,3 +1,7 @@
+import LayerSyncModel
+import LayerSyncStore
+import LayerSyncTransport
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -94,7 +98,7 @@ extension DocumentDescriptor {
     /// An attachment whose file vanished (removed behind the engine's back) can never be
     /// uploaded: it is dropped from the queue and reported through `didRejectChanges`
     /// (reason `attachment_missing`, the attachment id as record id) instead of blocking
-    /// every later cycle (ARCHITECTURE.md §4 rule 5, in spirit).
+    /// every later cycle (docs/rules.md rule 5, in spirit).
     func uploadPendingAttachments(token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
         for (id, contentType) in try store.pendingAttachments() {
             guard let bytes = Self.readFile(attachmentsDirectory + "/" + id) else {

@@ -1,3 +1,6 @@
+import LayerSyncModel
+import LayerSyncTransport
+
 /// Replacing the JWT (Instant's `reauthenticate(withJWT:)`).
 extension DocumentDescriptor {
     /// Replaces the token after checking it offline and then against the server.
@@ -48,7 +51,7 @@ extension DocumentDescriptor {
             state.claims = claims
             state.authFailedToken = nil
             state.reauthenticating = false
-            return state.listenStoppedByAuth
+            return state.listener.stoppedByAuth
         }
         emit(.didFinishReauthentication(self, jwt: claims.token))
         if resumeListening { beginListening() }

@@ -1,3 +1,5 @@
+import LayerSyncModel
+
 /// Comments (Instant JSON `pspdfkit/comment` records with a `rootId`) and full-text search.
 /// Common errors as for the record methods (``createAnnotation(json:)``).
 extension DocumentDescriptor {
@@ -43,16 +45,21 @@ extension DocumentDescriptor {
         }
     }
 
+    /// The number of results of ``searchAnnotations(query:limit:)`` when no limit is given.
+    public static let defaultSearchLimit: Int64 = 100
+
     /// Full-text search over the string values of the local records (SQLite FTS5): every
     /// word of `query` must occur as a word prefix, case- and diacritics-insensitively.
     /// - Parameters:
     ///   - query: The words.
-    ///   - limit: Maximum number of results (default 100).
+    ///   - limit: Maximum number of results; 0 (the default) means ``defaultSearchLimit``.
     /// - Returns: A JSON array of matching records, best match first.
-    /// - Throws: `.invalidArgument` for a query without words, plus the common errors.
-    public func searchAnnotations(query: String, limit: Int64 = 100) throws(LayerSyncError) -> String {
+    /// - Throws: `.invalidArgument` for a negative limit (checked first) or a query without words,
+    ///   plus the common errors.
+    public func searchAnnotations(query: String, limit: Int64 = 0) throws(LayerSyncError) -> String {
+        guard limit >= 0 else { throw LayerSyncError(.invalidArgument, "limit must not be negative") }
         try requireDownloaded()
-        guard limit > 0 else { throw LayerSyncError(.invalidArgument, "limit must be positive") }
-        return "[" + (try store.searchRecords(query: query, limit: limit)).joined(separator: ",") + "]"
+        let count = limit == 0 ? Self.defaultSearchLimit : limit
+        return "[" + (try store.searchRecords(query: query, limit: count)).joined(separator: ",") + "]"
     }
 }

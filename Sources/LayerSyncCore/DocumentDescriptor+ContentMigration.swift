@@ -1,3 +1,6 @@
+import LayerSyncModel
+import LayerSyncStore
+import LayerSyncTransport
 import Synchronization
 
 /// Instant's content migration (`InstantDocumentDescriptor.attemptContentMigration()`).

@@ -1,3 +1,6 @@
+import LayerSyncModel
+import LayerSyncStore
+import LayerSyncTransport
 import Synchronization
 #if canImport(Glibc)
 import Glibc

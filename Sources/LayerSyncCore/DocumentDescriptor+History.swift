@@ -1,3 +1,6 @@
+import LayerSyncModel
+import LayerSyncTransport
+
 /// Record history, rollback, the deleted list and restore: one-shot server operations
 /// (protocol.md `GET .../history`, `POST .../rollback`, `GET .../deleted`,
 /// `POST .../restore`). Each returns at once and runs on the document's work queue (in order

@@ -1,4 +1,6 @@
 import Dispatch
+import LayerSyncModel
+import LayerSyncTransport
 
 /// Listening for server changes with HTTP long-poll (`GET .../changes`).
 extension DocumentDescriptor {
@@ -23,36 +25,22 @@ extension DocumentDescriptor {
 
     /// Stops the long-poll loop; a request in flight is aborted at once.
     public func stopListening() {
-        mutableState.withLock { state in
-            state.listening = false
-            state.listenStoppedByAuth = false
-            state.listenGeneration += 1
-            state.listen?.cancel()
-            state.listenWake?.value.signal()
-        }
+        mutableState.withLock { $0.listener.stop() }
     }
 
     /// Whether the long-poll loop is running.
-    public var isListening: Bool { mutableState.withLock { $0.listening } }
+    public var isListening: Bool { mutableState.withLock { $0.listener.isRunning } }
 
     func beginListening() {
         let cancellation = TransferCancellation()
         let wake = DispatchSemaphore(value: 0)
-        let generation: Int? = mutableState.withLock { state in
-            guard !state.listening else { return nil }
-            state.listening = true
-            state.listenStoppedByAuth = false
-            state.listenGeneration += 1
-            state.listen = cancellation
-            state.listenWake = UncheckedSendable(wake)
-            return state.listenGeneration
-        }
+        let generation = mutableState.withLock { $0.listener.start(cancellation: cancellation, wake: wake) }
         guard let generation else { return }
         listenQueue.async { [self] in listenLoop(generation: generation, cancellation: cancellation, wake: wake) }
     }
 
     private func isCurrentListener(_ generation: Int) -> Bool {
-        !context.isShutDown && mutableState.withLock { $0.listening && $0.listenGeneration == generation }
+        !context.isShutDown && mutableState.withLock { $0.listener.isCurrent(generation) }
     }
 
     private func listenLoop(generation: Int, cancellation: TransferCancellation, wake: DispatchSemaphore) {
@@ -92,12 +80,7 @@ extension DocumentDescriptor {
                 if stopped { emit(.didFailSync(self, error.with(documentID: documentID))) }
                 return
             } catch where error.code == .accessDenied && error.httpStatus != nil {
-                mutableState.withLock { state in
-                    if state.listenGeneration == generation {
-                        state.listening = false
-                        state.listenStoppedByAuth = true
-                    }
-                }
+                mutableState.withLock { $0.listener.stopForAuthFailure(generation: generation) }
                 noteAuthenticationFailure(error, token: token)
                 return
             } catch {

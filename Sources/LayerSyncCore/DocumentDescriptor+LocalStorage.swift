@@ -1,3 +1,6 @@
+import LayerSyncModel
+import LayerSyncStore
+
 /// Removing a layer's local storage (Instant's `InstantDocumentDescriptor.removeLocalStorage()`).
 extension DocumentDescriptor {
     /// Removes this layer's local store (records, pending changes) and, when no other layer of

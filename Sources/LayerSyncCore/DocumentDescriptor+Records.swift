@@ -1,3 +1,6 @@
+import LayerSyncModel
+import LayerSyncStore
+
 /// Local records: Instant JSON strings in and out.
 ///
 /// Errors for every method: `.notDownloaded` before the document is downloaded,

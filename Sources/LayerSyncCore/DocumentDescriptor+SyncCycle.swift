@@ -1,10 +1,13 @@
 import Dispatch
+import LayerSyncModel
+import LayerSyncStore
+import LayerSyncTransport
 import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The two-way sync cycle (ARCHITECTURE.md §4, protocol.md `POST .../sync`).
+/// The two-way sync cycle (docs/architecture.md §4, protocol.md `POST .../sync`).
 extension DocumentDescriptor {
     /// Starts a sync cycle (Instant's `sync()`): send pending local changes, receive server
     /// changes, repeat until nothing is pending. Reports `didBeginSync`, a
@@ -101,7 +104,7 @@ extension DocumentDescriptor {
 
     /// Wall-clock time (seconds since the Unix epoch, UTC) of the last sync cycle that ended with
     /// `didFinishSync`, persisted in the layer store (meta `last_sync_time`); 0 if none did.
-    /// Informational only: ordering always comes from server revisions (ARCHITECTURE.md §4 rule 4).
+    /// Informational only: ordering always comes from server revisions (docs/rules.md rule 4).
     public var lastSyncTime: Double {
         guard let text = (try? store.meta("last_sync_time")) ?? nil, let value = Double(text), value.isFinite else { return 0 }
         return value

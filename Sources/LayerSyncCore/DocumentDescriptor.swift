@@ -1,4 +1,7 @@
 import Dispatch
+import LayerSyncModel
+import LayerSyncStore
+import LayerSyncTransport
 import Synchronization
 
 /// One document layer of a ``SyncClient`` (Instant's `InstantDocumentDescriptor`): its
@@ -40,11 +43,7 @@ public final class DocumentDescriptor: Sendable {
         var debounceGeneration = 0
         var syncDelay: Double
         var lastSyncFailedOffline = false
-        var listening = false
-        var listenGeneration = 0
-        var listen: TransferCancellation?
-        var listenWake: UncheckedSendable<DispatchSemaphore>?
-        var listenStoppedByAuth = false
+        var listener = Listener()
         /// The one-shot server operation running on the work queue (history, rollback, ...).
         var operation: TransferCancellation?
         /// Set while ``attemptContentMigration()`` runs.
@@ -219,10 +218,7 @@ public final class DocumentDescriptor: Sendable {
             state.cycle?.cancel()
             state.operation?.cancel()
             state.debounceGeneration += 1
-            state.listening = false
-            state.listenGeneration += 1
-            state.listen?.cancel()
-            state.listenWake?.value.signal()
+            state.listener.cancel()
         }
     }
 
@@ -235,7 +231,7 @@ public final class DocumentDescriptor: Sendable {
     /// Called when the network becomes available again: resumes pending syncs and wakes long-polls.
     func networkDidBecomeAvailable() {
         let (resume, auto) = mutableState.withLock { state in
-            state.listenWake?.value.signal()
+            state.listener.wakeUp()
             return (state.lastSyncFailedOffline, state.syncDelay >= 0 && state.authFailedToken == nil)
         }
         if resume || (auto && hasUnsyncedChanges && isDownloaded) { requestSyncCycle() }

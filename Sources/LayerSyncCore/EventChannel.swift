@@ -9,7 +9,7 @@ import Musl
 
 /// Delivers a client's events in order on one dedicated background thread.
 ///
-/// ARCHITECTURE.md §6 promises that all callbacks of a client run on *one* serial
+/// docs/architecture.md §6 promises that all callbacks of a client run on *one* serial
 /// background thread. A serial `DispatchQueue` alone does not give that (its blocks hop
 /// between pool threads), so the channel runs one long-lived loop on its queue: the loop
 /// occupies a single thread for the client's lifetime and takes events from a FIFO.

@@ -1,3 +1,6 @@
+import LayerSyncModel
+import LayerSyncStore
+
 /// The client's on-disk storage: listing local documents and cache entries, removing them
 /// (Instant's `localDocumentDescriptors`, `listCacheEntries`, `removeUnreferencedCacheEntries`,
 /// `removeLocalStorage`).

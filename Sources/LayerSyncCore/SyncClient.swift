@@ -1,4 +1,7 @@
 import Dispatch
+import LayerSyncModel
+import LayerSyncStore
+import LayerSyncTransport
 import Synchronization
 
 /// A LayerSync client: one per server URL and storage directory (Instant's `InstantClient`).
@@ -42,12 +45,15 @@ public final class SyncClient: Sendable {
     ///   - eventHandler: Receives every event of this client, on one serial background queue.
     /// - Throws: `.invalidURL` for a malformed URL or plain http to a non-loopback host
     ///   without `allowInsecureHTTP`; `.couldNotWriteToDisk` when the storage directory
-    ///   cannot be created (mode 0700); `.invalidArgument` for a negative timeout.
+    ///   cannot be created (mode 0700); `.invalidArgument` for a timeout or long-poll wait that is
+    ///   not positive (checked first), or an empty storage path.
     public init(configuration: ClientConfiguration, eventHandler: @escaping @Sendable (ClientEvent) -> Void) throws(LayerSyncError) {
-        let url = try ServerURL(configuration.serverURL, allowInsecureHTTP: configuration.allowInsecureHTTP)
-        guard configuration.connectTimeout > 0, configuration.requestTimeout > 0, configuration.longPollWait >= 0 else {
-            throw LayerSyncError(.invalidArgument, "timeouts must be positive")
+        // A long-poll wait of 0 would make listening a busy loop of requests, not a long-poll.
+        guard configuration.connectTimeout > 0, configuration.requestTimeout > 0, configuration.longPollWait > 0 else {
+            throw LayerSyncError(.invalidArgument, "the timeouts and the long-poll wait must be positive "
+                                 + "(connect_timeout_s, request_timeout_s, long_poll_wait_s)")
         }
+        let url = try ServerURL(configuration.serverURL, allowInsecureHTTP: configuration.allowInsecureHTTP)
         guard !configuration.storagePath.isEmpty else {
             throw LayerSyncError(.invalidArgument, "storagePath is empty")
         }
@@ -103,7 +109,7 @@ public final class SyncClient: Sendable {
         let result: Result<DocumentDescriptor, LayerSyncError> = descriptors.withLock { descriptors in
             // A descriptor whose storage was removed stays invalid; the layer gets a fresh one.
             if let existing = descriptors[key], !existing.isInvalid {
-                // The layer is pinned to one user (ARCHITECTURE.md §3); another user's JWT
+                // The layer is pinned to one user (docs/architecture.md §3); another user's JWT
                 // must not hand out that user's descriptor.
                 if let user = claims.userID, let pinned = existing.userID, user != pinned {
                     return .failure(LayerSyncError(
@@ -226,7 +232,8 @@ public final class SyncClient: Sendable {
     /// - Throws: `.invalidState` when called from the event handler (it would wait for itself).
     public func shutdown() throws(LayerSyncError) {
         guard !isOnEventQueue else {
-            throw LayerSyncError(.invalidState, "shutdown() cannot be called from the event handler")
+            throw LayerSyncError(.invalidState, "the client cannot be shut down (destroyed) from its own event handler: "
+                                 + "it would wait for itself")
         }
         guard context.beginShutdown() else { return }
         context.lifetime.cancel()

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
+@testable import LayerSyncStore
 
 /// Commit durability (``CommitDurability``, docs/durability.md): API writes commit with an
 /// fsync, the engine's own writes without one, and a store seals its unfrozen changes when it

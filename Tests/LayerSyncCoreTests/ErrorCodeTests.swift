@@ -2,8 +2,9 @@ import Foundation
 import Synchronization
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
-/// Error codes of ARCHITECTURE.md §5, each produced by a real situation (the others are
+/// Error codes of docs/architecture.md §5, each produced by a real situation (the others are
 /// covered next to their feature: ACCESS_DENIED, ALREADY_DOWNLOADED, INVALID_URL,
 /// NO_SUCH_ANNOTATION, REQUEST_FAILED, INVALID_JWT, USER_ID_MISMATCH, the attachment codes,
 /// CONTENT_MIGRATION_NEEDED, PERFORMING_CONTENT_MIGRATION, INVALID_JSON_STRUCTURE,

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 /// Records a client's events and waits for them with a timeout (never sleeps as an assertion).
 final class EventRecorder: Sendable {

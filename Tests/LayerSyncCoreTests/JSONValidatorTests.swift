@@ -1,5 +1,6 @@
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 /// `JSONValue.isValid(bytes:)` accepts exactly what `JSONValue.parse(bytes:)` accepts.
 struct JSONValidatorTests {

@@ -1,5 +1,6 @@
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 /// Builds an unsigned-looking JWT with the given payload JSON.
 func makeJWT(_ payload: String, header: String = #"{"alg":"ES256","typ":"JWT"}"#) -> String {

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
+@testable import LayerSyncStore
 
 func temporaryDirectory(_ name: String = "store") -> String {
     NSTemporaryDirectory() + "layersync-\(name)-" + UUID().uuidString
@@ -222,7 +224,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(sent.map { $0.contentRange != nil } == [true, true, false, false])
         try store.updateRecord(id: "c", content: #"{"id":"c","t":"later"}"#)  // queued behind the sent create
         // Out of request order, one answer twice, one for a change id that was not sent.
-        let accepted: [LayerStore.AcceptedChange] = [
+        let accepted: [SyncAnswer.Accepted] = [
             .init(changeID: sent[2].changeID, recordID: "d", revision: 5), .init(changeID: sent[0].changeID, recordID: "c", revision: 3),
             .init(changeID: sent[1].changeID, recordID: "u", revision: 4), .init(changeID: sent[1].changeID, recordID: "u", revision: 4),
             .init(changeID: sent[3].changeID, recordID: "x", revision: 6), .init(changeID: "01NOTSENT", recordID: "u", revision: 9),
@@ -253,8 +255,8 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(sent.map(\.recordID) == ["c", "r"])
         try store.updateRecord(id: "c", content: #"{"n":2}"#)  // queued behind the sent create
         let theirs = ServerRecord(id: "r", revision: 3, deleted: false, content: try JSONValue.parse(#"{"n":"theirs"}"#))
-        let accepted: [LayerStore.AcceptedChange] = [.init(changeID: sent[0].changeID, recordID: "c", revision: 2)]
-        let rejected: [LayerStore.RejectedChangeAnswer] = [.init(changeID: sent[1].changeID, recordID: "r", reason: "conflict",
+        let accepted: [SyncAnswer.Accepted] = [.init(changeID: sent[0].changeID, recordID: "c", revision: 2)]
+        let rejected: [SyncAnswer.Rejected] = [.init(changeID: sent[1].changeID, recordID: "r", reason: "conflict",
                                                                  serverRecord: theirs)]
         let outcome = try store.applyAnswers(accepted: accepted, rejected: rejected, sent: [])
         #expect(outcome.rejections.map { [$0.recordID, $0.reason, $0.localJSON, $0.serverJSON] }
@@ -289,7 +291,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
         try store.deleteRecord(id: "s")
         let theirs = [ServerRecord(id: "r", revision: 2, deleted: false, content: try JSONValue.parse(#"{"n":"theirs"}"#)),
                       ServerRecord(id: "s", revision: 3, deleted: false, content: try JSONValue.parse(#"{"m":"theirs"}"#))]
-        let rejected: [LayerStore.RejectedChangeAnswer] = [
+        let rejected: [SyncAnswer.Rejected] = [
             .init(changeID: sent[0].changeID, recordID: "r", reason: "conflict", serverRecord: theirs[0]),
             .init(changeID: sent[1].changeID, recordID: "s", reason: "conflict", serverRecord: theirs[1]),
         ]
@@ -335,7 +337,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
 
     /// A change sent and then dropped as too large (a 413 for it alone, from a server or proxy
     /// with a lower limit) goes alone: the edit queued behind it while it was in flight, the
-    /// user's newest version, stays queued and is sent in its place (rule 5; it used to go
+    /// user's newest version, stays queued and is sent in its place (docs/rules.md rule 5; it used to go
     /// with the dropped change, unreported).
     @Test func aDroppedChangeKeepsTheEditsQueuedBehindIt() throws {
         let store = try downloadedStore(serverRecords: "a")
@@ -394,7 +396,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(sent.map(\.recordID) == ["a", "b", "c"])
         try store.updateRecord(id: "b", content: #"{"n":"fixed"}"#)  // while the request is in flight
         try store.updateRecord(id: "c", content: #"{"n":"fixed"}"#)
-        let rejected = sent.map { LayerStore.RejectedChangeAnswer(changeID: $0.changeID, recordID: $0.recordID,
+        let rejected = sent.map { SyncAnswer.Rejected(changeID: $0.changeID, recordID: $0.recordID,
                                                                   reason: "invalid", serverRecord: nil) }
         let outcome = try store.applyAnswers(accepted: [], rejected: rejected, sent: sent)
         #expect(outcome.rejections.map { [$0.recordID, $0.localJSON, $0.serverJSON] }

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 /// ``ClientConfiguration/reachabilityHint`` against the real server behind a ``FaultProxy``:
 /// `.dropResponse` cuts each connection before the answer (a transport failure: no HTTP

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 /// A sync cycle of many batches pipelines them (the next batch goes out while the previous
 /// answer is applied). These tests force many small batches with a small `max_request_bytes`

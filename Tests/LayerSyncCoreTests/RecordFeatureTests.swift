@@ -2,6 +2,9 @@ import Foundation
 import Synchronization
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
+@testable import LayerSyncStore
+@testable import LayerSyncTransport
 
 /// Comments, full-text search, history/rollback/deleted/restore, against the real server.
 @Suite(.serialized, .enabled(if: TestServer.isAvailable, "layersync-server not installed in .venv (run scripts/setup.sh)"))
@@ -114,6 +117,17 @@ final class RecordFeatureTests {
             }
         }
         #expect(try ids("office !!!") == [cafe])  // pieces without words are ignored next to words
+        // The limit (header: "0 means 100", negative INVALID_ARGUMENT) is the core's rule.
+        for _ in 0..<DocumentDescriptor.defaultSearchLimit { _ = try document.createAnnotation(json: #"{"type":"pspdfkit/note","note":"many"}"#) }
+        func count(_ limit: Int64) throws -> Int { try JSONValue.parse(try document.searchAnnotations(query: "many", limit: limit)).arrayValue?.count ?? -1 }
+        #expect(try count(0) == Int(DocumentDescriptor.defaultSearchLimit))
+        #expect(try count(3) == 3)
+        do {
+            _ = try document.searchAnnotations(query: "many", limit: -1)
+            Issue.record("a negative search limit was accepted")
+        } catch {
+            #expect(error.code == .invalidArgument)
+        }
         try client.shutdown()
     }
 

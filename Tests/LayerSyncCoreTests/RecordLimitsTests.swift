@@ -1,5 +1,6 @@
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 #if canImport(Glibc)
 import Glibc

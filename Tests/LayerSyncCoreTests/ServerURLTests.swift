@@ -1,5 +1,6 @@
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 @Suite struct ServerURLTests {
     @Test(arguments: ["http://127.0.0.1:8787", "http://localhost", "http://[::1]:9/", "http://127.5.6.7/sync", "https://example.com"])
@@ -37,6 +38,19 @@ import Testing
             Issue.record("uncreatable storage accepted")
         } catch {
             #expect(error.code == .couldNotWriteToDisk)
+        }
+        // The timeouts and the long-poll wait must be positive (C: layersync_client_create's
+        // INVALID_ARGUMENT), checked before anything else.
+        for change in [{ (c: inout ClientConfiguration) in c.connectTimeout = 0 }, { $0.requestTimeout = -1 },
+                       { $0.longPollWait = 0 }, { $0.connectTimeout = .nan }] {
+            var configuration = ClientConfiguration(serverURL: "http://example.com", storagePath: "/proc/layersync/nope")
+            change(&configuration)
+            do {
+                _ = try SyncClient(configuration: configuration) { _ in }
+                Issue.record("a configuration with a timeout or wait that is not positive was accepted")
+            } catch {
+                #expect(error.code == .invalidArgument)
+            }
         }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 /// End-to-end tests against the real Python reference server on loopback.
 /// Skipped (not failed) when `.venv/bin/layersync-server` is absent.

@@ -1,6 +1,9 @@
 import Foundation
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
+@testable import LayerSyncStore
+@testable import LayerSyncTransport
 
 /// The real Python reference server (`server/`) on loopback, one per test, with its own
 /// temporary directory, keys, SQLite database and admin token `secret`.

@@ -2,8 +2,11 @@ import Foundation
 import Synchronization
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
+@testable import LayerSyncStore
+@testable import LayerSyncTransport
 
-/// The rules of ARCHITECTURE.md §4 that make sync trustworthy, each against the real server
+/// The rules of docs/architecture.md §4 that make sync trustworthy, each against the real server
 /// on loopback, some through ``FaultProxy`` (lost answers, injected 403/413).
 @Suite(.serialized, .enabled(if: TestServer.isAvailable, "layersync-server not installed in .venv (run scripts/setup.sh)"))
 final class TrustRuleTests {

@@ -1,5 +1,6 @@
 import Testing
 @testable import LayerSyncCore
+@testable import LayerSyncModel
 
 @Suite struct ULIDTests {
     @Test func encodesTheSpecExampleTimestamp() {

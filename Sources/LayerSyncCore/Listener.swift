@@ -1,0 +1,64 @@
+import Dispatch
+import LayerSyncTransport
+
+/// The long-poll listener of one descriptor (``DocumentDescriptor/startListening()``), kept
+/// under the descriptor's lock: whether a loop should run, which loop is the current one (every
+/// start and stop makes a new generation, so a loop that was stopped ends at its next check
+/// even if it was started again meanwhile), and how to abort its request and wake its backoff.
+struct Listener: Sendable {
+    /// Whether a loop should run.
+    private(set) var isRunning = false
+    /// Whether the last loop was stopped by an auth failure; a successful reauthentication
+    /// starts it again.
+    private(set) var stoppedByAuth = false
+    /// The current loop's generation.
+    private(set) var generation = 0
+    /// Aborts the current loop's request.
+    private var cancellation: TransferCancellation?
+    /// Wakes the current loop from its backoff or its wait for the network.
+    private var wake: UncheckedSendable<DispatchSemaphore>?
+
+    /// Starts a loop unless one is running.
+    /// - Parameters:
+    ///   - cancellation: Aborts the new loop's requests.
+    ///   - wake: Wakes the new loop's waits.
+    /// - Returns: The new loop's generation, or `nil` when a loop is already running.
+    mutating func start(cancellation: TransferCancellation, wake: DispatchSemaphore) -> Int? {
+        guard !isRunning else { return nil }
+        isRunning = true
+        stoppedByAuth = false
+        generation += 1
+        self.cancellation = cancellation
+        self.wake = UncheckedSendable(wake)
+        return generation
+    }
+
+    /// Whether the loop of `generation` is the current one and should go on.
+    func isCurrent(_ generation: Int) -> Bool { isRunning && self.generation == generation }
+
+    /// Stops the loop at the host's request: its request aborts at once, its wait ends, and a
+    /// reauthentication does not start it again.
+    mutating func stop() {
+        cancel()
+        stoppedByAuth = false
+    }
+
+    /// Stops the loop for shutdown: its request aborts at once and its wait ends.
+    mutating func cancel() {
+        isRunning = false
+        generation += 1
+        cancellation?.cancel()
+        wakeUp()
+    }
+
+    /// Records that the loop of `generation` ended on an auth failure (it returns by itself),
+    /// unless it was already stopped or replaced.
+    mutating func stopForAuthFailure(generation: Int) {
+        guard self.generation == generation else { return }
+        isRunning = false
+        stoppedByAuth = true
+    }
+
+    /// Wakes the current loop's wait (the network came back).
+    func wakeUp() { wake?.value.signal() }
+}

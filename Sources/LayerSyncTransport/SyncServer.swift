@@ -1,0 +1,258 @@
+import LayerSyncModel
+import Synchronization
+
+/// The sync server as the client sees it: the endpoints of protocol.md version 1, with
+/// their error envelope mapped to ``ErrorCode``s. Every request carries
+/// `LayerSync-Protocol: 1`, and all but `info` a `Bearer` JWT.
+package final class SyncServer: Sendable {
+    /// The protocol version this client speaks.
+    static let protocolVersion = 1
+
+    /// The base URL.
+    package let url: ServerURL
+    private let requestTimeout: Double
+    private let availability = Mutex(NetworkAvailability())
+    private let transportFailureHandler = Mutex<(@Sendable (UInt64) -> Void)?>(nil)
+
+    /// Creates the endpoint set.
+    /// - Parameters:
+    ///   - url: The validated base URL.
+    ///   - requestTimeout: Seconds per ordinary request.
+    package init(url: ServerURL, requestTimeout: Double) {
+        self.url = url
+        self.requestTimeout = requestTimeout
+    }
+
+    /// Whether requests may be attempted: neither the host (``SyncClient/setNetworkAvailable(_:)``)
+    /// nor the host's reachability hint (its last answer) says the network is gone.
+    package var isNetworkAvailable: Bool { availability.withLock { $0.isUsable } }
+
+    /// The two flags behind ``isNetworkAvailable``.
+    package var networkAvailability: NetworkAvailability { availability.withLock { $0 } }
+
+    /// Changes the availability flags atomically.
+    /// - Parameter change: Sets `hostSaysAvailable` and/or `hintSaysOffline`.
+    /// - Returns: Whether requests became possible by this change (they were not before).
+    package func updateNetworkAvailability(_ change: (inout NetworkAvailability) -> Void) -> Bool {
+        availability.withLock { flags in
+            let before = flags.isUsable
+            change(&flags)
+            return !before && flags.isUsable
+        }
+    }
+
+    /// Installs the function called when a request got no HTTP answer (connect refused, reset,
+    /// timeout, DNS: `.requestFailed` from ``HTTPSession``). It runs on the failing request's
+    /// thread, before the error is thrown, so it must return at once and never wait for the
+    /// event thread. Its argument is ``NetworkAvailability/hostWords`` when the request was
+    /// started: a request in flight across an explicit call failed for the superseded word.
+    package func onTransportFailure(_ handler: @escaping @Sendable (UInt64) -> Void) {
+        transportFailureHandler.withLock { $0 = handler }
+    }
+
+    // MARK: Endpoints
+
+    /// `GET /sync/v1/info` and the protocol check.
+    /// - Returns: The server info.
+    /// - Throws: `.requestFailed`, `.invalidServerData`, `.oldClient`, `.oldServer`, `.cancelled`.
+    package func info(session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> ServerInfo {
+        let response = try send(HTTPRequest(url: url.url("/sync/v1/info")), jwt: nil, session: session, cancellation: cancellation)
+        let json = String(decoding: response.body, as: UTF8.self)
+        guard let body = try? JSONValue.parse(bytes: response.body),
+              let protocolInfo = body["protocol"],
+              let minimum = protocolInfo["min"]?.int64Value, let maximum = protocolInfo["max"]?.int64Value else {
+            throw LayerSyncError(.invalidServerData, "GET /sync/v1/info did not answer a LayerSync info object")
+        }
+        if Int(minimum) > Self.protocolVersion {
+            throw LayerSyncError(.oldClient, "the server needs protocol \(minimum) or newer; this client speaks \(Self.protocolVersion)")
+        }
+        if Int(maximum) < Self.protocolVersion {
+            throw LayerSyncError(.oldServer, "the server speaks protocol up to \(maximum); this client needs \(Self.protocolVersion)")
+        }
+        return ServerInfo(
+            serverVersion: body["server_version"]?.stringValue ?? "",
+            protocolMin: Int(minimum), protocolMax: Int(maximum),
+            maxRequestBytes: Int(body["limits"]?["max_request_bytes"]?.int64Value ?? 4_194_304),
+            capabilities: body["capabilities"]?.arrayValue?.compactMap(\.stringValue) ?? [],
+            json: json)
+    }
+
+    /// `GET /sync/v1/documents/{id}/pdf`, streamed into a file.
+    /// - Parameters:
+    ///   - documentID: The document.
+    ///   - jwt: The token.
+    ///   - fileDescriptor: Where the bytes go.
+    ///   - progress: Called with (bytes done, bytes total or -1).
+    /// - Returns: The number of bytes received.
+    /// - Throws: Mapped HTTP errors, `.requestFailed`, `.couldNotWriteToDisk`, `.cancelled`.
+    package func downloadPDF(documentID: String, jwt: String, fileDescriptor: Int32, progress: @escaping @Sendable (Int64, Int64) -> Void,
+                     session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) {
+        var request = HTTPRequest(url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/pdf"))
+        request.bodyFileDescriptor = fileDescriptor
+        request.progress = progress
+        request.timeoutSeconds = 0  // large files: rely on connect timeout + cancellation
+        _ = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+    }
+
+    /// `GET .../records?since=` (snapshot or delta page).
+    package func records(documentID: String, layer: String, since: Int64, limit: Int? = nil, jwt: String,
+                 session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> LayerPage {
+        var path = layerPath(documentID, layer) + "/records?since=\(since)"
+        if let limit { path += "&limit=\(limit)" }
+        let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
+        return try LayerPage(body: response.body)
+    }
+
+    /// `GET .../changes?since=&wait=` (long-poll).
+    package func changes(documentID: String, layer: String, since: Int64, waitSeconds: Int, jwt: String,
+                 session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> LayerPage {
+        var request = HTTPRequest(url: url.url(layerPath(documentID, layer) + "/changes?since=\(since)&wait=\(waitSeconds)"))
+        request.timeoutSeconds = requestTimeout + Double(waitSeconds)
+        let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+        return try LayerPage(body: response.body)
+    }
+
+    /// `POST .../sync`.
+    /// - Parameters:
+    ///   - body: The exact request body.
+    /// - Returns: The decoded answer.
+    /// - Throws: `.payloadLimitExceeded` for 413 and the other mapped errors.
+    package func sync(documentID: String, layer: String, body: [UInt8], jwt: String,
+              session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> SyncAnswer {
+        var request = HTTPRequest(method: "POST", url: url.url(layerPath(documentID, layer) + "/sync"))
+        request.headers = ["Content-Type: application/json"]
+        request.body = body
+        let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+        return try SyncAnswer(body: response.body)
+    }
+
+    /// `GET .../records/{rid}/history`: the kept versions, newest first.
+    /// - Returns: The versions.
+    /// - Throws: `.invalidDocument` (404: nothing kept) and the other mapped errors.
+    package func history(documentID: String, layer: String, recordID: String, jwt: String,
+                 session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> [ServerRecord] {
+        let path = layerPath(documentID, layer) + "/records/\(ServerURL.encodeSegment(recordID))/history"
+        let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
+        guard let json = try? JSONValue.parse(bytes: response.body), let items = json["versions"]?.arrayValue else {
+            throw LayerSyncError(.invalidServerData, "history answer without versions")
+        }
+        var versions: [ServerRecord] = []
+        for item in items { versions.append(try ServerRecord(json: item)) }
+        return versions
+    }
+
+    /// `POST .../records/{rid}/rollback` or `.../restore`: writes an older version (or the last
+    /// live one) as a new revision.
+    /// - Parameters:
+    ///   - operation: `"rollback"` or `"restore"`.
+    ///   - revision: The kept version to roll back to (rollback only).
+    ///   - baseRevision: The record's revision the caller knows, or `nil`.
+    /// - Returns: The record as written.
+    /// - Throws: `.conflict` (409), `.invalidDocument` (404), `.invalidRequest` (400), and the other mapped errors.
+    package func revive(_ operation: String, documentID: String, layer: String, recordID: String, revision: Int64?,
+                baseRevision: Int64?, jwt: String, session: HTTPSession,
+                cancellation: TransferCancellation) throws(LayerSyncError) -> ServerRecord {
+        var request = HTTPRequest(method: "POST", url: url.url(layerPath(documentID, layer)
+            + "/records/\(ServerURL.encodeSegment(recordID))/\(operation)"))
+        var body = JSONObject()
+        if let revision { body["revision"] = .integer(revision) }
+        if let baseRevision { body["base_revision"] = .integer(baseRevision) }
+        request.headers = ["Content-Type: application/json"]
+        request.body = JSONValue.object(body).jsonBytes
+        let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+        guard let json = try? JSONValue.parse(bytes: response.body), let record = json["record"] else {
+            throw LayerSyncError(.invalidServerData, "\(operation) answer without record")
+        }
+        return try ServerRecord(json: record)
+    }
+
+    /// `GET .../deleted?since=` pages, all of them: the layer's tombstones, each with
+    /// `last_content` (the newest kept live version, or null).
+    /// - Returns: The raw entries, in revision order.
+    package func deleted(documentID: String, layer: String, jwt: String, session: HTTPSession,
+                 cancellation: TransferCancellation) throws(LayerSyncError) -> [JSONValue] {
+        var entries: [JSONValue] = []
+        var since: Int64 = 0
+        while true {
+            let path = layerPath(documentID, layer) + "/deleted?since=\(since)"
+            let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
+            guard let json = try? JSONValue.parse(bytes: response.body), let items = json["records"]?.arrayValue else {
+                throw LayerSyncError(.invalidServerData, "deleted answer without records")
+            }
+            entries += items
+            let next = json["next_since"]?.int64Value ?? since
+            guard json["has_more"]?.boolValue == true, next > since else { return entries }
+            since = next
+        }
+    }
+
+    /// `PUT documents/{id}/attachments/{sha256}`: uploads an attachment (idempotent).
+    /// - Throws: `.invalidRequest` (hash mismatch), `.payloadLimitExceeded` (413), and the other mapped errors.
+    package func putAttachment(documentID: String, id: String, bytes: [UInt8], contentType: String, jwt: String,
+                       session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) {
+        var request = HTTPRequest(method: "PUT", url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/attachments/\(id)"))
+        request.headers = ["Content-Type: \(contentType)"]
+        request.body = bytes
+        _ = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+    }
+
+    /// `GET documents/{id}/attachments/{sha256}`.
+    /// - Returns: The bytes and their content type.
+    /// - Throws: `.invalidDocument` (404) and the other mapped errors.
+    package func getAttachment(documentID: String, id: String, jwt: String, session: HTTPSession,
+                       cancellation: TransferCancellation) throws(LayerSyncError) -> (bytes: [UInt8], contentType: String) {
+        let request = HTTPRequest(url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/attachments/\(id)"))
+        let response = try send(request, jwt: jwt, session: session, cancellation: cancellation, accept: "*/*")
+        return (response.body, response.headers["content-type"] ?? "application/octet-stream")
+    }
+
+    // MARK: Plumbing
+
+    private func layerPath(_ documentID: String, _ layer: String) -> String {
+        "/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/layers/\(ServerURL.layerSegment(layer))"
+    }
+
+    /// Sends a request and maps a non-2xx answer through the error envelope.
+    private func send(_ request: HTTPRequest, jwt: String?, session: HTTPSession,
+                      cancellation: TransferCancellation, accept: String = "application/json") throws(LayerSyncError) -> HTTPResponse {
+        let flags = networkAvailability
+        guard flags.hostSaysAvailable else {
+            throw LayerSyncError(.requestFailed, "the network is marked unavailable (setNetworkAvailable(false)); no request was made")
+        }
+        guard !flags.hintSaysOffline else {
+            throw LayerSyncError(.requestFailed, "the host's reachability hint says the network is unavailable; no request was made")
+        }
+        var request = request
+        request.headers.append("LayerSync-Protocol: \(Self.protocolVersion)")
+        request.headers.append("Accept: \(accept)")
+        if let jwt { request.headers.append("Authorization: Bearer \(jwt)") }
+        if request.timeoutSeconds == 30 { request.timeoutSeconds = requestTimeout }
+        let response: HTTPResponse
+        do throws(LayerSyncError) {
+            response = try session.perform(request, cancellation: cancellation)
+        } catch {
+            // No HTTP answer at all (HTTPSession throws `.requestFailed` only then).
+            if error.code == .requestFailed, let handler = transportFailureHandler.withLock({ $0 }) { handler(flags.hostWords) }
+            throw error
+        }
+        if (200..<300).contains(response.status) { return response }
+        var message = "HTTP \(response.status)"
+        var envelopeCode: String?
+        if let envelope = try? JSONValue.parse(bytes: response.body), let error = envelope["error"] {
+            envelopeCode = error["code"]?.stringValue
+            message = "\(envelopeCode ?? "error"): \(error["message"]?.stringValue ?? "")"
+        }
+        let code: ErrorCode
+        switch response.status {
+        case 400: code = .invalidRequest
+        case 401, 403: code = .accessDenied
+        case 404: code = .invalidDocument
+        case 409: code = envelopeCode == "epoch_mismatch" ? .serverReset : .conflict
+        case 413: code = .payloadLimitExceeded
+        case 426: code = .oldClient
+        case 500...: code = .requestFailed
+        default: code = .unknown
+        }
+        throw LayerSyncError(code, "\(request.method) \(request.url): \(message)", httpStatus: response.status)
+    }
+}
