@@ -72,11 +72,7 @@ extension DocumentDescriptor {
             } catch where error.code == .invalidDocument && error.httpStatus == 404 {
                 // The server no longer has the document or layer (deleted): retrying cannot
                 // help, so stop listening and report it once (pending changes are kept).
-                let stopped = mutableState.withLock { state in
-                    guard state.listenGeneration == generation else { return false }
-                    state.listening = false
-                    return true
-                }
+                let stopped = mutableState.withLock { $0.listener.stopForMissingLayer(generation: generation) }
                 if stopped { emit(.didFailSync(self, error.with(documentID: documentID))) }
                 return
             } catch where error.code == .accessDenied && error.httpStatus != nil {

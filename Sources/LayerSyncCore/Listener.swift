@@ -59,6 +59,16 @@ struct Listener: Sendable {
         stoppedByAuth = true
     }
 
+    /// Records that the loop of `generation` ended because the server no longer has the
+    /// document or layer (404: deleted); a reauthentication does not start it again.
+    /// - Returns: Whether that loop was the current one (so its end is reported once).
+    mutating func stopForMissingLayer(generation: Int) -> Bool {
+        guard isCurrent(generation) else { return false }
+        isRunning = false
+        stoppedByAuth = false
+        return true
+    }
+
     /// Wakes the current loop's wait (the network came back).
     func wakeUp() { wake?.value.signal() }
 }
