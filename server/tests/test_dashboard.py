@@ -139,6 +139,38 @@ def test_upload_and_delete_need_the_csrf_token(server):
     assert _document_exists(server, doc)
 
 
+def _big_multipart(size_bytes: int, **fields):
+    """A multipart body with a file part of ``size_bytes`` and ``fields``, streamed."""
+    def body():
+        for name, value in fields.items():
+            yield (f'--B\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n').encode()
+        yield b'--B\r\nContent-Disposition: form-data; name="pad"; filename="pad"\r\n\r\n'
+        for _ in range(size_bytes // 65536):
+            yield b"x" * 65536
+        yield b"\r\n--B--\r\n"
+    return {"content": body(), "headers": {"Content-Type": "multipart/form-data; boundary=B"}}
+
+
+def test_login_logout_and_delete_refuse_large_bodies_before_parsing_them(server):
+    # the login form is open to anyone: a body of any size would be spooled to disk
+    plain = httpx.Client(base_url=server.url, timeout=30)
+    response = plain.post("/dashboard/login", **_big_multipart(4 << 20, secret=ADMIN_TOKEN))
+    assert response.status_code == 413, response.text
+    assert "set-cookie" not in response.headers
+    big_form = {"secret": ADMIN_TOKEN, "next": "/dashboard", "pad": "x" * (512 * 1024)}
+    assert plain.post("/dashboard/login", data=big_form).status_code == 413
+    client = _logged_in(server)
+    csrf = _csrf(client.get("/dashboard").text)
+    doc = server.new_document()
+    response = client.post(f"/dashboard/documents/{doc}/delete", **_big_multipart(4 << 20, csrf=csrf))
+    assert response.status_code == 413 and _document_exists(server, doc)
+    response = client.post("/dashboard/logout", **_big_multipart(4 << 20, csrf=csrf))
+    assert response.status_code == 413
+    # small forms still work, multipart or not
+    response = client.post(f"/dashboard/documents/{doc}/delete", files={"csrf": (None, csrf)})
+    assert response.status_code == 303 and not _document_exists(server, doc)
+
+
 def test_scripts_may_use_the_admin_header_instead_of_the_cookie(server):
     headers = server.admin()
     response = server.http.get("/dashboard", headers=headers)

@@ -47,6 +47,9 @@ _HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'self'; s
             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
             "X-Frame-Options": "DENY"}
 DOCUMENTS_PER_PAGE = 20
+#: Largest body of the small forms (login, logout, delete), bytes: read and bounded
+#: before parsing, since the login form is open to anyone (413 above).
+FORM_MAX_BYTES = 16 * 1024
 PAGES_PER_VIEW = 10
 #: Longest wait of the dashboard's own long-poll, seconds.
 LIVE_WAIT_S = 20.0
@@ -126,6 +129,17 @@ async def static_file(name: str, request: Request) -> Response:
                     headers={**_HEADERS, "Cache-Control": "no-cache"})
 
 
+async def _small_form(request: Request):
+    """The request's form, its body bounded by :data:`FORM_MAX_BYTES` (Starlette alone
+    would spool file parts of any size to disk).
+
+    Raises:
+        ApiError: 413 ``payload_too_large``.
+    """
+    body = await read_body(request, FORM_MAX_BYTES)
+    return await _replayed(request, body).form()
+
+
 def _next_path(value: object) -> str:
     """Where to go after login: a dashboard path only (never another site)."""
     if isinstance(value, str) and value.startswith("/dashboard") and "//" not in value and "\\" not in value:
@@ -143,7 +157,7 @@ async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
 async def login(request: Request) -> Response:
     session.enabled_secret(request)
     session.check_origin(request)
-    form = await request.form()
+    form = await _small_form(request)
     sent, target = form.get("secret"), _next_path(form.get("next"))
     if not isinstance(sent, str) or not session.check_secret(request, sent):
         await asyncio.sleep(0.25)  # a brute force goes slowly
@@ -155,7 +169,7 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request, viewer: session.Viewer = Depends(api_viewer)) -> Response:
-    viewer.check(request, (await request.form()).get("csrf"))
+    viewer.check(request, (await _small_form(request)).get("csrf"))
     response = RedirectResponse("/dashboard/login", 303, headers=_HEADERS)
     session.clear_session_cookie(request, response)
     return response
@@ -246,7 +260,7 @@ async def upload(request: Request, viewer: session.Viewer = Depends(api_viewer))
 async def delete(document_id: str, request: Request,
                  viewer: session.Viewer = Depends(api_viewer)) -> Response:
     """``csrf`` form field → the admin API's delete; 303 to the documents."""
-    viewer.check(request, (await request.form()).get("csrf"))
+    viewer.check(request, (await _small_form(request)).get("csrf"))
     await backend.delete_document(document_id, _ctx(request))
     return RedirectResponse("/dashboard?" + urlencode({"deleted": document_id}), 303, headers=_HEADERS)
 
