@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import io
 import os
 from html import unescape
 import re
@@ -21,6 +22,7 @@ import time
 import uuid
 
 import httpx
+import pikepdf
 import pypdfium2
 import pytest
 
@@ -270,6 +272,24 @@ def test_a_page_image_is_cached_by_layer_revision(server):
     assert after.content != first.content
     assert server.http.get(f"/dashboard/documents/{doc}/layers/~/pages/9.png",
                            headers=server.admin()).status_code == 404
+
+
+def test_a_pdf_pdfium_cannot_open_as_stored_still_shows_its_layer(server):
+    """The upload reads PDFs with qpdf (pikepdf), which repairs what PDFium refuses: a
+    truncated file, a PDF without pages. Their layers show, records and all."""
+    whole = synthetic_pdf([([0, 0, 300, 300], 0), ([0, 0, 300, 300], 0)])
+    empty = io.BytesIO()
+    pikepdf.new().save(empty)
+    for pdf, pages in ((whole[:len(whole) // 2], 2), (empty.getvalue(), 0)):
+        response = server.upload(pdf)
+        assert response.status_code == 200, response.text
+        doc = response.json()["data"]["document_id"]
+        assert server.sync(doc, [change("create", "n", note("still here"))]).status_code == 200
+        view = server.http.get(f"/dashboard/documents/{doc}/layers/~", headers=server.admin())
+        assert view.status_code == 200, view.text
+        assert "still here" in view.text and view.text.count("<img") == pages
+        image = server.http.get(f"/dashboard/documents/{doc}/layers/~/pages/0.png", headers=server.admin())
+        assert image.status_code == (200 if pages else 404), image.text
 
 
 def test_operations_page_shows_metrics_health_and_recent_errors(server):
