@@ -303,6 +303,25 @@ def test_operations_page_shows_metrics_health_and_recent_errors(server):
     assert "Open long-polls" in text and "Sync durations" in text
 
 
+def test_operations_never_shows_a_database_password(tmp_path, keys, pg_cluster):
+    url = pg_cluster.create_database("dash_" + uuid.uuid4().hex[:12])
+    scheme, rest = url.split("://", 1)
+    user, location = rest.split("@", 1)
+    url = (f"{scheme}://{user}:in-userinfo@{location}"
+           "?password=in-query&application_name=dash&sslpassword=ssl-secret")
+    process, instance = start_server(tmp_path, url, *keys)
+    try:
+        page = instance.http.get("/dashboard/operations", headers=instance.admin())
+        assert page.status_code == 200, page.text
+        storage = re.search(r'<dd id="storage">(.*?)</dd>', page.text, re.S).group(1)
+        assert "PostgresStorage" in storage and location.split("/")[0] in storage
+        assert "application_name=dash" in storage
+        for secret in ("in-userinfo", "in-query", "ssl-secret"):
+            assert secret not in page.text, storage
+    finally:
+        stop_server(process, instance)
+
+
 def test_the_dashboard_is_off_without_an_admin_secret(tmp_path, keys):
     process, instance = start_server(tmp_path, str(tmp_path / "db.sqlite"), *keys, "--admin-token", "")
     try:

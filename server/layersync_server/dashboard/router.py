@@ -19,7 +19,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import APIRouter, Depends, Query, Request
@@ -519,6 +519,20 @@ def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> flo
     return None
 
 
+def _shown_location(db) -> str:
+    """Where the storage is, as the operations page shows it: a SQLite path, or a
+    PostgreSQL URL without its password (in the user info or, as libpq also takes
+    them, ``password``/``sslpassword`` query parameters)."""
+    if not is_postgres_url(db):
+        return str(db)
+    parts = urlsplit(str(db))
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.split(':', 1)[0]}@{hosts}" if at and userinfo.split(":", 1)[0] else hosts
+    query = urlencode([(key, "[redacted]" if "password" in key.lower() else value)
+                       for key, value in parse_qsl(parts.query, keep_blank_values=True)], safe="[]")
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+
+
 def _operations(request: Request, dashboard_polls: int) -> dict:
     ctx = _ctx(request)
     metrics = request.app.state.metrics
@@ -555,11 +569,7 @@ def _operations(request: Request, dashboard_polls: int) -> dict:
     except Exception as exc:  # noqa: BLE001 — shown, as /healthz would answer 500
         health = ("failing", f"{type(exc).__name__}: {exc}")
     health_ms = 1000 * (time.monotonic() - started)
-    db = ctx.settings.db_path
-    location = str(db)
-    if is_postgres_url(db):  # never show a password
-        scheme, _, rest = location.partition("://")
-        location = f"{scheme}://{rest.rpartition('@')[2]}"
+    location = _shown_location(ctx.settings.db_path)
     return {"requests": requests[:40], "request_kinds": len(requests), "by_class": sorted(by_class.items()),
             "timing": timing, "open_long_polls": ctx.notifier.open_waits,
             "dashboard_long_polls": dashboard_polls,
