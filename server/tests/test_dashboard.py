@@ -74,6 +74,7 @@ def test_without_credentials_pages_ask_to_log_in_and_the_rest_is_refused(server)
     for path in (f"/dashboard/documents/{doc}/layers/~/pages/0.png",
                  f"/dashboard/documents/{doc}/layers/~/export.pdf",
                  f"/dashboard/documents/{doc}/layers/~/export.json",
+                 f"/dashboard/documents/{doc}/layers/~/record?id=x",
                  f"/dashboard/api/documents/{doc}/layers/~/changes?since=0"):
         response = plain.get(path)
         assert response.status_code == 401, path
@@ -526,3 +527,24 @@ def test_in_a_browser_a_dropped_pdf_is_uploaded_and_operations_show(server, brow
     health = _wait(lambda: driver.find_elements("id", "health"), what="the operations page")[0]
     assert health.text.startswith("ok")
     assert "Storage" in driver.find_element("css selector", ".facts").text
+
+
+def test_in_a_browser_records_named_dot_or_dot_dot_show_their_own_detail(server, browser):
+    """A browser resolves ``.`` and ``..`` path segments (``%2E`` too) before fetching:
+    a record's detail must not be asked for by a path ending in its id."""
+    driver = browser
+    doc = server.new_document()
+    assert server.sync(doc, [change("create", "..", note("dot dot")),
+                             change("create", ".", note("dot"))], since=3).status_code == 200
+    driver.get(server.url + f"/dashboard/documents/{doc}/layers/~")
+    if driver.find_elements("id", "secret"):  # (this test may run alone)
+        driver.find_element("id", "secret").send_keys(ADMIN_TOKEN)
+        driver.find_element("id", "login").click()
+    _wait(lambda: ".." in _rows(driver), what="the layer view")
+    for record_id, text in (("..", "dot dot"), (".", "dot")):
+        driver.find_element("css selector", f'tr.record[data-record-id="{record_id}"]').click()
+        detail = _wait(lambda: driver.find_elements(
+            "css selector", f'#detail > .record-detail[data-record-id="{record_id}"]'),
+            what=f"the detail of record {record_id!r}")[0]
+        assert f'"value": "{text}"' in detail.find_element("id", "record-json").text
+        assert not driver.find_elements("css selector", "#detail #pages")

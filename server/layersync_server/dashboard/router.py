@@ -380,7 +380,7 @@ async def layer_page(document_id: str, layer: str, request: Request,
     live = {"document_id": document_id, "layer": name, "epoch": state.epoch,
             "revision": state.revision,
             "changes": f"/dashboard/api/documents/{_quote(document_id)}/layers/{_segment(name)}/changes",
-            "record": f"/dashboard/documents/{_quote(document_id)}/layers/{_segment(name)}/records/"}
+            "record": f"/dashboard/documents/{_quote(document_id)}/layers/{_segment(name)}/record?id="}
     return _html(request, "layer.html", viewer=viewer, layer=name, live=live,
                  clients=_connected(request, document_id, name), per_view=PAGES_PER_VIEW, **view)
 
@@ -430,6 +430,15 @@ def _record_detail(ctx: AppContext, document_id: str, layer: str, record_id: str
             "history": [{"version": v, "json": json.dumps(v.content, indent=2, ensure_ascii=False,
                                                           sort_keys=True)} for v in history],
             "thread": thread}
+
+
+@router.get("/documents/{document_id}/layers/{layer}/record")
+async def record_detail_by_query(document_id: str, layer: str, request: Request,
+                                 id: str = Query(..., min_length=1),  # noqa: A002
+                                 viewer: session.Viewer = Depends(api_viewer)) -> HTMLResponse:
+    """:func:`record_detail` of the record ``id``: what the page's script asks for, as a
+    record id such as ``..`` at the end of a path is resolved away by the browser."""
+    return await record_detail(document_id, layer, id, request, viewer)
 
 
 @router.get("/documents/{document_id}/layers/{layer}/records/{record_id:path}")
