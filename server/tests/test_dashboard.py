@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import io
 import os
 from html import unescape
 import re
@@ -21,6 +22,7 @@ import time
 import uuid
 
 import httpx
+import pikepdf
 import pypdfium2
 import pytest
 
@@ -72,6 +74,7 @@ def test_without_credentials_pages_ask_to_log_in_and_the_rest_is_refused(server)
     for path in (f"/dashboard/documents/{doc}/layers/~/pages/0.png",
                  f"/dashboard/documents/{doc}/layers/~/export.pdf",
                  f"/dashboard/documents/{doc}/layers/~/export.json",
+                 f"/dashboard/documents/{doc}/layers/~/record?id=x",
                  f"/dashboard/api/documents/{doc}/layers/~/changes?since=0"):
         response = plain.get(path)
         assert response.status_code == 401, path
@@ -137,6 +140,38 @@ def test_upload_and_delete_need_the_csrf_token(server):
     doc = server.new_document()
     assert client.post(f"/dashboard/documents/{doc}/delete", data={"csrf": other}).status_code == 403
     assert _document_exists(server, doc)
+
+
+def _big_multipart(size_bytes: int, **fields):
+    """A multipart body with a file part of ``size_bytes`` and ``fields``, streamed."""
+    def body():
+        for name, value in fields.items():
+            yield (f'--B\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n').encode()
+        yield b'--B\r\nContent-Disposition: form-data; name="pad"; filename="pad"\r\n\r\n'
+        for _ in range(size_bytes // 65536):
+            yield b"x" * 65536
+        yield b"\r\n--B--\r\n"
+    return {"content": body(), "headers": {"Content-Type": "multipart/form-data; boundary=B"}}
+
+
+def test_login_logout_and_delete_refuse_large_bodies_before_parsing_them(server):
+    # the login form is open to anyone: a body of any size would be spooled to disk
+    plain = httpx.Client(base_url=server.url, timeout=30)
+    response = plain.post("/dashboard/login", **_big_multipart(4 << 20, secret=ADMIN_TOKEN))
+    assert response.status_code == 413, response.text
+    assert "set-cookie" not in response.headers
+    big_form = {"secret": ADMIN_TOKEN, "next": "/dashboard", "pad": "x" * (512 * 1024)}
+    assert plain.post("/dashboard/login", data=big_form).status_code == 413
+    client = _logged_in(server)
+    csrf = _csrf(client.get("/dashboard").text)
+    doc = server.new_document()
+    response = client.post(f"/dashboard/documents/{doc}/delete", **_big_multipart(4 << 20, csrf=csrf))
+    assert response.status_code == 413 and _document_exists(server, doc)
+    response = client.post("/dashboard/logout", **_big_multipart(4 << 20, csrf=csrf))
+    assert response.status_code == 413
+    # small forms still work, multipart or not
+    response = client.post(f"/dashboard/documents/{doc}/delete", files={"csrf": (None, csrf)})
+    assert response.status_code == 303 and not _document_exists(server, doc)
 
 
 def test_scripts_may_use_the_admin_header_instead_of_the_cookie(server):
@@ -240,6 +275,24 @@ def test_a_page_image_is_cached_by_layer_revision(server):
                            headers=server.admin()).status_code == 404
 
 
+def test_a_pdf_pdfium_cannot_open_as_stored_still_shows_its_layer(server):
+    """The upload reads PDFs with qpdf (pikepdf), which repairs what PDFium refuses: a
+    truncated file, a PDF without pages. Their layers show, records and all."""
+    whole = synthetic_pdf([([0, 0, 300, 300], 0), ([0, 0, 300, 300], 0)])
+    empty = io.BytesIO()
+    pikepdf.new().save(empty)
+    for pdf, pages in ((whole[:len(whole) // 2], 2), (empty.getvalue(), 0)):
+        response = server.upload(pdf)
+        assert response.status_code == 200, response.text
+        doc = response.json()["data"]["document_id"]
+        assert server.sync(doc, [change("create", "n", note("still here"))]).status_code == 200
+        view = server.http.get(f"/dashboard/documents/{doc}/layers/~", headers=server.admin())
+        assert view.status_code == 200, view.text
+        assert "still here" in view.text and view.text.count("<img") == pages
+        image = server.http.get(f"/dashboard/documents/{doc}/layers/~/pages/0.png", headers=server.admin())
+        assert image.status_code == (200 if pages else 404), image.text
+
+
 def test_operations_page_shows_metrics_health_and_recent_errors(server):
     server.http.get("/sync/v1/documents/nope/layers/~/records")  # a 401 to remember
     page = server.http.get("/dashboard/operations", headers=server.admin())
@@ -249,6 +302,25 @@ def test_operations_page_shows_metrics_health_and_recent_errors(server):
     assert "SqliteStorage" in text or "PostgresStorage" in text
     assert "/sync/v1/documents/nope/layers/~/records" in text  # in the recent errors
     assert "Open long-polls" in text and "Sync durations" in text
+
+
+def test_operations_never_shows_a_database_password(tmp_path, keys, pg_cluster):
+    url = pg_cluster.create_database("dash_" + uuid.uuid4().hex[:12])
+    scheme, rest = url.split("://", 1)
+    user, location = rest.split("@", 1)
+    url = (f"{scheme}://{user}:in-userinfo@{location}"
+           "?password=in-query&application_name=dash&sslpassword=ssl-secret")
+    process, instance = start_server(tmp_path, url, *keys)
+    try:
+        page = instance.http.get("/dashboard/operations", headers=instance.admin())
+        assert page.status_code == 200, page.text
+        storage = re.search(r'<dd id="storage">(.*?)</dd>', page.text, re.S).group(1)
+        assert "PostgresStorage" in storage and location.split("/")[0] in storage
+        assert "application_name=dash" in storage
+        for secret in ("in-userinfo", "in-query", "ssl-secret"):
+            assert secret not in page.text, storage
+    finally:
+        stop_server(process, instance)
 
 
 def test_the_dashboard_is_off_without_an_admin_secret(tmp_path, keys):
@@ -455,3 +527,24 @@ def test_in_a_browser_a_dropped_pdf_is_uploaded_and_operations_show(server, brow
     health = _wait(lambda: driver.find_elements("id", "health"), what="the operations page")[0]
     assert health.text.startswith("ok")
     assert "Storage" in driver.find_element("css selector", ".facts").text
+
+
+def test_in_a_browser_records_named_dot_or_dot_dot_show_their_own_detail(server, browser):
+    """A browser resolves ``.`` and ``..`` path segments (``%2E`` too) before fetching:
+    a record's detail must not be asked for by a path ending in its id."""
+    driver = browser
+    doc = server.new_document()
+    assert server.sync(doc, [change("create", "..", note("dot dot")),
+                             change("create", ".", note("dot"))], since=3).status_code == 200
+    driver.get(server.url + f"/dashboard/documents/{doc}/layers/~")
+    if driver.find_elements("id", "secret"):  # (this test may run alone)
+        driver.find_element("id", "secret").send_keys(ADMIN_TOKEN)
+        driver.find_element("id", "login").click()
+    _wait(lambda: ".." in _rows(driver), what="the layer view")
+    for record_id, text in (("..", "dot dot"), (".", "dot")):
+        driver.find_element("css selector", f'tr.record[data-record-id="{record_id}"]').click()
+        detail = _wait(lambda: driver.find_elements(
+            "css selector", f'#detail > .record-detail[data-record-id="{record_id}"]'),
+            what=f"the detail of record {record_id!r}")[0]
+        assert f'"value": "{text}"' in detail.find_element("id", "record-json").text
+        assert not driver.find_elements("css selector", "#detail #pages")

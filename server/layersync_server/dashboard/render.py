@@ -15,6 +15,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import pikepdf
 import pypdfium2
 
 #: Pixels per PDF point of the page images (1.5: a Letter page is 918 px wide).
@@ -113,7 +114,9 @@ class PageImages:
         if png is not None:
             return png
         with _PDFIUM:
-            document = pypdfium2.PdfDocument(pdf)
+            document = _open(pdf)
+            if document is None:
+                return None
             try:
                 if not 0 <= page_index < len(document):
                     return None
@@ -137,16 +140,47 @@ class PageImages:
         if found is not None:
             return found[0]
         data = pdf_bytes()
-        with _PDFIUM:
-            document = pypdfium2.PdfDocument(data)
-            try:
-                boxes = []
-                for index in range(len(document)):
-                    page = document[index]
-                    width, height = page.get_size()
-                    boxes.append(PageBox(width, height, page.get_rotation() % 360))
-                    page.close()
-            finally:
-                document.close()
+        boxes = _measure(data)
+        if boxes is None:
+            boxes = _measure(_rewritten(data)) or []
         self._boxes.put(sha256, boxes, len(boxes))
         return boxes
+
+
+def _open(data: bytes | None) -> pypdfium2.PdfDocument | None:
+    """PDFium's document of ``data``, None when PDFium cannot read it. Hold :data:`_PDFIUM`."""
+    if data is None:
+        return None
+    try:
+        return pypdfium2.PdfDocument(data)
+    except pypdfium2.PdfiumError:
+        return None
+
+
+def _measure(data: bytes | None) -> list[PageBox] | None:
+    """The shown size and rotation of each page of ``data``, None when PDFium cannot read it."""
+    with _PDFIUM:
+        document = _open(data)
+        if document is None:
+            return None
+        try:
+            boxes = []
+            for index in range(len(document)):
+                page = document[index]
+                width, height = page.get_size()
+                boxes.append(PageBox(width, height, page.get_rotation() % 360))
+                page.close()
+        finally:
+            document.close()
+    return boxes
+
+
+def _rewritten(data: bytes) -> bytes | None:
+    """qpdf's rewrite of ``data`` (what the upload read), None when qpdf cannot read it."""
+    try:
+        with pikepdf.open(io.BytesIO(data)) as pdf:
+            out = io.BytesIO()
+            pdf.save(out)
+            return out.getvalue()
+    except pikepdf.PdfError:
+        return None

@@ -19,7 +19,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import APIRouter, Depends, Query, Request
@@ -47,6 +47,9 @@ _HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'self'; s
             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
             "X-Frame-Options": "DENY"}
 DOCUMENTS_PER_PAGE = 20
+#: Largest body of the small forms (login, logout, delete), bytes: read and bounded
+#: before parsing, since the login form is open to anyone (413 above).
+FORM_MAX_BYTES = 16 * 1024
 PAGES_PER_VIEW = 10
 #: Longest wait of the dashboard's own long-poll, seconds.
 LIVE_WAIT_S = 20.0
@@ -126,6 +129,17 @@ async def static_file(name: str, request: Request) -> Response:
                     headers={**_HEADERS, "Cache-Control": "no-cache"})
 
 
+async def _small_form(request: Request):
+    """The request's form, its body bounded by :data:`FORM_MAX_BYTES` (Starlette alone
+    would spool file parts of any size to disk).
+
+    Raises:
+        ApiError: 413 ``payload_too_large``.
+    """
+    body = await read_body(request, FORM_MAX_BYTES)
+    return await _replayed(request, body).form()
+
+
 def _next_path(value: object) -> str:
     """Where to go after login: a dashboard path only (never another site)."""
     if isinstance(value, str) and value.startswith("/dashboard") and "//" not in value and "\\" not in value:
@@ -143,7 +157,7 @@ async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
 async def login(request: Request) -> Response:
     session.enabled_secret(request)
     session.check_origin(request)
-    form = await request.form()
+    form = await _small_form(request)
     sent, target = form.get("secret"), _next_path(form.get("next"))
     if not isinstance(sent, str) or not session.check_secret(request, sent):
         await asyncio.sleep(0.25)  # a brute force goes slowly
@@ -155,7 +169,7 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request, viewer: session.Viewer = Depends(api_viewer)) -> Response:
-    viewer.check(request, (await request.form()).get("csrf"))
+    viewer.check(request, (await _small_form(request)).get("csrf"))
     response = RedirectResponse("/dashboard/login", 303, headers=_HEADERS)
     session.clear_session_cookie(request, response)
     return response
@@ -246,7 +260,7 @@ async def upload(request: Request, viewer: session.Viewer = Depends(api_viewer))
 async def delete(document_id: str, request: Request,
                  viewer: session.Viewer = Depends(api_viewer)) -> Response:
     """``csrf`` form field → the admin API's delete; 303 to the documents."""
-    viewer.check(request, (await request.form()).get("csrf"))
+    viewer.check(request, (await _small_form(request)).get("csrf"))
     await backend.delete_document(document_id, _ctx(request))
     return RedirectResponse("/dashboard?" + urlencode({"deleted": document_id}), 303, headers=_HEADERS)
 
@@ -366,7 +380,7 @@ async def layer_page(document_id: str, layer: str, request: Request,
     live = {"document_id": document_id, "layer": name, "epoch": state.epoch,
             "revision": state.revision,
             "changes": f"/dashboard/api/documents/{_quote(document_id)}/layers/{_segment(name)}/changes",
-            "record": f"/dashboard/documents/{_quote(document_id)}/layers/{_segment(name)}/records/"}
+            "record": f"/dashboard/documents/{_quote(document_id)}/layers/{_segment(name)}/record?id="}
     return _html(request, "layer.html", viewer=viewer, layer=name, live=live,
                  clients=_connected(request, document_id, name), per_view=PAGES_PER_VIEW, **view)
 
@@ -416,6 +430,15 @@ def _record_detail(ctx: AppContext, document_id: str, layer: str, record_id: str
             "history": [{"version": v, "json": json.dumps(v.content, indent=2, ensure_ascii=False,
                                                           sort_keys=True)} for v in history],
             "thread": thread}
+
+
+@router.get("/documents/{document_id}/layers/{layer}/record")
+async def record_detail_by_query(document_id: str, layer: str, request: Request,
+                                 id: str = Query(..., min_length=1),  # noqa: A002
+                                 viewer: session.Viewer = Depends(api_viewer)) -> HTMLResponse:
+    """:func:`record_detail` of the record ``id``: what the page's script asks for, as a
+    record id such as ``..`` at the end of a path is resolved away by the browser."""
+    return await record_detail(document_id, layer, id, request, viewer)
 
 
 @router.get("/documents/{document_id}/layers/{layer}/records/{record_id:path}")
@@ -505,6 +528,20 @@ def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> flo
     return None
 
 
+def _shown_location(db) -> str:
+    """Where the storage is, as the operations page shows it: a SQLite path, or a
+    PostgreSQL URL without its password (in the user info or, as libpq also takes
+    them, ``password``/``sslpassword`` query parameters)."""
+    if not is_postgres_url(db):
+        return str(db)
+    parts = urlsplit(str(db))
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.split(':', 1)[0]}@{hosts}" if at and userinfo.split(":", 1)[0] else hosts
+    query = urlencode([(key, "[redacted]" if "password" in key.lower() else value)
+                       for key, value in parse_qsl(parts.query, keep_blank_values=True)], safe="[]")
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+
+
 def _operations(request: Request, dashboard_polls: int) -> dict:
     ctx = _ctx(request)
     metrics = request.app.state.metrics
@@ -541,11 +578,7 @@ def _operations(request: Request, dashboard_polls: int) -> dict:
     except Exception as exc:  # noqa: BLE001 — shown, as /healthz would answer 500
         health = ("failing", f"{type(exc).__name__}: {exc}")
     health_ms = 1000 * (time.monotonic() - started)
-    db = ctx.settings.db_path
-    location = str(db)
-    if is_postgres_url(db):  # never show a password
-        scheme, _, rest = location.partition("://")
-        location = f"{scheme}://{rest.rpartition('@')[2]}"
+    location = _shown_location(ctx.settings.db_path)
     return {"requests": requests[:40], "request_kinds": len(requests), "by_class": sorted(by_class.items()),
             "timing": timing, "open_long_polls": ctx.notifier.open_waits,
             "dashboard_long_polls": dashboard_polls,
