@@ -334,13 +334,21 @@ struct layersync_client_options {
      * `LAYERSYNC_SYNC_DISABLED` turns it off. Default 1.0.
      */
     double sync_delay_s;
-    /** TCP/TLS connect timeout in seconds. Default 10. */
+    /**
+     * TCP/TLS connect timeout in seconds; must be positive (`INVALID_ARGUMENT` from
+     * `layersync_client_create` otherwise). Default 10.
+     */
     double connect_timeout_s;
     /**
-     * Timeout of one ordinary request in seconds (long-polls add their wait). Default 30.
+     * Timeout of one ordinary request in seconds (long-polls add their wait); must be
+     * positive (`INVALID_ARGUMENT` otherwise). Default 30.
      */
     double request_timeout_s;
-    /** Seconds a long-poll asks the server to wait for changes. Default 30. */
+    /**
+     * Seconds a long-poll asks the server to wait for changes; must be positive
+     * (`INVALID_ARGUMENT` otherwise: a wait of 0 would make listening a busy loop of
+     * requests). Default 30.
+     */
     int32_t long_poll_wait_s;
     /**
      * A `layersync_durability_t`: how local writes made through the API commit. Default
