@@ -117,17 +117,25 @@ def changes_query(query_string: bytes) -> tuple[int, float, int | None]:
     return values[0], values[1], values[2]
 
 
-class LayerChanges:
-    """ASGI endpoint of ``GET .../changes``: long-poll. Answers at once if there are
-    records past ``since``, else holds up to ``wait`` seconds (capped at ``max_wait_s``)
-    until a commit to the layer. A delete of the layer (or its document) ends the wait:
-    the re-read answers 404 ``not_found`` (the layer is not created again)."""
+class _HotEndpoint:
+    """A plain ASGI endpoint over the app context: :meth:`answer` builds the response (or
+    raises :class:`ApiError`, which the caller turns into the error envelope)."""
 
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
 
     async def __call__(self, scope, receive, send):
         await (await self.answer(scope, receive))(scope, receive, send)
+
+    async def answer(self, scope, receive) -> WireJSONResponse:
+        raise NotImplementedError
+
+
+class LayerChanges(_HotEndpoint):
+    """ASGI endpoint of ``GET .../changes``: long-poll. Answers at once if there are
+    records past ``since``, else holds up to ``wait`` seconds (capped at ``max_wait_s``)
+    until a commit to the layer. A delete of the layer (or its document) ends the wait:
+    the re-read answers 404 ``not_found`` (the layer is not created again)."""
 
     async def answer(self, scope, receive) -> WireJSONResponse:
         """The response; raises :class:`ApiError` for an error answer."""
@@ -182,15 +190,9 @@ def _on_event_loop() -> bool:
     return True
 
 
-class LayerSync:
+class LayerSync(_HotEndpoint):
     """ASGI endpoint of ``POST .../sync``: push changes and pull server changes in one
     round trip (:func:`~layersync_server.changes.push`)."""
-
-    def __init__(self, ctx: AppContext):
-        self.ctx = ctx
-
-    async def __call__(self, scope, receive, send):
-        await (await self.answer(scope, receive))(scope, receive, send)
 
     async def answer(self, scope, receive) -> WireJSONResponse:
         """The response; raises :class:`ApiError` for an error answer."""
