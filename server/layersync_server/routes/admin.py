@@ -22,6 +22,7 @@ from layersync_server.openapi_bodies import media, ok
 from layersync_server.ids import is_valid_document_id, is_valid_layer_name, is_valid_record_id, new_ulid
 from layersync_server.pdf_export import export_pdf
 from layersync_server.pdf_import import PdfImportError, import_pdf
+from layersync_server.record_schema import record_schema_problem
 from layersync_server.wire_json import (MAX_JSON_DEPTH, WireJSONResponse, WireRoute,
                                         dumps, json_problem, parse_json)
 from layersync_server.storage import (DocumentExists, DocumentInfo, LayerExists, LayerState,
@@ -217,7 +218,7 @@ def _annotation_content(item: object, record_id: str | None) -> dict:
         raise invalid_request("annotation must be a JSON object")
     record_id = record_id or item.get("id") or item.get("name") or new_ulid()
     _check_annotation_id(record_id)
-    problem = json_problem(item, MAX_JSON_DEPTH)  # depth; numbers/Unicode checked on the body
+    problem = json_problem(item, MAX_JSON_DEPTH) or record_schema_problem(item)  # + Instant JSON fields
     if problem:
         raise invalid_request(f"annotation: {problem}")
     return normalize_content(record_id, item)
