@@ -24,7 +24,7 @@ TEXT = "Zebra crossing — élan 你好 👋"
 
 
 def note(text: str = TEXT, page: int = 0) -> dict[str, Any]:
-    return {"type": "pspdfkit/note", "pageIndex": page, "bbox": [10, 10, 24, 24], "creatorName": "tester",
+    return {"type": "pspdfkit/note", "pageIndex": page, "bbox": [10, 10, 24, 24], "creatorName": "tester", "icon": "comment",
             "text": {"format": "plain", "value": text}}
 
 
@@ -119,7 +119,7 @@ def test_attempt_content_migration(make_client, server, uploaded, tmp_path):
         client.wait_validated(timeout=WAIT_S)
         client.document_for_jwt(jwt).download(wait=True, timeout=WAIT_S)
     (store,) = glob.glob(f"{storage}/*/{doc_id}/layers/~/layer.sqlite")
-    v1 = '{"id":"old-1","v":1,"type":"pspdfkit/note","text":"written by v1 ünïcode"}'
+    v1 = '{"id":"old-1","v":1,"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":"written by v1 ünïcode"}'
     with sqlite3.connect(store) as db:  # what an older library wrote (Instant JSON v1)
         db.execute("INSERT INTO records(id, content) VALUES ('old-1', ?)", (v1,))
         db.execute("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES ('c-old', 'old-1', 'create', ?)", (v1,))
