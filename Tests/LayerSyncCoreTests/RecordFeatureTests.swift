@@ -55,7 +55,7 @@ final class RecordFeatureTests {
         try server.upload(documentID: "doc")
         let (client, events) = try makeClient("a")
         let document = try downloaded(client, events)
-        let root = try id(try document.createAnnotation(json: #"{"type":"pspdfkit/markup/highlight","pageIndex":0,"bbox":[1,2,3,4],"rects":[[1,2,3,4]],"color":"#ffff00"}"#))
+        let root = try id(try document.createAnnotation(json: ##"{"type":"pspdfkit/markup/highlight","pageIndex":0,"bbox":[1,2,3,4],"rects":[[1,2,3,4]],"color":"#ffff00"}"##))
         let first = try document.createComment(rootID: root, json: #"{"pageIndex":0,"text":{"format":"plain","value":"first"},"createdAt":"2025-01-01T00:00:00Z"}"#)
         let second = try document.createComment(rootID: root, json: #"{"pageIndex":0,"text":{"format":"plain","value":"second"},"createdAt":"2025-01-02T00:00:00Z"}"#)
         #expect(try JSONValue.parse(first)["type"] == .string("pspdfkit/comment"))
@@ -272,7 +272,7 @@ final class AttachmentTests {
         let cache = try JSONValue.parse(client.cacheEntriesJSON()).arrayValue ?? []
         #expect(cache.contains { $0["attachment_id"] == .string(attachment) && $0["referenced"] == .bool(true) })
         let record = try helper.id(try document.createAnnotation(
-            json: #"{"type":"pspdfkit/image","pageIndex":0,"bbox":[1,2,3,4],"imageAttachmentId":"\#(attachment)","contentType":"text/plain"}"#))
+            json: #"{"type":"pspdfkit/image","pageIndex":0,"bbox":[1,2,3,4],"imageAttachmentId":"\#(attachment)"}"#))  // an image record's contentType is image/*
         #expect(try helper.sync(events, document) == nil)
         #expect(document.state == .clean && !document.hasUnsyncedChanges)
         #expect(try server.serverAnnotations(documentID: "doc")[record] != nil)
