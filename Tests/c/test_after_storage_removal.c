@@ -114,7 +114,7 @@ static void check_all(layersync_document *document, const char *jwt, const char 
            layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0}", &out, &e), &e);
     layersync_free(out);
     out = NULL;
-    char update[160];
+    char update[256];
     snprintf(update, sizeof update, "{\"id\":\"%s\",\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":1}", annotation_id);
     expect("update_annotation", S, layersync_document_update_annotation(document, update, &out, &e), &e);
     layersync_free(out);

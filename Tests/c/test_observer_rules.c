@@ -182,7 +182,7 @@ static void delegate_finish_sync(ls_events *events, layersync_document *document
 /* One local edit and a sync; waits for the delegate's did_finish_sync. */
 static void edit_and_sync(layersync_document *document, ls_events *events, int page)
 {
-    char json[96], *out = NULL;
+    char json[192], *out = NULL;
     snprintf(json, sizeof json, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":%d}", page);
     layersync_error error = LAYERSYNC_ERROR_INIT;
     CHECK_OK(layersync_document_create_annotation(document, json, &out, &error), &error);

@@ -102,7 +102,7 @@ int main(void)
     json_array_foreach(valid, i, entry)
     {
         json_t *record = json_deep_copy(json_object_get(entry, "record"));
-        char id[32];
+        char id[48];
         snprintf(id, sizeof id, "schema-valid-%zu", i);
         json_object_set_new(record, "id", json_string(id));
         char *text = json_dumps(record, JSON_COMPACT);

@@ -69,7 +69,7 @@ def test_unreferenced_cleanup_keeps_attachments_waiting_for_upload(downloaded):
     att_id = doc.add_attachment(b"queued for upload", "text/plain")
     client.remove_unreferenced_cache_entries()  # e.g. a cleanup thread, before the record is created
     doc.create_annotation({"type": "pspdfkit/image", "pageIndex": 0, "bbox": [1, 1, 5, 5],
-                           "imageAttachmentId": att_id, "contentType": "text/plain"})
+                           "imageAttachmentId": att_id})  # an image record's contentType is image/*
     assert doc.attachment_data(att_id) == b"queued for upload"
     doc.sync(wait=True, timeout=WAIT_S)
 
@@ -321,7 +321,7 @@ def test_download_attachment_without_waiting(downloaded):
     client, doc = downloaded()
     att_id = doc.add_attachment(b"lazy bytes", "text/plain")
     doc.create_annotation({"type": "pspdfkit/image", "pageIndex": 0, "bbox": [1, 1, 5, 5],
-                           "imageAttachmentId": att_id, "contentType": "text/plain"})
+                           "imageAttachmentId": att_id})  # an image record's contentType is image/*
     doc.sync(wait=True, timeout=WAIT_S)
     other_client, other = downloaded(doc.id, user_id="bob")
     assert other.download_attachment(att_id, wait=False) is None
@@ -431,7 +431,7 @@ def test_aio_counterparts(downloaded):
             await layersync.aio.download_attachment(doc, "1" * 64, timeout=WAIT_S)
         att_id = doc.add_attachment(b"async bytes", "text/plain")
         doc.create_annotation({"type": "pspdfkit/image", "pageIndex": 0, "bbox": [1, 1, 5, 5],
-                               "imageAttachmentId": att_id, "contentType": "text/plain"})
+                               "imageAttachmentId": att_id})  # an image record's contentType is image/*
         await layersync.aio.sync(doc, timeout=WAIT_S)
         info = await layersync.aio.download_attachment(doc, att_id, timeout=WAIT_S)
         assert info["size_bytes"] == len(b"async bytes")
