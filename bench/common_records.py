@@ -21,7 +21,7 @@ def annotation(i: int, rid: str | None = None, **extra: Any) -> dict[str, Any]:
     a: dict[str, Any] = {"v": 2, "type": "pspdfkit/note", "pageIndex": i % 10,
                          "bbox": [i % 500, i % 700, 24, 24],
                          "text": {"format": "plain", "value": f"bench note {i}"},
-                         "color": "#FFD700", "creatorName": "bench",
+                         "icon": "comment", "color": "#FFD700", "creatorName": "bench",
                          "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"}
     if rid is not None:
         a["id"] = rid

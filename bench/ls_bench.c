@@ -179,7 +179,7 @@ static void print_latencies(const char *mode, double *us, int n, double total_s,
 static void annotation_json(char *buf, size_t size, int i, const char *id) {
     snprintf(buf, size,
              "{%s%s%s\"v\": 2, \"type\": \"pspdfkit/note\", \"pageIndex\": %d, \"bbox\": [%d, %d, 24, 24], "
-             "\"text\": {\"format\": \"plain\", \"value\": \"bench note %d\"}, \"color\": \"#FFD700\", "
+             "\"text\": {\"format\": \"plain\", \"value\": \"bench note %d\"}, \"icon\": \"comment\", \"color\": \"#FFD700\", "
              "\"creatorName\": \"bench\", \"createdAt\": \"2026-01-01T00:00:00Z\", \"updatedAt\": \"2026-01-01T00:00:00Z\"}",
              id ? "\"id\": \"" : "", id ? id : "", id ? "\", " : "", i % 10, i % 500, i % 700, i);
 }

@@ -1019,7 +1019,16 @@ struct layersync_client_delegate {
 
 /**
  * Creates an annotation in the local layer. Durable when the call returns (committed to
- * SQLite together with its pending change); synced automatically after `sync_delay_s`.
+ * SQLite together with its pending change); synced automatically after `sync_delay_s`. A
+ * record of a `pspdfkit/...` type must pass the record schema (docs/protocol.md, "Record
+ * schema", from the Instant JSON schema of Document Engine): the fields that type
+ * requires (e.g. `pageIndex` and `bbox` for every annotation), each of its JSON type and
+ * range (`pageIndex` an integer >= 0, `bbox` 4 numbers, `opacity` 0..1, colours
+ * `#rrggbb`, ...); otherwise `INVALID_JSON_STRUCTURE` whose message names the field
+ * (`"pageIndex" must be an integer`) and nothing is stored or queued. Unknown extra
+ * fields and `customData` are kept as given; an unknown `pspdfkit/...` type is refused; a
+ * type outside `pspdfkit/` is the application's own and is not checked. The server
+ * applies the same schema.
  *
  * @param document The document. Must not be NULL.
  * @param annotation_json An Instant JSON v2 annotation object (`type`, `pageIndex`,
@@ -1037,6 +1046,9 @@ int layersync_document_create_annotation(
 
 /**
  * Replaces an annotation's content in the local layer; durable and queued like a create.
+ * The new content must pass the record schema as for
+ * `layersync_document_create_annotation` (`INVALID_JSON_STRUCTURE` naming the field; the
+ * stored record stays as it was).
  *
  * @param document The document. Must not be NULL.
  * @param annotation_json The whole new Instant JSON annotation, with its `id`. Must not
@@ -1132,7 +1144,10 @@ int layersync_document_search_annotations(
  * durable and queued like a create. Deleting the root deletes its comments locally and on
  * the server. A `type` other than `pspdfkit/comment` gives `INVALID_JSON_STRUCTURE`, a
  * `rootId` other than `root_id` `INVALID_ARGUMENT`, a missing root `NO_SUCH_ANNOTATION`.
- * Instant: comments of `Annotation` threads (`Document.add(annotations:)` with
+ * A missing `pageIndex` is the root's; the comment must then pass the record schema
+ * (`text` an object with a string `value`, `pageIndex` an integer >= 0; see
+ * `layersync_document_create_annotation`), else `INVALID_JSON_STRUCTURE` naming the
+ * field. Instant: comments of `Annotation` threads (`Document.add(annotations:)` with
  * `Comment`).
  *
  * @param document The document. Must not be NULL.

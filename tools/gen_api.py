@@ -14,6 +14,9 @@ Outputs (never edit them by hand):
                     api/delegate-mapping.md, copied in verbatim)
     Sources/LayerSync/EventDispatch+Generated.swift  (ClientEvent -> delegate/observer fields)
     Tests/c/ls_events.generated.h, Tests/c/ls_events.generated.c  (the C tests' recorder)
+    Sources/LayerSyncModel/RecordSchema+Generated.swift,
+    server/layersync_server/record_schema_generated.py  (the record schema's tables, from
+                    api/record-schema.json; see tools/gen_record_schema.py)
 The header and docs/c-api.md are laid out by the [[section]]s of the TOML (one per noun,
 each with an intro); header comments are wrapped at WIDTH columns.
 Needs only the Python standard library (tomllib, Python >= 3.11).
@@ -46,6 +49,8 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import gen_record_schema  # noqa: E402  (tools/, next to this file)
 
 ROOT = Path(__file__).resolve().parent.parent
 API = ROOT / "api" / "layersync.toml"
@@ -805,7 +810,8 @@ def main() -> int:
     api = load_api()
     outputs = {HEADER: gen_header(api), FFI: gen_ffi(api), DOCS: gen_docs(api),
                SWIFT_DISPATCH: gen_swift_dispatch(api),
-               C_EVENTS_H: gen_c_events_header(api), C_EVENTS_C: gen_c_events_source(api)}
+               C_EVENTS_H: gen_c_events_header(api), C_EVENTS_C: gen_c_events_source(api),
+               **gen_record_schema.outputs()}
     stale = [p for p, text in outputs.items() if not p.exists() or p.read_text() != text]
     if args.check:
         for p in stale:

@@ -8,8 +8,9 @@ extension DocumentDescriptor {
     /// - Parameters:
     ///   - rootID: The id of the live record the comment belongs to.
     ///   - json: An Instant JSON object; `type` defaults to `pspdfkit/comment` (another type is
-    ///     refused), `rootId` is set to `rootID` (a different one is refused), `id` and `v` as
-    ///     for ``createAnnotation(json:)``.
+    ///     refused), `rootId` is set to `rootID` (a different one is refused), `pageIndex`
+    ///     defaults to the root's, `id` and `v` as for ``createAnnotation(json:)``; the result
+    ///     must pass the record schema (`pspdfkit/comment` needs `text` and `pageIndex`).
     /// - Returns: The stored JSON.
     /// - Throws: `.noSuchAnnotation` when the root does not exist, `.invalidJSONStructure`,
     ///   `.invalidArgument`, plus the common errors.
@@ -24,11 +25,13 @@ extension DocumentDescriptor {
         if let given = object["rootId"], given.stringValue != rootID {
             throw LayerSyncError(.invalidArgument, "the comment's \"rootId\" differs from root_id")
         }
-        guard try store.record(id: rootID) != nil else {
+        guard let root = try store.record(id: rootID) else {
             throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(rootID) to comment on", documentID: documentID, recordID: rootID)
         }
         object["type"] = .string("pspdfkit/comment")
         object["rootId"] = .string(rootID)
+        // Instant JSON requires a comment's pageIndex (docs/protocol.md, "Record schema"): the root's.
+        if object["pageIndex"] == nil, let page = try? JSONValue.parse(root)["pageIndex"] { object["pageIndex"] = page }
         return try createAnnotation(json: JSONValue.object(object).jsonText)
     }
 

@@ -141,6 +141,7 @@ extension DocumentDescriptor {
             default: throw LayerSyncError(.invalidCustomData, "\"customData\" must be a JSON object or null")
             }
         }
+        try RecordSchema.check(object)
         return object
     }
 

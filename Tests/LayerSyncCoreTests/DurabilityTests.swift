@@ -273,7 +273,7 @@ import Testing
 
     @Test func aStoreThatNeedsContentMigrationIsNotSealedSoItsUnsentChangesAreMigrated() throws {
         let directory = temporaryDirectory()
-        let v1 = #"{"id":"old","v":1,"type":"pspdfkit/note","text":"plain"}"#
+        let v1 = #"{"id":"old","v":1,"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":"plain"}"#
         do {
             let store = try LayerStore.open(directory: directory)
             try store.createRecord(id: "old", content: v1)

@@ -51,7 +51,7 @@ final class ErrorCodeTests {
         let (client, events) = try client("a", url: proxy.url)
         _ = events.waitForValidation()
         let document = try helper.downloaded(client, events)
-        _ = try document.createAnnotation(json: #"{"type":"pspdfkit/note"}"#)
+        _ = try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"}"#)
         mode.withLock { $0 = 1 }
         let unknown = try failedSync(events, document)
         #expect(unknown.code == .unknown && unknown.httpStatus == 418)
@@ -132,7 +132,7 @@ final class ErrorCodeTests {
         try server.upload(documentID: "doc")
         let (client, events) = try client("a", url: server.url)
         let document = try helper.downloaded(client, events)
-        let id = try helper.id(try document.createAnnotation(json: #"{"type":"pspdfkit/note"}"#))
+        let id = try helper.id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"}"#))
         #expect(try helper.sync(events, document) == nil)
         try document.deleteAnnotation(id: id)
         #expect(try helper.sync(events, document) == nil)

@@ -101,7 +101,7 @@ final class NetworkHintTests {
 
     func note(_ client: Client, _ text: String) throws -> String {
         let created = try JSONValue.parse(try client.document.createAnnotation(
-            json: #"{"type":"pspdfkit/note","pageIndex":0,"text":{"format":"plain","value":"\#(text)"}}"#))
+            json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":{"format":"plain","value":"\#(text)"}}"#))
         return try #require(created["id"]?.stringValue)
     }
 

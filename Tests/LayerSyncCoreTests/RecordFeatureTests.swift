@@ -58,9 +58,9 @@ final class RecordFeatureTests {
         try server.upload(documentID: "doc")
         let (client, events) = try makeClient("a")
         let document = try downloaded(client, events)
-        let root = try id(try document.createAnnotation(json: #"{"type":"pspdfkit/markup/highlight","pageIndex":0}"#))
-        let first = try document.createComment(rootID: root, json: #"{"text":{"format":"plain","value":"first"},"createdAt":"2025-01-01T00:00:00Z"}"#)
-        let second = try document.createComment(rootID: root, json: #"{"text":{"format":"plain","value":"second"},"createdAt":"2025-01-02T00:00:00Z"}"#)
+        let root = try id(try document.createAnnotation(json: ##"{"type":"pspdfkit/markup/highlight","pageIndex":0,"bbox":[1,2,3,4],"rects":[[1,2,3,4]],"color":"#ffff00"}"##))
+        let first = try document.createComment(rootID: root, json: #"{"pageIndex":0,"text":{"format":"plain","value":"first"},"createdAt":"2025-01-01T00:00:00Z"}"#)
+        let second = try document.createComment(rootID: root, json: #"{"pageIndex":0,"text":{"format":"plain","value":"second"},"createdAt":"2025-01-02T00:00:00Z"}"#)
         #expect(try JSONValue.parse(first)["type"] == .string("pspdfkit/comment"))
         #expect(try JSONValue.parse(first)["rootId"] == .string(root))
         #expect(try document.listComments(rootID: root) == "[\(first),\(second)]")
@@ -94,8 +94,8 @@ final class RecordFeatureTests {
         try server.upload(documentID: "doc")
         let (client, events) = try makeClient("a")
         let document = try downloaded(client, events)
-        let cafe = try id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","note":"Meet at the Café Müller"}"#))
-        let budget = try id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","text":{"value":"Budget review: \"quoted\""}}"#))
+        let cafe = try id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment","note":"Meet at the Café Müller"}"#))
+        let budget = try id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":{"value":"Budget review: \"quoted\""}}"#))
         func ids(_ query: String) throws -> [String] {
             try (JSONValue.parse(try document.searchAnnotations(query: query)).arrayValue ?? []).compactMap { $0["id"]?.stringValue }
         }
@@ -103,7 +103,7 @@ final class RecordFeatureTests {
         #expect(try ids("CAF") == [cafe])
         #expect(try ids("budg \"quoted") == [budget])
         #expect(try ids("nothing-like-this").isEmpty)
-        _ = try document.updateAnnotation(json: #"{"id":"\#(cafe)","type":"pspdfkit/note","note":"moved to the office"}"#)
+        _ = try document.updateAnnotation(json: #"{"id":"\#(cafe)","type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment","note":"moved to the office"}"#)
         #expect(try ids("cafe").isEmpty)
         #expect(try ids("office") == [cafe])
         try document.deleteAnnotation(id: budget)
@@ -135,9 +135,9 @@ final class RecordFeatureTests {
         try server.upload(documentID: "doc")
         let (client, events) = try makeClient("a")
         let document = try downloaded(client, events)
-        let record = try id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","note":"v1"}"#))
+        let record = try id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment","note":"v1"}"#))
         #expect(try sync(events, document) == nil)
-        _ = try document.updateAnnotation(json: #"{"id":"\#(record)","type":"pspdfkit/note","note":"v2"}"#)
+        _ = try document.updateAnnotation(json: #"{"id":"\#(record)","type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment","note":"v2"}"#)
         #expect(try sync(events, document) == nil)
         let history = try JSONValue.parse(try completed { completion throws(LayerSyncError) in
             try document.annotationHistory(id: record, completion: completion)
@@ -155,7 +155,7 @@ final class RecordFeatureTests {
         // Another client changes it: a rollback based on the stale revision is refused (first writer wins).
         let (other, otherEvents) = try makeClient("b")
         let otherDocument = try downloaded(other, otherEvents)
-        _ = try otherDocument.updateAnnotation(json: #"{"id":"\#(record)","type":"pspdfkit/note","note":"other"}"#)
+        _ = try otherDocument.updateAnnotation(json: #"{"id":"\#(record)","type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment","note":"other"}"#)
         #expect(try sync(otherEvents, otherDocument) == nil)
         let stale = try completed { completion throws(LayerSyncError) in
             try document.rollbackAnnotation(id: record, revision: first, completion: completion)
@@ -215,7 +215,7 @@ final class AttachmentTests {
         #expect(try docA.addAttachment(bytes: image, contentType: "image/png") == attachment)  // idempotent
         #expect(try docA.attachmentData(id: attachment).bytes == image)
         let record = try helper.id(try docA.createAnnotation(
-            json: #"{"type":"pspdfkit/image","pageIndex":0,"imageAttachmentId":"\#(attachment)","contentType":"image/png"}"#))
+            json: #"{"type":"pspdfkit/image","pageIndex":0,"bbox":[1,2,3,4],"imageAttachmentId":"\#(attachment)","contentType":"image/png"}"#))
         #expect(try helper.sync(aEvents, docA) == nil)
         // On the server, under its hash.
         let token = try server.token(documentID: "doc")
@@ -286,7 +286,7 @@ final class AttachmentTests {
         let cache = try JSONValue.parse(client.cacheEntriesJSON()).arrayValue ?? []
         #expect(cache.contains { $0["attachment_id"] == .string(attachment) && $0["referenced"] == .bool(true) })
         let record = try helper.id(try document.createAnnotation(
-            json: #"{"type":"pspdfkit/image","pageIndex":0,"imageAttachmentId":"\#(attachment)","contentType":"text/plain"}"#))
+            json: #"{"type":"pspdfkit/image","pageIndex":0,"bbox":[1,2,3,4],"imageAttachmentId":"\#(attachment)"}"#))  // an image record's contentType is image/*
         #expect(try helper.sync(events, document) == nil)
         #expect(document.state == .clean && !document.hasUnsyncedChanges)
         #expect(try server.serverAnnotations(documentID: "doc")[record] != nil)
@@ -299,7 +299,7 @@ final class AttachmentTests {
         let document = try helper.downloaded(client, events)
         let attachment = try document.addAttachment(bytes: Array("soon gone".utf8), contentType: "text/plain")
         try FileManager.default.removeItem(atPath: document.attachmentsDirectory + "/" + attachment)  // behind the engine's back
-        let record = try helper.id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0}"#))
+        let record = try helper.id(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"}"#))
         let start = events.count
         #expect(try helper.sync(events, document) == nil)
         let rejected = events.wait(after: start) { event -> [RejectedChange]? in
@@ -328,15 +328,15 @@ final class ContentMigrationTests {
         // Make the store look written by a library that stored Instant JSON v1.
         try document.store.withDatabase { db throws(LayerSyncError) in
             try db.query("INSERT INTO records(id, content) VALUES ('old-1', ?)",
-                         [.text(#"{"id":"old-1","v":1,"type":"pspdfkit/note","text":"plain v1 text"}"#)])
+                         [.text(#"{"id":"old-1","v":1,"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":"plain v1 text"}"#)])
             try db.query("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES ('c-old', 'old-1', 'create', ?)",
-                         [.text(#"{"id":"old-1","v":1,"type":"pspdfkit/note","text":"plain v1 text"}"#)])
+                         [.text(#"{"id":"old-1","v":1,"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":"plain v1 text"}"#)])
             try LayerStore.setMeta(db, "content_version", "1")
             document.store.invalidateCache()  // written behind the store's API
         }
         #expect(document.state == .needsContentMigration)
         for call in [{ _ = try document.listAnnotations(filterJSON: nil) }, { try document.sync() },
-                     { _ = try document.createAnnotation(json: #"{"type":"pspdfkit/note"}"#) }] as [() throws -> Void] {
+                     { _ = try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"}"#) }] as [() throws -> Void] {
             do {
                 try call()
                 Issue.record("a call succeeded on a store that needs content migration")

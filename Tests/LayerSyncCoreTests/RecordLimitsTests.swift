@@ -18,9 +18,9 @@ import Glibc
     @Test func nestingUpToTheLimitIsAcceptedAndDeeperIsRejected() throws {
         // The record itself is level 1 and customData's object level 2, so 63 nested objects
         // reach level 64, the limit, and 64 go one deeper.
-        let ok = #"{"type":"pspdfkit/note","customData":"# + nested(RecordLimits.maximumDepth - 1) + "}"
+        let ok = #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment","customData":"# + nested(RecordLimits.maximumDepth - 1) + "}"
         _ = try DocumentDescriptor.recordObject(ok)
-        let deep = #"{"type":"pspdfkit/note","customData":"# + nested(RecordLimits.maximumDepth) + "}"
+        let deep = #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment","customData":"# + nested(RecordLimits.maximumDepth) + "}"
         let error = #expect(throws: LayerSyncError.self) { try DocumentDescriptor.recordObject(deep) }
         #expect(error?.code == .invalidJSONStructure)
     }
@@ -28,13 +28,13 @@ import Glibc
     @Test(arguments: ["1" + String(repeating: "0", count: 5000), "1e999", "-1e999", "1" + String(repeating: "0", count: 100)])
     func numbersThatDoNotSurviveOtherParsersAreRejected(_ number: String) {
         let error = #expect(throws: LayerSyncError.self) {
-            try DocumentDescriptor.recordObject(#"{"type":"pspdfkit/note","bbox":[0,0,1,"# + number + "]}")
+            try DocumentDescriptor.recordObject(#"{"type":"pspdfkit/note","pageIndex":0,"text":{"format":"plain","value":""},"icon":"comment","bbox":[0,0,1,"# + number + "]}")
         }
         #expect(error?.code == .invalidJSONStructure)
     }
 
     @Test func ordinaryNumbersPass() throws {
-        _ = try DocumentDescriptor.recordObject(#"{"type":"pspdfkit/ink","bbox":[0.5,-12,1e3,170.08000000000001],"opacity":1}"#)
+        _ = try DocumentDescriptor.recordObject(#"{"type":"pspdfkit/ink","pageIndex":0,"lines":{"points":[[[1,2]]]},"lineWidth":1,"bbox":[0.5,-12,1e3,170.08000000000001],"opacity":1}"#)
     }
 
     @Test(arguments: ["dup\u{0}one", "a\u{1}b", "tab\tid", "del\u{7F}", "", String(repeating: "x", count: 129)])

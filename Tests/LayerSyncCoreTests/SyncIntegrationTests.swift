@@ -108,7 +108,7 @@ final class SyncIntegrationTests {
         let document = try downloaded(a, documentID: "doc")
         let existing = try #require(try JSONValue.parse(try document.listAnnotations(filterJSON: nil)).arrayValue?.first?["id"]?.stringValue)
         let created = try JSONValue.parse(try document.createAnnotation(
-            json: #"{"type":"pspdfkit/ink","pageIndex":0,"bbox":[1,2,3,4],"note":"emoji 🎉 עברית"}"#))
+            json: #"{"type":"pspdfkit/ink","pageIndex":0,"bbox":[1,2,3,4],"lines":{"points":[[[1,2]]]},"lineWidth":1,"note":"emoji 🎉 עברית"}"#))
         let createdID = try #require(created["id"]?.stringValue)
         #expect(ULID.isValid(createdID) && created["v"] == .number("2"))
         #expect(document.hasUnsyncedChanges && document.state == .dirty)
@@ -145,7 +145,7 @@ final class SyncIntegrationTests {
         let writer = try downloaded(a, documentID: "doc")
         let listener = try downloaded(b, documentID: "doc", userID: "bob")
         try listener.startListening()
-        let created = try JSONValue.parse(try writer.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"text":"hi"}"#))
+        let created = try JSONValue.parse(try writer.createAnnotation(json: #"{"type":"pspdfkit/note","bbox":[1,2,3,4],"text":{"format":"plain","value":"hi"},"icon":"comment","pageIndex":0}"#))
         let id = try #require(created["id"]?.stringValue)
         let changes = try #require(b.events.wait { event -> RecordChanges? in
             if case .didReceiveChanges(let d, let changes) = event, d === listener, changes.created.contains(id) { return changes }
@@ -193,7 +193,7 @@ final class SyncIntegrationTests {
         let document = try downloaded(a, documentID: "doc")
         let port = server.port
         server.stop()
-        let created = try JSONValue.parse(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0}"#))
+        let created = try JSONValue.parse(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"}"#))
         let id = try #require(created["id"]?.stringValue)
         let failure = try #require(try sync(a, document))
         #expect(failure.code == .requestFailed)
@@ -274,8 +274,8 @@ final class SyncIntegrationTests {
         try document.download()
         #expect(try #require(events.waitForDownload(document)) == nil)
         let big = try JSONValue.parse(try document.createAnnotation(
-            json: #"{"type":"pspdfkit/note","pageIndex":0,"text":""# + String(repeating: "x", count: 10_000) + #""}"#))
-        let small = try JSONValue.parse(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0}"#))
+            json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":{"format":"plain","value":""# + String(repeating: "x", count: 10_000) + #""}}"#))
+        let small = try JSONValue.parse(try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"}"#))
         let start = events.count
         try document.sync()
         #expect(try #require(events.waitForSyncEnd(document, after: start)) == nil)
@@ -319,16 +319,16 @@ final class SyncIntegrationTests {
                 #expect(error.code == code)
             }
         }
-        let stored = try document.createAnnotation(json: #"{"id":"my-id","type":"pspdfkit/note"}"#)
-        #expect(stored == #"{"id":"my-id","type":"pspdfkit/note","v":2}"#)
+        let stored = try document.createAnnotation(json: #"{"id":"my-id","type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"}"#)
+        #expect(stored == #"{"id":"my-id","type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment","v":2}"#)
         do {
-            _ = try document.createAnnotation(json: #"{"id":"my-id","type":"pspdfkit/note"}"#)
+            _ = try document.createAnnotation(json: #"{"id":"my-id","type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"}"#)
             Issue.record("duplicate id accepted")
         } catch {
             #expect(error.code == .invalidArgument)
         }
         do {
-            _ = try document.updateAnnotation(json: #"{"id":"nope","type":"pspdfkit/note"}"#)
+            _ = try document.updateAnnotation(json: #"{"id":"nope","type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"}"#)
             Issue.record("update of unknown id accepted")
         } catch {
             #expect(error.code == .noSuchAnnotation)

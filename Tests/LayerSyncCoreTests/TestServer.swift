@@ -165,6 +165,8 @@ extension TestServer {
         object["pageIndex"] = .integer(0)
         object["bbox"] = .array([.integer(1), .integer(2), .integer(3), .integer(4)])
         object["note"] = .string(text)
+        object["text"] = .object(JSONObject([("format", .string("plain")), ("value", .string(""))]))
+        if rootID == nil { object["icon"] = .string("comment") }
         if let rootID { object["rootId"] = .string(rootID) }
         return JSONValue.object(object).jsonText
     }

@@ -111,11 +111,11 @@ static void check_all(layersync_document *document, const char *jwt, const char 
     expect("reauthenticate", S, layersync_document_reauthenticate(document, jwt, &e), &e);
     expect("attempt_content_migration", S, layersync_document_attempt_content_migration(document, &e), &e);
     expect("create_annotation", S,
-           layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0}", &out, &e), &e);
+           layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0}", &out, &e), &e);
     layersync_free(out);
     out = NULL;
-    char update[160];
-    snprintf(update, sizeof update, "{\"id\":\"%s\",\"type\":\"pspdfkit/note\",\"pageIndex\":1}", annotation_id);
+    char update[256];
+    snprintf(update, sizeof update, "{\"id\":\"%s\",\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":1}", annotation_id);
     expect("update_annotation", S, layersync_document_update_annotation(document, update, &out, &e), &e);
     layersync_free(out);
     out = NULL;
@@ -186,7 +186,7 @@ int main(void)
 
     /* Something to lose: one synced annotation, one unsynced. */
     char *out = NULL;
-    CHECK_OK(layersync_document_create_annotation(doc, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(doc, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0}", &out, &error), &error);
     json_t *created = LS_JSON(out, "create_annotation");
     layersync_free(out);
     char annotation_id[128];
@@ -196,7 +196,7 @@ int main(void)
     LS_GET(&events, events.did_finish_sync, finished);
     CHECK_OK(layersync_document_sync(doc, &error), &error);
     LS_WAIT(&events, LS_TIMEOUT_MS, events.did_finish_sync > finished);
-    CHECK_OK(layersync_document_create_annotation(doc, "{\"type\":\"pspdfkit/note\",\"pageIndex\":1}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(doc, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":1}", &out, &error), &error);
     layersync_free(out);
     CHECK_OK(layersync_document_start_listening(doc, &error), &error); /* a long-poll in flight */
 
@@ -212,7 +212,7 @@ int main(void)
     table.context = &p2;
     layersync_observer *observer2 = NULL;
     CHECK_OK(layersync_document_add_observer(doc2, &table, &observer2, &error), &error);
-    CHECK_OK(layersync_document_create_annotation(doc2, "{\"type\":\"pspdfkit/note\",\"pageIndex\":2}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(doc2, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":2}", &out, &error), &error);
     layersync_free(out);
     CHECK_OK(layersync_client_remove_local_storage(client, &error), &error);
     LS_WAIT(&p2, LS_TIMEOUT_MS, p2.invalid_reported >= 1);

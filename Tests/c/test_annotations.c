@@ -222,7 +222,7 @@ int main(void)
     check_rejected(document, "{\"v\":2,\"pageIndex\":0,\"bbox\":[1,2,3,4]}", LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE,
                    "an object without type");
     check_rejected(document,
-                   "{\"v\":2,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"customData\":\"x\"}",
+                   "{\"v\":2,\"type\":\"pspdfkit/note\",\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"customData\":\"x\"}",
                    LAYERSYNC_ERROR_INVALID_CUSTOM_DATA, "customData a string");
     CHECK_RC(LAYERSYNC_ERROR_INVALID_ARGUMENT, layersync_document_list_annotations(document, "{bad", &out, &error),
              &error);

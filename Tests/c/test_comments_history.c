@@ -25,9 +25,9 @@ int main(void)
     char *out = NULL;
 
     /* Comments. */
-    CHECK_OK(layersync_document_create_annotation(document, "{\"id\":\"root-1\",\"type\":\"pspdfkit/note\",\"note\":\"Zürich café\"}",
+    CHECK_OK(layersync_document_create_annotation(document, "{\"id\":\"root-1\",\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"note\":\"Zürich café\"}",
                                                   NULL, &error), &error);
-    CHECK_OK(layersync_document_create_comment(document, "root-1", "{\"text\":{\"format\":\"plain\",\"value\":\"first reply\"}}",
+    CHECK_OK(layersync_document_create_comment(document, "root-1", "{\"pageIndex\":0,\"text\":{\"format\":\"plain\",\"value\":\"first reply\"}}",
                                                &out, &error), &error);
     json_t *comment = parsed(out);
     CHECK_STREQ(json_string_value(json_object_get(comment, "type")), "pspdfkit/comment");
@@ -57,7 +57,7 @@ int main(void)
     ls_sync(document, &events);
 
     /* History and rollback. */
-    CHECK_OK(layersync_document_update_annotation(document, "{\"id\":\"root-1\",\"type\":\"pspdfkit/note\",\"note\":\"second\"}",
+    CHECK_OK(layersync_document_update_annotation(document, "{\"id\":\"root-1\",\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"note\":\"second\"}",
                                                   NULL, &error), &error);
     ls_sync(document, &events);
     CHECK_RC(LAYERSYNC_ERROR_INVALID_ARGUMENT, layersync_document_annotation_history(document, "root-1", NULL, NULL, &error), &error);

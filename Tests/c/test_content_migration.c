@@ -18,7 +18,7 @@ static void make_store_old(const char *storage)
     sqlite3 *db = NULL;
     CHECK(sqlite3_open(found.gl_pathv[0], &db) == SQLITE_OK);
     globfree(&found);
-    const char *v1 = "{\"id\":\"old-1\",\"v\":1,\"type\":\"pspdfkit/note\",\"text\":\"written by v1\"}";
+    const char *v1 = "{\"id\":\"old-1\",\"v\":1,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"icon\":\"comment\",\"text\":\"written by v1\"}";
     char sql[1024];
     snprintf(sql, sizeof sql,
              "INSERT INTO records(id, content) VALUES ('old-1', '%s');"

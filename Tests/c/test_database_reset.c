@@ -43,7 +43,7 @@ static const char *text_of(layersync_document *document, const char *id, json_t 
     CHECK_OK(layersync_document_get_annotation(document, id, &out, &error), &error);
     *keep = LS_JSON(out, "record");
     layersync_free(out);
-    return json_string_value(json_object_get(*keep, "text"));
+    return json_string_value(json_object_get(json_object_get(*keep, "text"), "value"));
 }
 
 int main(void)
@@ -60,7 +60,7 @@ int main(void)
     layersync_document *document = ls_open_downloaded(&server, "doc-reset", NULL, "alice", &events, &client, &jwt);
 
     /* One record on the server, then two local edits that are not synced. */
-    CHECK_OK(layersync_document_create_annotation(document, "{\"id\":\"r-synced\",\"type\":\"pspdfkit/note\",\"text\":\"one\"}",
+    CHECK_OK(layersync_document_create_annotation(document, "{\"id\":\"r-synced\",\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"icon\":\"comment\",\"text\":{\"format\":\"plain\",\"value\":\"one\"}}",
                                                   &out, &error), &error);
     layersync_free(out);
     int finished;
@@ -68,10 +68,10 @@ int main(void)
     CHECK_OK(layersync_document_sync(document, &error), &error);
     LS_WAIT(&events, LS_TIMEOUT_MS, events.did_finish_sync > finished || events.did_fail_sync > 0);
     CHECK(!layersync_document_has_unsynced_changes(document));
-    CHECK_OK(layersync_document_update_annotation(document, "{\"id\":\"r-synced\",\"type\":\"pspdfkit/note\",\"text\":\"two\"}",
+    CHECK_OK(layersync_document_update_annotation(document, "{\"id\":\"r-synced\",\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"icon\":\"comment\",\"text\":{\"format\":\"plain\",\"value\":\"two\"}}",
                                                   &out, &error), &error);
     layersync_free(out);
-    CHECK_OK(layersync_document_create_annotation(document, "{\"id\":\"r-local\",\"type\":\"pspdfkit/note\",\"text\":\"offline\"}",
+    CHECK_OK(layersync_document_create_annotation(document, "{\"id\":\"r-local\",\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"icon\":\"comment\",\"text\":{\"format\":\"plain\",\"value\":\"offline\"}}",
                                                   &out, &error), &error);
     layersync_free(out);
     CHECK(layersync_document_has_unsynced_changes(document));
@@ -116,7 +116,7 @@ int main(void)
     CHECK_RC(LAYERSYNC_ERROR_CONTENT_MIGRATION_NEEDED, layersync_document_list_annotations(document, NULL, &out, &error), &error);
     CHECK_RC(LAYERSYNC_ERROR_CONTENT_MIGRATION_NEEDED, layersync_document_get_annotation(document, "r-local", &out, &error), &error);
     CHECK_RC(LAYERSYNC_ERROR_CONTENT_MIGRATION_NEEDED,
-             layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\"}", &out, &error), &error);
+             layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\"}", &out, &error), &error);
     CHECK_RC(LAYERSYNC_ERROR_CONTENT_MIGRATION_NEEDED, layersync_document_sync(document, &error), &error);
 
     /* Reset: returns at once, RESETTING then DIRTY, each once. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static const char NOTE[] = "{\"v\":2,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,1,5,5],"
+static const char NOTE[] = "{\"v\":2,\"type\":\"pspdfkit/note\",\"icon\":\"comment\",\"pageIndex\":0,\"bbox\":[1,1,5,5],"
                            "\"createdAt\":\"2025-01-01T00:00:00Z\",\"updatedAt\":\"2025-01-01T00:00:00Z\","
                            "\"text\":{\"format\":\"plain\",\"value\":\"in flight\"}}";
 

@@ -53,7 +53,7 @@ int main(void)
     CHECK_RC(LAYERSYNC_ERROR_NOT_DOWNLOADED, layersync_document_start_listening(document, &error), &error);
     CHECK_RC(LAYERSYNC_ERROR_NOT_DOWNLOADED,
              layersync_document_create_annotation(document,
-                 "{\"v\":2,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4]}", &out, &error),
+                 "{\"v\":2,\"type\":\"pspdfkit/note\",\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"bbox\":[1,2,3,4]}", &out, &error),
              &error);
     CHECK_RC(LAYERSYNC_ERROR_NOT_DOWNLOADED, layersync_document_list_annotations(document, NULL, &out, &error), &error);
 

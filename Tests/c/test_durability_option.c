@@ -54,7 +54,7 @@ static void check_options(void)
 static char *create_note(layersync_document *document, const char *note)
 {
     char json[256], *out = NULL;
-    snprintf(json, sizeof json, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"note\":\"%s\"}", note);
+    snprintf(json, sizeof json, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"note\":\"%s\"}", note);
     layersync_error error = LAYERSYNC_ERROR_INIT;
     CHECK_OK(layersync_document_create_annotation(document, json, &out, &error), &error);
     json_t *created = LS_JSON(out, "create_annotation");
@@ -110,7 +110,7 @@ static void check_sync(const ls_server *server, const char *jwt)
 
     char json[256], *out = NULL;
     layersync_error error = LAYERSYNC_ERROR_INIT;
-    snprintf(json, sizeof json, "{\"id\":\"%s\",\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"note\":\"full-2\"}", id);
+    snprintf(json, sizeof json, "{\"id\":\"%s\",\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"note\":\"full-2\"}", id);
     CHECK_OK(layersync_document_update_annotation(b_document, json, &out, &error), &error);
     layersync_free(out);
     ls_sync(b_document, &b_events);
@@ -147,7 +147,7 @@ static int child_main(const char *url, const char *storage, const char *jwt)
         usleep(10000);
     }
     char *out = NULL;
-    const char *json = "{\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"note\":\"before-kill\"}";
+    const char *json = "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"note\":\"before-kill\"}";
     if (layersync_document_create_annotation(document, json, &out, &error) != LAYERSYNC_OK) return 14;
     json_t *created = json_loads(out, 0, NULL);
     /* Acknowledged only after the call returned; the parent kills at once. */

@@ -50,7 +50,7 @@ int main(void)
 
     /* A record to address by id. */
     CHECK_OK(layersync_document_create_annotation(doc,
-        "{\"v\":2,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"id\":\"01J0000000000000000000ARGS\"}",
+        "{\"v\":2,\"type\":\"pspdfkit/note\",\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"id\":\"01J0000000000000000000ARGS\"}",
         NULL, &error), &error);
     char *valid_jwt = ls_server_mint_token(&server, "doc-args", NULL, "alice", 0);
 
@@ -78,12 +78,12 @@ int main(void)
             EXPECT_INVALID(layersync_document_list_annotations(doc, bad, &out, &e_), "list_annotations(%s)", name);
 
             /* Invalid UTF-8 inside JSON string values. */
-            char *json = json_with("{\"v\":2,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],"
+            char *json = json_with("{\"v\":2,\"type\":\"pspdfkit/note\",\"icon\":\"comment\",\"pageIndex\":0,\"bbox\":[1,2,3,4],"
                                    "\"text\":{\"format\":\"plain\",\"value\":\"", bad, "\"}}");
             EXPECT_INVALID(layersync_document_create_annotation(doc, json, &out, &e_),
                            "create_annotation(text.value %s)", name);
             free(json);
-            json = json_with("{\"v\":2,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],"
+            json = json_with("{\"v\":2,\"type\":\"pspdfkit/note\",\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"bbox\":[1,2,3,4],"
                              "\"id\":\"01J0000000000000000000ARGS\",\"creatorName\":\"", bad, "\"}");
             EXPECT_INVALID(layersync_document_update_annotation(doc, json, &out, &e_),
                            "update_annotation(creatorName %s)", name);
@@ -123,7 +123,7 @@ int main(void)
     EXPECT_INVALID(layersync_document_stop_listening(NULL, &e_), "%s", "stop_listening(NULL)");
     EXPECT_INVALID(layersync_document_set_sync_delay(NULL, 1.0, &e_), "%s", "set_sync_delay(NULL)");
     EXPECT_INVALID(layersync_document_reauthenticate(NULL, valid_jwt, &e_), "%s", "reauthenticate(NULL document)");
-    EXPECT_INVALID(layersync_document_create_annotation(NULL, "{\"v\":2,\"type\":\"pspdfkit/note\"}", &out, &e_), "%s",
+    EXPECT_INVALID(layersync_document_create_annotation(NULL, "{\"v\":2,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\"}", &out, &e_), "%s",
                    "create_annotation(NULL document)");
     EXPECT_INVALID(layersync_document_update_annotation(NULL, "{}", &out, &e_), "%s", "update_annotation(NULL document)");
     EXPECT_INVALID(layersync_document_delete_annotation(NULL, "x", &e_), "%s", "delete_annotation(NULL document)");

@@ -59,7 +59,7 @@ static int child_main(const char *url, const char *storage, const char *jwt, int
     for (int n = 0;; n++) {
         char json[256], *out = NULL;
         if (n % 5 == 4 && last_id[0] != '\0') {
-            snprintf(json, sizeof json, "{\"id\":\"%s\",\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"note\":\"u-%d-%d\"}",
+            snprintf(json, sizeof json, "{\"id\":\"%s\",\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"note\":\"u-%d-%d\"}",
                      last_id, iteration, n);
             if (layersync_document_update_annotation(document, json, &out, &error) != LAYERSYNC_OK) {
                 fprintf(stderr, "child: update: %s\n", error.message);
@@ -67,7 +67,7 @@ static int child_main(const char *url, const char *storage, const char *jwt, int
             }
             dprintf(ack, "U %s u-%d-%d\n", last_id, iteration, n);
         } else {
-            snprintf(json, sizeof json, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"note\":\"k-%d-%d\"}", iteration, n);
+            snprintf(json, sizeof json, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"note\":\"k-%d-%d\"}", iteration, n);
             if (layersync_document_create_annotation(document, json, &out, &error) != LAYERSYNC_OK) {
                 fprintf(stderr, "child: create: %s\n", error.message);
                 return 16;

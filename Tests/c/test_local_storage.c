@@ -60,7 +60,7 @@ int main(void)
     ls_download(doc_b, &events);
     layersync_error error = LAYERSYNC_ERROR_INIT;
     char *out = NULL;
-    CHECK_OK(layersync_document_create_annotation(doc_a, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(doc_a, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0}", &out, &error), &error);
     layersync_free(out);
 
     /* Invalid arguments. */
@@ -117,7 +117,7 @@ int main(void)
     CHECK_STREQ(layersync_document_id(doc_a), "doc-a");
     CHECK(!layersync_document_is_downloaded(doc_a) && !layersync_document_has_unsynced_changes(doc_a));
     CHECK_RC(LAYERSYNC_ERROR_INVALID_STATE,
-             layersync_document_create_annotation(doc_a, "{\"type\":\"pspdfkit/note\"}", &out, &error), &error);
+             layersync_document_create_annotation(doc_a, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\"}", &out, &error), &error);
     CHECK_RC(LAYERSYNC_ERROR_INVALID_STATE, layersync_document_sync(doc_a, &error), &error);
     LS_WAIT(&events, LS_TIMEOUT_MS, events.did_change_sync_state > 0 && events.states[events.did_change_sync_state - 1] == LAYERSYNC_DOCUMENT_STATE_INVALID);
     CHECK_OK(layersync_document_remove_local_storage(doc_a, &error), &error); /* again: nothing to do */

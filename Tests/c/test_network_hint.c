@@ -231,7 +231,7 @@ static char *create_note(layersync_document *document, const char *text)
 {
     char json[256];
     snprintf(json, sizeof json,
-             "{\"v\":2,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[10,10,20,20],"
+             "{\"v\":2,\"type\":\"pspdfkit/note\",\"icon\":\"comment\",\"pageIndex\":0,\"bbox\":[10,10,20,20],"
              "\"text\":{\"format\":\"plain\",\"value\":\"%s\"}}",
              text);
     layersync_error error = LAYERSYNC_ERROR_INIT;

@@ -182,8 +182,8 @@ static void delegate_finish_sync(ls_events *events, layersync_document *document
 /* One local edit and a sync; waits for the delegate's did_finish_sync. */
 static void edit_and_sync(layersync_document *document, ls_events *events, int page)
 {
-    char json[96], *out = NULL;
-    snprintf(json, sizeof json, "{\"type\":\"pspdfkit/note\",\"pageIndex\":%d}", page);
+    char json[192], *out = NULL;
+    snprintf(json, sizeof json, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":%d}", page);
     layersync_error error = LAYERSYNC_ERROR_INIT;
     CHECK_OK(layersync_document_create_annotation(document, json, &out, &error), &error);
     layersync_free(out);
@@ -279,7 +279,7 @@ int main(void)
     int64_t t_sync = now_ns();
     char *out = NULL;
     layersync_error error = LAYERSYNC_ERROR_INIT;
-    CHECK_OK(layersync_document_create_annotation(doc_a, "{\"type\":\"pspdfkit/note\",\"pageIndex\":1}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(doc_a, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":1}", &out, &error), &error);
     layersync_free(out);
     CHECK_OK(layersync_document_sync(doc_a, &error), &error);
     LS_WAIT(&w, LS_TIMEOUT_MS, b.in_hold);
@@ -354,7 +354,7 @@ int main(void)
     a.hold = true;
     a.allow_return = false;
     pthread_mutex_unlock(&w.mutex);
-    CHECK_OK(layersync_document_create_annotation(doc_a, "{\"type\":\"pspdfkit/note\",\"pageIndex\":4}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(doc_a, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":4}", &out, &error), &error);
     layersync_free(out);
     CHECK_OK(layersync_document_sync(doc_a, &error), &error);
     CHECK_OK(layersync_document_sync(doc_b, &error), &error); /* more work queued behind it */

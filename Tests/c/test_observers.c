@@ -227,7 +227,7 @@ int main(void)
     int delegate_states_before;
     LS_GET(&events, events.did_change_sync_state, delegate_states_before);
     char *out = NULL;
-    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0}", &out, &error), &error);
     layersync_free(out);
     sync_once(document, &events);
     R_WAIT(&a, LS_TIMEOUT_MS, a.finish_sync == 1);
@@ -259,7 +259,7 @@ int main(void)
     pthread_mutex_lock(&b.mutex);
     b.block_in_finish_sync = true;
     pthread_mutex_unlock(&b.mutex);
-    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":1}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":1}", &out, &error), &error);
     layersync_free(out);
     CHECK_OK(layersync_document_sync(document, &error), &error);
     R_WAIT(&b, LS_TIMEOUT_MS, b.in_finish_sync);
@@ -287,7 +287,7 @@ int main(void)
                     "headers={'Authorization': 'Token token=\"secret\"'}))",
                     url, NULL};
     CHECK_MSG(ls_run(argv, NULL) == 0, "admin DELETE of the layer failed");
-    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":2}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":2}", &out, &error), &error);
     layersync_free(out);
     sync_once(document, &events);
     R_WAIT(&a, LS_TIMEOUT_MS, a.reset_layer == 1);

@@ -85,9 +85,9 @@ int main(void)
     /* JSON nested 100 000 deep: refused, not a stack overflow. */
     {
         size_t depth = 100000;
-        char *nested = malloc(2 * depth + 64);
+        char *nested = malloc(2 * depth + 256);
         size_t k = 0;
-        k += (size_t)sprintf(nested, "{\"v\":2,\"type\":\"pspdfkit/note\",\"customData\":");
+        k += (size_t)sprintf(nested, "{\"v\":2,\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"customData\":");
         memset(nested + k, '[', depth);
         k += depth;
         memset(nested + k, ']', depth);
@@ -120,8 +120,9 @@ int main(void)
     /* A 16 MiB annotation: stored locally (durable) or refused as too large. */
     {
         char *text = repeat('t', 16 * MiB);
-        json_t *note = json_pack("{s:i, s:s, s:i, s:[i,i,i,i], s:{s:s, s:s}}", "v", 2, "type", "pspdfkit/note",
-                                 "pageIndex", 0, "bbox", 1, 1, 2, 2, "text", "format", "plain", "value", text);
+        json_t *note = json_pack("{s:i, s:s, s:i, s:[i,i,i,i], s:{s:s, s:s}, s:s}", "v", 2, "type", "pspdfkit/note",
+                                 "pageIndex", 0, "bbox", 1, 1, 2, 2, "text", "format", "plain", "value", text,
+                                 "icon", "comment");
         char *json = json_dumps(note, JSON_COMPACT);
         char *out = NULL;
         CHECK_ONE_OF(layersync_document_create_annotation(document, json, &out, E), "create_annotation(16 MiB)",

@@ -120,7 +120,7 @@ static long syncs_of_three_creates(layersync_client *client, ls_events *events, 
     for (int i = 0; i < 3; i++) {
         char *out = NULL;
         layersync_error error = LAYERSYNC_ERROR_INIT;
-        CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0,\"note\":\"v\"}",
+        CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0,\"note\":\"v\"}",
                                                       &out, &error),
                  &error);
         layersync_free(out);

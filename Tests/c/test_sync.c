@@ -41,10 +41,10 @@ int main(void)
     layersync_document *document = ls_open_downloaded(&server, "doc-sync", "review", "alice", &events, &client, NULL);
     layersync_error error = LAYERSYNC_ERROR_INIT;
 
-    json_t *input = json_pack("{s:i, s:s, s:i, s:[f,f,f,f], s:s, s:s, s:{s:s, s:s}}", "v", 2, "type",
+    json_t *input = json_pack("{s:i, s:s, s:i, s:[f,f,f,f], s:s, s:s, s:{s:s, s:s}, s:s}", "v", 2, "type",
                               "pspdfkit/note", "pageIndex", 0, "bbox", 5.0, 6.0, 20.0, 20.0, "createdAt",
                               "2025-01-02T03:04:05Z", "updatedAt", "2025-01-02T03:04:05Z", "text", "format", "plain",
-                              "value", TEXT);
+                              "value", TEXT, "icon", "comment");
     char *input_text = json_dumps(input, JSON_COMPACT);
     char *out = NULL;
     CHECK_OK(layersync_document_create_annotation(document, input_text, &out, &error), &error);

@@ -32,7 +32,7 @@ int main(void)
     CHECK_MSG(layersync_document_last_sync_time(document) == 0.0, "last_sync_time before any sync: %f",
               layersync_document_last_sync_time(document));
     double before = now_s();
-    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":0}", NULL, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0}", NULL, &error), &error);
     ls_sync(document, &events);
     double after = now_s();
     double synced = layersync_document_last_sync_time(document);
@@ -57,7 +57,7 @@ int main(void)
                     url, NULL};
     CHECK_MSG(ls_run(argv, NULL) == 0, "admin DELETE of the layer failed");
     char *out = NULL;
-    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"pageIndex\":1}", &out, &error), &error);
+    CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":1}", &out, &error), &error);
     json_t *created = LS_JSON(out, "created");
     layersync_free(out);
     ls_sync(document, &events);

@@ -57,10 +57,10 @@ int main(void)
     CHECK_OK(layersync_document_start_listening(b_doc, &error), &error);
 
     /* A creates and syncs; B hears it. */
-    json_t *input = json_pack("{s:i, s:s, s:i, s:[f,f,f,f], s:s, s:s, s:{s:s, s:s}}", "v", 2, "type",
+    json_t *input = json_pack("{s:i, s:s, s:i, s:[f,f,f,f], s:s, s:s, s:{s:s, s:s}, s:s}", "v", 2, "type",
                               "pspdfkit/note", "pageIndex", 0, "bbox", 50.0, 60.0, 20.0, 20.0, "createdAt",
                               "2025-01-02T03:04:05Z", "updatedAt", "2025-01-02T03:04:05Z", "text", "format", "plain",
-                              "value", TEXT);
+                              "value", TEXT, "icon", "comment");
     char *input_text = json_dumps(input, JSON_COMPACT);
     char *out = NULL;
     CHECK_OK(layersync_document_create_annotation(a_doc, input_text, &out, &error), &error);

@@ -27,7 +27,7 @@ int main(void)
     CHECK(layersync_document_state(document) == LAYERSYNC_DOCUMENT_STATE_CLEAN);
 
     /* UNMANAGED_ANNOTATION: a record created offline, not synced yet. */
-    CHECK_OK(layersync_document_create_annotation(document, "{\"id\":\"local-only\",\"type\":\"pspdfkit/note\",\"pageIndex\":0}",
+    CHECK_OK(layersync_document_create_annotation(document, "{\"id\":\"local-only\",\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":0}",
                                                   NULL, &error), &error);
     ls_result c;
     ls_result_init(&c);

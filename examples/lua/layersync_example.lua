@@ -79,7 +79,7 @@ check(ls.layersync_document_pdf_path(doc, path, err), "pdf_path")
 print("downloaded " .. ffi.string(ls.layersync_document_id(doc)) .. " to " .. take(path))
 
 local out = ffi.new("char *[1]")
-local note = '{"v":2,"type":"pspdfkit/note","pageIndex":0,"bbox":[10,10,20,20],' ..
+local note = '{"v":2,"type":"pspdfkit/note","pageIndex":0,"bbox":[10,10,20,20],"icon":"comment",' ..
              '"createdAt":"2025-01-01T00:00:00Z","updatedAt":"2025-01-01T00:00:00Z",' ..
              '"text":{"format":"plain","value":"from LuaJIT"}}'
 check(ls.layersync_document_create_annotation(doc, note, out, err), "create_annotation")

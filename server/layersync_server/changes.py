@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from layersync_server.errors import invalid_request
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
+from layersync_server.record_schema import record_schema_problem
 from layersync_server.storage.base import LayerState, LayerWriter, RecordPage, StoredRecord, WriteWouldWait
 from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_REVISION, BadNumber, json_problem,
                                         parse_sync_json)
@@ -87,6 +88,9 @@ def _validation_problem(change: dict, content_ok: bool = False) -> str | None:
             return "content must be a JSON object"
         problem = None if content_ok else json_problem(content, MAX_JSON_DEPTH)
         if problem:  # depth, bad numbers, lone surrogates
+            return problem
+        problem = record_schema_problem(content)  # fields Instant JSON defines (docs/protocol.md)
+        if problem:
             return problem
     if op in ("update", "delete"):
         base = change.get("base_revision")
@@ -187,7 +191,8 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
         if text is not None and change.get("op") == "create":
             record_id = change.get("id")
             content = change["content"]  # an object: it has a text
-            if _stored_as_sent(record_id, content) and (ids_valid or is_valid_record_id(record_id)):
+            if _stored_as_sent(record_id, content) and (ids_valid or is_valid_record_id(record_id)) \
+                    and record_schema_problem(content) is None:  # else rejected below
                 root_id = content.get("rootId")
                 revision = accept_create(change_id, record_id, text,
                                          root_id if isinstance(root_id, str) else None, user_id)

@@ -206,7 +206,7 @@ def synthetic_pdf(pages) -> bytes:
 def note(text: str = "hello", **extra) -> dict:
     """A minimal Instant JSON v2 note content."""
     return {"v": 2, "type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 20, 20],
-            "text": {"format": "plain", "value": text}, "createdAt": "2025-01-01T00:00:00Z",
+            "text": {"format": "plain", "value": text}, "icon": "comment", "createdAt": "2025-01-01T00:00:00Z",
             "updatedAt": "2025-01-01T00:00:00Z", **extra}
 
 

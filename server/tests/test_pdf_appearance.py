@@ -89,7 +89,8 @@ RECORDS = [
     (_record("r-ink", "pspdfkit/ink", 1, [300, 100, 80, 200], strokeColor="#FF00FF", lineWidth=6,
              lines={"points": [[[310, 110], [370, 290]]], "intensities": [[1, 1]]}), "#FF00FF", 0.03),
     (_record("r-text", "pspdfkit/text", 1, [60, 400, 200, 50], backgroundColor="#FFFF00",
-             fontColor="#000000", fontSize=14, text={"format": "plain", "value": "rotated page"}),
+             fontColor="#000000", fontSize=14, horizontalAlign="left", verticalAlign="top",
+             text={"format": "plain", "value": "rotated page"}),
      "#FFFF00", 0.5),
 ]
 

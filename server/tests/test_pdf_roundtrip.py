@@ -111,7 +111,7 @@ def test_synthetic_pdf_with_offset_boxes_rotation_scripts_and_attachment(server)
         for i, text in enumerate(TEXTS):
             bbox = [10.5 + 40 * i, 20.25 + 30 * page, 30.125, 18.5]
             records.append({"v": 2, "id": f"n-{page}-{i}", "type": "pspdfkit/note", "pageIndex": page,
-                            "bbox": bbox, "text": {"format": "plain", "value": text},
+                            "bbox": bbox, "text": {"format": "plain", "value": text}, "icon": "comment",
                             "creatorName": text, "opacity": 1.0, "flags": [],
                             "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z"})
         records.append({"v": 2, "id": f"sq-{page}", "type": "pspdfkit/shape/rectangle", "pageIndex": page,

@@ -31,8 +31,12 @@ def _nested_text(levels: int) -> str:
     return '{"a":' * (levels - 1) + "{}" + "}" * (levels - 1)
 
 
+#: The fields the record schema requires of a note besides its type (docs/protocol.md).
+NOTE_FIELDS = '"pageIndex":0,"bbox":[1,2,3,4],"text":{"format":"plain","value":""},"icon":"comment"'
+
+
 def _content(record_id: str, extra: str = "") -> str:
-    return ('{"v":2,"type":"pspdfkit/note","bbox":[1,2,3,4],"text":{"format":"plain",'
+    return ('{"v":2,"type":"pspdfkit/note","pageIndex":0,"icon":"comment","bbox":[1,2,3,4],"text":{"format":"plain",'
             f'"value":"n"}}{extra},"id":{json.dumps(record_id)}}}')
 
 
@@ -52,9 +56,9 @@ def _first_batch() -> list[str]:
     changes += [
         _create("dup-id", "r5"),  # the record exists (created above)
         _create("c7", "other"),  # the change id was applied above: its outcome is replayed
-        _create("no-id", "n1", '{"v":2,"type":"pspdfkit/note"}'),  # id added when stored
+        _create("no-id", "n1", '{"v":2,"type":"pspdfkit/note",' + NOTE_FIELDS + '}'),  # id added when stored
         _create("other-id", "n2", '{"v":2,"id":"someone-else"}'),  # id replaced
-        _create("no-v", "n3", '{"id":"n3","type":"pspdfkit/note"}'),  # v defaulted
+        _create("no-v", "n3", '{"id":"n3","type":"pspdfkit/note",' + NOTE_FIELDS + '}'),  # v defaulted
         _create("root", "k1", _content("k1", ',"rootId":"r9"')),
         _create("root-num", "k2", _content("k2", ',"rootId":7')),
         _create("child-of-r1", "k3", _content("k3", ',"rootId":"r1"')),  # deleted with r1 below
@@ -136,7 +140,7 @@ def test_fast_and_general_paths_store_and_answer_the_same(storage):
     reasons = {r["change_id"]: r["reason"] for r in fast[0].rejected}
     assert reasons["again"] == "exists" and "fresh" not in reasons
     records = {r[0]: r for r in _stored(storage, "fast")[0]}
-    assert records["n1"][3] == '{"v":2,"type":"pspdfkit/note","id":"n1"}'
+    assert records["n1"][3] == '{"v":2,"type":"pspdfkit/note",' + NOTE_FIELDS + ',"id":"n1"}'
     assert records["k1"][4] == "r9" and records["k2"][4] is None
     assert records["k3"][2] and records["k3"][3] is None  # the cascade reached it
 

@@ -208,10 +208,11 @@ def test_snapshot_paging(server):
 
 def test_root_id_cascade(server):
     doc = server.new_document()
+    comment = {"type": "pspdfkit/comment", "pageIndex": 0, "text": {"format": "plain", "value": ""}}
     _one(server.sync(doc, [change("create", "root", note()),
-                           change("create", "c1", {"type": "pspdfkit/comment", "rootId": "root"}),
-                           change("create", "c2", {"type": "pspdfkit/comment", "rootId": "root"}),
-                           change("create", "other", {"type": "pspdfkit/comment", "rootId": "x"})]))
+                           change("create", "c1", {**comment, "rootId": "root"}),
+                           change("create", "c2", {**comment, "rootId": "root"}),
+                           change("create", "other", {**comment, "rootId": "x"})]))
     result = _one(server.sync(doc, [change("delete", "root", base=4)], since=7))
     assert result["accepted"][0]["revision"] == 8
     assert {(r["id"], r["deleted"]) for r in result["changes"]} == {("c1", True), ("c2", True)}

@@ -21,7 +21,7 @@ from conftest import WAIT_S
 
 BIN = Path(sys.executable).parent / "layersync"
 COMMAND = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "layersync"]
-NOTE = {"type": "pspdfkit/note", "pageIndex": 0, "bbox": [30, 30, 24, 24], "creatorName": "cli-test",
+NOTE = {"type": "pspdfkit/note", "pageIndex": 0, "bbox": [30, 30, 24, 24], "creatorName": "cli-test", "icon": "comment",
         "text": {"format": "plain", "value": "from the CLI — 你好 👋"}}
 
 

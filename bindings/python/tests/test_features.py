@@ -24,7 +24,7 @@ TEXT = "Zebra crossing — élan 你好 👋"
 
 
 def note(text: str = TEXT, page: int = 0) -> dict[str, Any]:
-    return {"type": "pspdfkit/note", "pageIndex": page, "bbox": [10, 10, 24, 24], "creatorName": "tester",
+    return {"type": "pspdfkit/note", "pageIndex": page, "bbox": [10, 10, 24, 24], "creatorName": "tester", "icon": "comment",
             "text": {"format": "plain", "value": text}}
 
 
@@ -69,7 +69,7 @@ def test_unreferenced_cleanup_keeps_attachments_waiting_for_upload(downloaded):
     att_id = doc.add_attachment(b"queued for upload", "text/plain")
     client.remove_unreferenced_cache_entries()  # e.g. a cleanup thread, before the record is created
     doc.create_annotation({"type": "pspdfkit/image", "pageIndex": 0, "bbox": [1, 1, 5, 5],
-                           "imageAttachmentId": att_id, "contentType": "text/plain"})
+                           "imageAttachmentId": att_id})  # an image record's contentType is image/*
     assert doc.attachment_data(att_id) == b"queued for upload"
     doc.sync(wait=True, timeout=WAIT_S)
 
@@ -119,7 +119,7 @@ def test_attempt_content_migration(make_client, server, uploaded, tmp_path):
         client.wait_validated(timeout=WAIT_S)
         client.document_for_jwt(jwt).download(wait=True, timeout=WAIT_S)
     (store,) = glob.glob(f"{storage}/*/{doc_id}/layers/~/layer.sqlite")
-    v1 = '{"id":"old-1","v":1,"type":"pspdfkit/note","text":"written by v1 ünïcode"}'
+    v1 = '{"id":"old-1","v":1,"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":"written by v1 ünïcode"}'
     with sqlite3.connect(store) as db:  # what an older library wrote (Instant JSON v1)
         db.execute("INSERT INTO records(id, content) VALUES ('old-1', ?)", (v1,))
         db.execute("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES ('c-old', 'old-1', 'create', ?)", (v1,))
@@ -321,7 +321,7 @@ def test_download_attachment_without_waiting(downloaded):
     client, doc = downloaded()
     att_id = doc.add_attachment(b"lazy bytes", "text/plain")
     doc.create_annotation({"type": "pspdfkit/image", "pageIndex": 0, "bbox": [1, 1, 5, 5],
-                           "imageAttachmentId": att_id, "contentType": "text/plain"})
+                           "imageAttachmentId": att_id})  # an image record's contentType is image/*
     doc.sync(wait=True, timeout=WAIT_S)
     other_client, other = downloaded(doc.id, user_id="bob")
     assert other.download_attachment(att_id, wait=False) is None
@@ -431,7 +431,7 @@ def test_aio_counterparts(downloaded):
             await layersync.aio.download_attachment(doc, "1" * 64, timeout=WAIT_S)
         att_id = doc.add_attachment(b"async bytes", "text/plain")
         doc.create_annotation({"type": "pspdfkit/image", "pageIndex": 0, "bbox": [1, 1, 5, 5],
-                               "imageAttachmentId": att_id, "contentType": "text/plain"})
+                               "imageAttachmentId": att_id})  # an image record's contentType is image/*
         await layersync.aio.sync(doc, timeout=WAIT_S)
         info = await layersync.aio.download_attachment(doc, att_id, timeout=WAIT_S)
         assert info["size_bytes"] == len(b"async bytes")

@@ -44,7 +44,8 @@ EXIT_SCRIPT = textwrap.dedent('''
         client.on(name, slow)
     doc.start_listening()
     for i in range(15):
-        doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [i, i, 24, 24]})
+        doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [i, i, 24, 24],
+                               "text": {"format": "plain", "value": ""}, "icon": "comment"})
     doc.sync(wait=False)
     print("exiting with callbacks in flight", flush=True)
     if mode == "exit":
@@ -121,7 +122,8 @@ CLOSE_RACE_SCRIPT = textwrap.dedent('''
             n = 0
             while not stop.is_set():
                 try:
-                    a = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [i, n, 1, 1]})
+                    a = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [i, n, 1, 1],
+                                               "text": {"format": "plain", "value": ""}, "icon": "comment"})
                     doc.list_annotations(limit=5)
                     doc.state; doc.has_unsynced_changes
                     doc.update_annotation({**a, "bbox": [n, i, 2, 2]})

@@ -140,7 +140,7 @@ def open_document(make_client, server, uploaded, url, delegate):
 
 
 def note(text: str) -> dict:
-    return {"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 32, 32],
+    return {"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 32, 32], "icon": "comment",
             "text": {"format": "plain", "value": text}}
 
 

@@ -246,7 +246,9 @@ def _w_note(annot, c, space, _):
     annot.Subtype = Name.Text
     annot.Contents = encode_text(_text_value(c) or "")
     if c.get("icon"):
-        annot.Name = Name("/" + "".join(p.capitalize() for p in str(c["icon"]).split("_")))
+        icon = str(c["icon"])  # Instant's lower camel case ("newParagraph"); older imports: NEW_PARAGRAPH
+        annot.Name = Name("/" + ("".join(p.capitalize() for p in icon.split("_")) if "_" in icon or icon.isupper()
+                                 else icon[:1].upper() + icon[1:]))
     _set(annot, "/C", _rgb(c.get("color")))
     annot.Open = False
 

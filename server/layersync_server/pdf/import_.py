@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -41,6 +40,11 @@ LINE_ENDINGS = {"/None": "none", "/Square": "square", "/Circle": "circle", "/Dia
                 "/ROpenArrow": "reverseOpenArrow", "/RClosedArrow": "reverseClosedArrow",
                 "/Slash": "slash"}
 EPOCH_ISO = "1970-01-01T00:00:00Z"
+#: Instant JSON's stamp types (the record schema's); another /Name imports as "Custom".
+STAMP_TYPES = ("Accepted", "Approved", "AsIs", "Completed", "Confidential", "Departmental", "Draft",
+               "Experimental", "Expired", "Final", "ForComment", "ForPublicRelease", "InformationOnly",
+               "InitialHere", "NotApproved", "NotForPublicRelease", "PreliminaryResults", "Rejected",
+               "Revised", "SignHere", "Sold", "TopSecret", "Void", "Witness", "Custom")
 
 
 class PdfImportError(ValueError):
@@ -197,10 +201,17 @@ def _plain_text(annot) -> dict:
     return {"format": "plain", "value": decode_text(annot.get("/Contents")) or ""}
 
 
-def _icon(name) -> str | None:
-    if name is None:
-        return None
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", str(name).lstrip("/")).upper()
+#: Instant JSON's note icons (the record schema's NoteIcon; PDF names in lower camel case).
+NOTE_ICONS = ("comment", "rightPointer", "rightArrow", "check", "circle", "cross", "insert",
+              "newParagraph", "note", "paragraph", "help", "star", "key")
+
+
+def _icon(name) -> str:
+    """The Instant icon of a PDF text annotation's /Name; "comment" (its default) when the
+    name is missing or not one of Instant's (the record schema requires one of them)."""
+    text = str(name).lstrip("/") if name is not None else ""
+    icon = text[:1].lower() + text[1:]
+    return icon if icon in NOTE_ICONS else "comment"
 
 
 def _text(annot, space):
@@ -211,7 +222,8 @@ def _text(annot, space):
 def _free_text(annot, space):
     extra = parse_default_appearance(annot.get("/DA"))
     extra.update({"text": _plain_text(annot), "backgroundColor": color_to_hex(annot.get("/C")),
-                  "horizontalAlign": {0: "left", 1: "center", 2: "right"}.get(int(annot.get("/Q", 0))),
+                  "horizontalAlign": {0: "left", 1: "center", 2: "right"}.get(int(annot.get("/Q", 0)), "left"),
+                  "verticalAlign": "top",  # required by Instant JSON; PDF free text starts at the top
                   "rotation": int(annot.get("/Rotate", 0)) % 360})
     return "pspdfkit/text", extra
 
@@ -258,8 +270,9 @@ def _line(annot, space):
     extra["endPoint"] = space.point_to_instant(coords[2], coords[3])
     endings = annot.get("/LE")
     if isinstance(endings, pikepdf.Array) and len(endings) == 2:
-        extra["lineCaps"] = {"start": LINE_ENDINGS.get(str(endings[0]), "none"),
-                             "end": LINE_ENDINGS.get(str(endings[1]), "none")}
+        caps = {"start": LINE_ENDINGS.get(str(endings[0]), "none"),
+                "end": LINE_ENDINGS.get(str(endings[1]), "none")}
+        extra["lineCaps"] = {k: v for k, v in caps.items() if v != "none"}  # Instant has no "none"
     return "pspdfkit/shape/line", extra
 
 
@@ -281,7 +294,8 @@ def _polyline(annot, space):
 
 def _stamp(annot, space):
     name = annot.get("/Name")
-    return "pspdfkit/stamp", {"stampType": str(name).lstrip("/") if name is not None else "Custom",
+    stamp_type = str(name).lstrip("/") if name is not None else "Custom"
+    return "pspdfkit/stamp", {"stampType": stamp_type if stamp_type in STAMP_TYPES else "Custom",
                               "color": color_to_hex(annot.get("/C"))}
 
 

@@ -14,6 +14,7 @@ from layersync_server.errors import invalid_request
 from layersync_server.errors_http import COMMON_ERROR_RESPONSES
 from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.json_http import WireJSONResponse, WireRoute
+from layersync_server.record_schema import record_schema_problem
 from layersync_server.storage import DocumentInfo
 from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem, parse_json
 
@@ -65,7 +66,7 @@ def annotation_content(item: object, record_id: str | None) -> dict:
         raise invalid_request("annotation must be a JSON object")
     record_id = record_id or item.get("id") or item.get("name") or new_ulid()
     check_annotation_id(record_id)
-    problem = json_problem(item, MAX_JSON_DEPTH)  # depth; numbers/Unicode checked on the body
+    problem = json_problem(item, MAX_JSON_DEPTH) or record_schema_problem(item)  # + Instant JSON fields
     if problem:
         raise invalid_request(f"annotation: {problem}")
     return normalize_content(record_id, item)
