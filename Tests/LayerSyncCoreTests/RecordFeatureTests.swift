@@ -118,7 +118,7 @@ final class RecordFeatureTests {
         }
         #expect(try ids("office !!!") == [cafe])  // pieces without words are ignored next to words
         // The limit (header: "0 means 100", negative INVALID_ARGUMENT) is the core's rule.
-        for _ in 0..<DocumentDescriptor.defaultSearchLimit { _ = try document.createAnnotation(json: #"{"type":"pspdfkit/note","note":"many"}"#) }
+        for _ in 0..<DocumentDescriptor.defaultSearchLimit { _ = try document.createAnnotation(json: #"{"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":{"format":"plain","value":""},"note":"many"}"#) }
         func count(_ limit: Int64) throws -> Int { try JSONValue.parse(try document.searchAnnotations(query: "many", limit: limit)).arrayValue?.count ?? -1 }
         #expect(try count(0) == Int(DocumentDescriptor.defaultSearchLimit))
         #expect(try count(3) == 3)

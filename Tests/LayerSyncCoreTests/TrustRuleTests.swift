@@ -384,8 +384,10 @@ final class TrustRuleTests {
         // Unsynced local work: a new record and an edit of a synced one.
         let fresh = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("offline new")))["id"]?.stringValue)
         _ = try document.updateAnnotation(json: TestServer.note("offline edit", id: synced))
-        // The layer is recreated on the server (new epoch, empty).
+        // The layer is recreated on the server (new epoch, empty): deleted, then created again
+        // by the backend (a deleted layer never comes back by a client request).
         #expect(try admin("DELETE", "/api/documents/doc/layers/~") == 200)
+        #expect(try admin("POST", "/api/documents/doc/layers", body: #"{"name":""}"#) == 200)
         #expect(try sync(a, document) == nil)
         let reset = try #require(a.events.wait { event -> LayerSyncError? in
             if case .didResetLayer(_, let error) = event { return error }; return nil

@@ -279,14 +279,17 @@ int main(void)
     LS_GET(&b, b.events, b_events);
     R_WAIT(&a, LS_TIMEOUT_MS, a.finish_sync == 2);
 
-    /* 3. A server reset: the layer is recreated, did_reset_layer says SERVER_RESET. */
+    /* 3. A server reset: the layer is deleted and created again by the backend (a deleted
+     * layer never comes back by a client request), did_reset_layer says SERVER_RESET. */
     char url[512];
     snprintf(url, sizeof url, "%s/api/documents/doc-observers/layers/~", server.url);
     char *argv[] = {"/usr/bin/python3", "-c",
-                    "import sys, urllib.request as u; u.urlopen(u.Request(sys.argv[1], method='DELETE', "
-                    "headers={'Authorization': 'Token token=\"secret\"'}))",
+                    "import sys, urllib.request as u; h={'Authorization': 'Token token=\"secret\"', "
+                    "'Content-Type': 'application/json'}; "
+                    "u.urlopen(u.Request(sys.argv[1], method='DELETE', headers=h)); "
+                    "u.urlopen(u.Request(sys.argv[1].rsplit('/', 1)[0], data=b'{\"name\": \"\"}', method='POST', headers=h))",
                     url, NULL};
-    CHECK_MSG(ls_run(argv, NULL) == 0, "admin DELETE of the layer failed");
+    CHECK_MSG(ls_run(argv, NULL) == 0, "admin DELETE and re-create of the layer failed");
     CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":2}", &out, &error), &error);
     layersync_free(out);
     sync_once(document, &events);

@@ -48,14 +48,17 @@ int main(void)
     CHECK_MSG(layersync_document_last_sync_time(document) == synced, "last_sync_time after restart %f, was %f",
               layersync_document_last_sync_time(document), synced);
 
-    /* did_reset_layer through the client delegate: the layer is recreated on the server. */
+    /* did_reset_layer through the client delegate: the layer is deleted and created again
+     * on the server by the backend. */
     char url[512];
     snprintf(url, sizeof url, "%s/api/documents/doc-status/layers/~", server.url);
     char *argv[] = {"/usr/bin/python3", "-c",
-                    "import sys, urllib.request as u; u.urlopen(u.Request(sys.argv[1], method='DELETE', "
-                    "headers={'Authorization': 'Token token=\"secret\"'}))",
+                    "import sys, urllib.request as u; h={'Authorization': 'Token token=\"secret\"', "
+                    "'Content-Type': 'application/json'}; "
+                    "u.urlopen(u.Request(sys.argv[1], method='DELETE', headers=h)); "
+                    "u.urlopen(u.Request(sys.argv[1].rsplit('/', 1)[0], data=b'{\"name\": \"\"}', method='POST', headers=h))",
                     url, NULL};
-    CHECK_MSG(ls_run(argv, NULL) == 0, "admin DELETE of the layer failed");
+    CHECK_MSG(ls_run(argv, NULL) == 0, "admin DELETE and re-create of the layer failed");
     char *out = NULL;
     CHECK_OK(layersync_document_create_annotation(document, "{\"type\":\"pspdfkit/note\",\"bbox\":[1,2,3,4],\"text\":{\"format\":\"plain\",\"value\":\"\"},\"icon\":\"comment\",\"pageIndex\":1}", &out, &error), &error);
     json_t *created = LS_JSON(out, "created");

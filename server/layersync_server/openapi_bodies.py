@@ -55,7 +55,7 @@ UPLOAD = {"requestBody": {"required": True, "content": {
         "file": {"type": "string", "format": "binary"}, "document_id": {"type": "string"},
         "title": {"type": "string"}}}}}}}
 CREATE_LAYER = json_body({"type": "object", "required": ["name"], "properties": {
-    "name": {"type": "string", "minLength": 1, "maxLength": 128},
+    "name": {"type": "string", "maxLength": 128, "description": "\"\" is the default layer"},
     "source_layer_name": {"type": "string", "maxLength": 128},
     "instant_json": _INSTANT_JSON, "user_id": {"type": "string"}}})
 ANNOTATION = json_body({

@@ -155,10 +155,15 @@ class ReferenceServer:
             raise RuntimeError(f"layersync-server upload printed no JSON object: {out!r}")
         return data
 
-    def admin_request(self, path: str, *, method: str = "GET") -> bytes:
-        """Raw bytes of an admin API call (``Authorization: Token token="<secret>"``)."""
-        request = urllib.request.Request(self.url + path, method=method, headers={
-            "Authorization": f'Token token="{self.admin_token}"'})
+    def admin_request(self, path: str, *, method: str = "GET", json_body: Any = None) -> bytes:
+        """Raw bytes of an admin API call (``Authorization: Token token="<secret>"``), with
+        ``json_body`` sent as the JSON request body when given."""
+        headers = {"Authorization": f'Token token="{self.admin_token}"'}
+        data = None
+        if json_body is not None:
+            data = json.dumps(json_body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         with urllib.request.urlopen(request, timeout=60) as response:
             body: bytes = response.read()
             return body

@@ -459,7 +459,10 @@ def test_client_on_did_reset_layer(downloaded, server):
     doc.sync(wait=True, timeout=WAIT_S)
     resets: list[Any] = []
     client.on("did_reset_layer", lambda d, error: resets.append((d, error)))
+    # The layer is recreated on the server: deleted, then created again by the backend
+    # (a deleted layer never comes back by a client request).
     server.admin_request(f"/api/documents/{doc.id}/layers/~", method="DELETE")
+    server.admin_request(f"/api/documents/{doc.id}/layers", method="POST", json_body={"name": ""})
     kept = doc.create_annotation(note("edited while the layer was recreated"))
     since = client.mark()
     doc.sync(wait=True, timeout=WAIT_S)

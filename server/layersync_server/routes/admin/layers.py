@@ -44,7 +44,8 @@ async def list_layers(document_id: str, ctx: AppContext = Depends(require_admin)
              openapi_extra=bodies.CREATE_LAYER)
 async def create_layer(document_id: str, request: Request,
                        ctx: AppContext = Depends(require_admin)) -> dict:
-    """Body ``{"name": "review", "source_layer_name": "other"?, "instant_json": {...}?}``.
+    """Body ``{"name": "review", "source_layer_name": "other"?, "instant_json": {...}?}``;
+    ``"name": ""`` is the default layer (created with the document; 409 unless deleted).
 
     Without ``source_layer_name`` the layer starts from the base layer (the PDF's own
     annotations, same ids as the import); with it, from a copy of that layer's live
@@ -58,9 +59,9 @@ async def create_layer(document_id: str, request: Request,
     if not isinstance(body, dict):
         raise invalid_request("body must be a JSON object")
     name, source = body.get("name"), body.get("source_layer_name")
-    if not isinstance(name, str) or name == "" or not is_valid_layer_name(name):
-        raise invalid_request("name must be 1..128 characters without control characters, "
-                              "'/' or '\\\\', and not '.', '..' or '~'")
+    if not is_valid_layer_name(name):
+        raise invalid_request("name must be \"\" (the default layer) or 1..128 characters without "
+                              "control characters, '/' or '\\\\', and not '.', '..' or '~'")
     if source is not None and (not isinstance(source, str) or not is_valid_layer_name(source)):
         raise invalid_request("source_layer_name must be a layer name")
     extra = instant_json_entries(body["instant_json"]) if body.get("instant_json") is not None else []
