@@ -64,6 +64,19 @@ def test_layers_from_base_other_layer_and_instant_json(server):
     assert server.records(doc, layer="review")["epoch"] != epoch
 
 
+def test_the_default_layer_is_deleted_and_created_again_by_name_empty(server):
+    doc = server.new_document()
+    epoch = server.records(doc)["epoch"]
+    assert _api(server, "POST", f"/api/documents/{doc}/layers", json={"name": ""}).status_code == 409
+    assert _api(server, "DELETE", f"/api/documents/{doc}/layers/~").status_code == 200
+    gone = server.http.get(server.layer_url(doc) + "/records", headers=server.auth(doc))
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "not_found"
+    again = _api(server, "POST", f"/api/documents/{doc}/layers", json={"name": ""})
+    assert again.status_code == 200, again.text
+    assert server.records(doc)["epoch"] != epoch
+    assert [layer["name"] for layer in _api(server, "GET", f"/api/documents/{doc}/layers").json()["data"]] == [""]
+
+
 def test_annotation_crud_per_layer(server):
     doc = server.new_document()
     root = f"/api/documents/{doc}/layers/crud/annotations"
