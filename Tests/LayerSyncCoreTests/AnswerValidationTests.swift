@@ -113,7 +113,8 @@ final class AnswerValidationTests {
         },
         .json("rejected: reason missing") { o in Garble.array(&o, "rejected") { Garble.element(&$0, 0) { $0["reason"] = nil } } },
         .json("rejected: server_record of another record") { o in
-            guard let other = o["changes"]?.arrayValue?.first else { return }
+            let rejectedID = o["rejected"]?.arrayValue?.first?["id"]
+            guard let other = o["changes"]?.arrayValue?.first(where: { $0["id"] != rejectedID }) else { return }
             Garble.array(&o, "rejected") { Garble.element(&$0, 0) { $0["server_record"] = other } }
         },
         .json("rejected: server_record with wrong content.id") { o in
@@ -129,7 +130,7 @@ final class AnswerValidationTests {
     static let pageGarbles: [Garble] = recordGarbles("records")
 
     /// The local store's state that an answer could change: cursor, epoch, records (with their
-    /// server versions) and the queue.
+    /// server versions) and the queue (not whether a change is frozen: the request itself does that).
     func storeState(_ document: DocumentDescriptor) throws -> [String] {
         let store = document.store
         var state = ["since=\(try store.since())", "epoch=\(try store.epoch() ?? "")"]
@@ -138,7 +139,7 @@ final class AnswerValidationTests {
             for row in try db.query("SELECT id, content, server_revision, server_content, server_deleted FROM records ORDER BY id") {
                 rows.append("record " + row.map { String(describing: $0) }.joined(separator: "|"))
             }
-            for row in try db.query("SELECT seq, change_id, record_id, op, attempted, base_revision, content FROM pending_changes ORDER BY seq") {
+            for row in try db.query("SELECT seq, change_id, record_id, op, content FROM pending_changes ORDER BY seq") {
                 rows.append("pending " + row.map { String(describing: $0) }.joined(separator: "|"))
             }
             return rows
@@ -202,17 +203,17 @@ final class AnswerValidationTests {
         try server.upload(documentID: "doc")
         let token = try server.token(documentID: "doc")
         let session = HTTPSession(connectTimeoutSeconds: 2)
-        var request = HTTPRequest(url: server.url + "/sync/v1/documents/doc/layers/~/changes?since=2&wait=0")
+        var request = HTTPRequest(url: server.url + "/sync/v1/documents/doc/layers/~/changes?since=0&wait=0")
         request.headers = ["Authorization: Bearer \(token)"]
         let body = try session.perform(request, cancellation: TransferCancellation()).body
-        let page = try LayerPage(body: body, since: 2, epoch: nil)
-        #expect(page.records.count >= 2, "the corpus PDF's layer has records above revision 2")
+        let page = try LayerPage(body: body, since: 0, epoch: nil)
+        #expect(page.records.count >= 2, "the corpus PDF's layer has records")
         for garble in Self.pageGarbles {
             let garbled = garble.change(body)
-            #expect(garbled != body, "\(garble) changed nothing")
+            #expect(garbled != body ? true : false, "\(garble) changed nothing")
             #expect(throws: LayerSyncError.self, "\(garble)") {
                 do throws(LayerSyncError) {
-                    _ = try LayerPage(body: garbled, since: 2, epoch: page.epoch)
+                    _ = try LayerPage(body: garbled, since: 0, epoch: page.epoch)
                 } catch {
                     #expect(error.code == .invalidServerData && !error.message.isEmpty, "\(garble): \(error)")
                     throw error
@@ -221,7 +222,7 @@ final class AnswerValidationTests {
         }
         // Context the page is checked against: the since asked for, the epoch held.
         #expect(throws: LayerSyncError.self) { _ = try LayerPage(body: body, since: page.revision + 1, epoch: page.epoch) }
-        _ = try LayerPage(body: body, since: 2, epoch: "another-epoch")  // a new epoch may start lower
+        _ = try LayerPage(body: body, since: 0, epoch: "another-epoch")  // a new epoch may start lower
         // A real sync answer against a request it does not answer.
         var post = HTTPRequest(method: "POST", url: server.url + "/sync/v1/documents/doc/layers/~/sync")
         post.headers = ["Authorization: Bearer \(token)", "Content-Type: application/json"]
@@ -245,7 +246,7 @@ final class AnswerValidationTests {
         let existing = try #require(try localRecords(document).keys.sorted().first)
         // The answer will hold an accepted change (a new note), a rejected one (an update of a
         // record someone else changed meanwhile) and server changes (two notes made by the admin API).
-        let created = try document.createAnnotation(json: TestServer.note("mine"))
+        let created = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("mine")))["id"]?.stringValue)
         var updated = try JSONValue.parse(try document.annotation(id: existing))
         if case .object(var object) = updated { object["note"] = .string("local edit"); updated = .object(object) }
         _ = try document.updateAnnotation(json: updated.jsonText)
@@ -265,8 +266,10 @@ final class AnswerValidationTests {
             }
             let error = try sync(client, document)
             #expect(error?.code == .invalidServerData, "\(garble): \(String(describing: error))")
-            #expect(try storeState(document) == before, "\(garble) changed the store")
-            #expect(garble.change(original.withLock { $0 }) != original.withLock { $0 }, "\(garble) changed nothing")
+            let after = try storeState(document)
+            #expect(after == before, "\(garble) changed the store: \(after.filter { !before.contains($0) }) \(before.filter { !after.contains($0) })")
+            let body = original.withLock { $0 }
+            #expect(garble.change(body) != body ? true : false, "\(garble) changed nothing")
         }
         let answer = try JSONValue.parse(bytes: original.withLock { $0 })
         #expect(answer["accepted"]?.arrayValue?.count == 1 && answer["rejected"]?.arrayValue?.count == 1
@@ -287,7 +290,7 @@ final class AnswerValidationTests {
         let client = try server.makeClient("a", url: proxy.url, syncDelay: 0.1)
         let document = try downloaded(client)
         proxy.setRule { head in Self.isSync(head) ? .mutateResponse { _ in Array(#"{"epoch":"x"}"#.utf8) } : .forward }
-        let created = try document.createAnnotation(json: TestServer.note("mine"))
+        let created = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("mine")))["id"]?.stringValue)
         let start = Date()
         Thread.sleep(forTimeInterval: 5)
         let attempts = proxy.requestLines.filter { $0.hasPrefix("POST ") && $0.contains("/sync ") }.count
@@ -297,7 +300,7 @@ final class AnswerValidationTests {
         #expect(document.hasUnsyncedChanges)
         proxy.setRule { _ in .forward }
         #expect(try eventually { try server.serverAnnotations(documentID: "doc")[created] != nil && !document.hasUnsyncedChanges },
-                "the sync resumed by itself once the server answered correctly")
+                "the sync resumed by itself once the server answered correctly; events: \(client.events.all.suffix(6)); requests: \(proxy.requestLines.suffix(6))")
         #expect(try converged(document))
     }
 
