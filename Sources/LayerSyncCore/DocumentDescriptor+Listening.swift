@@ -52,11 +52,11 @@ extension DocumentDescriptor {
             }
             let token = jwt
             do throws(LayerSyncError) {
+                let epoch = try store.epoch()  // before `since`: a rebase in between gives a newer since, never an older one
                 let since = try store.since()
-                let page = try context.server.changes(documentID: documentID, layer: layerName, since: since,
+                let page = try context.server.changes(documentID: documentID, layer: layerName, since: since, epoch: epoch,
                                                       waitSeconds: context.configuration.longPollWait, jwt: token,
                                                       session: listenSession, cancellation: cancellation)
-                failures = 0
                 guard isCurrentListener(generation) else { return }
                 let result: LayerSyncError? = workQueue.sync { [self] in
                     do throws(LayerSyncError) {
@@ -67,6 +67,7 @@ extension DocumentDescriptor {
                     }
                 }
                 if let result { throw result }
+                failures = 0  // only once the answer was applied: one that cannot be keeps backing off
             } catch where error.code == .cancelled {
                 return
             } catch where error.code == .invalidDocument && error.httpStatus == 404 {
@@ -81,8 +82,7 @@ extension DocumentDescriptor {
                 return
             } catch {
                 failures += 1
-                let ceiling = min(Self.maximumBackoffSeconds, Self.initialBackoffSeconds * Double(1 << min(failures, 16)))
-                _ = wake.wait(timeout: .now() + Double.random(in: 0...ceiling))
+                _ = wake.wait(timeout: .now() + Self.backoffSeconds(failures: failures))
             }
         }
     }

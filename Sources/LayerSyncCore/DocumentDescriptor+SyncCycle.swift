@@ -93,12 +93,14 @@ extension DocumentDescriptor {
             if !storedSyncTime { try? store.setMeta("last_sync_time", String(Self.wallClockSeconds()), durability: .relaxed) }
             setActivity(nil)
             emit(.didFinishSync(self))
+            noteSyncCycleEnded(nil)
         } catch {
             let error = error.with(documentID: documentID)
             mutableState.withLock { $0.lastSyncFailedOffline = error.code == .requestFailed }
             setActivity(nil)
             emit(.didFailSync(self, error))
             if error.code == .accessDenied, error.httpStatus != nil { noteAuthenticationFailure(error, token: token) }
+            noteSyncCycleEnded(error)  // an answer the checks refused: retried with backoff
         }
     }
 
@@ -294,11 +296,15 @@ extension DocumentDescriptor {
 
     /// The exact request body of a batch: `{"client_id","epoch","since","changes":[payloads]}`.
     /// - Parameter since: The `since` to claim, `nil` for the store's.
-    private func syncBody(_ changes: [PendingChange], since: Int64?) throws(LayerSyncError) -> [UInt8] {
+    /// - Returns: The body, and what it claims and carries (the answer is checked against it).
+    private func syncBody(_ changes: [PendingChange], since: Int64?) throws(LayerSyncError) -> (bytes: [UInt8], request: SyncAnswer.Request) {
+        let claimed: Int64
+        if let since { claimed = since } else { claimed = try store.since() }
+        let request = SyncAnswer.Request(epoch: try store.epoch(), since: claimed, changes: changes.map { ($0.changeID, $0.recordID) })
         var body = JSONObject()
         body["client_id"] = .string(try store.clientID())
-        body["epoch"] = try store.epoch().map { .string($0) } ?? .null
-        if let since { body["since"] = .integer(since) } else { body["since"] = .integer(try store.since()) }
+        body["epoch"] = request.epoch.map { .string($0) } ?? .null
+        body["since"] = .integer(request.since)
         var bytes = JSONValue.object(body).jsonBytes
         bytes.removeLast()  // "}"
         bytes.reserveCapacity(bytes.count + 16 + changes.reduce(0) { $0 + $1.payload.utf8.count + 1 })
@@ -308,12 +314,13 @@ extension DocumentDescriptor {
             bytes.append(contentsOf: change.payload.utf8)  // frozen payloads go out byte-identical
         }
         bytes.append(contentsOf: "]}".utf8)
-        return bytes
+        return (bytes, request)
     }
 
     /// Posts a request body built by ``syncBody(_:since:)``.
-    private func postSync(_ body: [UInt8], token: String, cancellation: TransferCancellation) throws(LayerSyncError) -> SyncAnswer {
-        try context.server.sync(documentID: documentID, layer: layerName, body: body, jwt: token,
+    private func postSync(_ body: (bytes: [UInt8], request: SyncAnswer.Request), token: String,
+                          cancellation: TransferCancellation) throws(LayerSyncError) -> SyncAnswer {
+        try context.server.sync(documentID: documentID, layer: layerName, body: body.bytes, request: body.request, jwt: token,
                                 session: workSession, cancellation: cancellation)
     }
 
@@ -322,7 +329,7 @@ extension DocumentDescriptor {
         var outcome = ServerChangeOutcome()
         var since = since
         while true {
-            let page = try context.server.records(documentID: documentID, layer: layerName, since: since, jwt: token,
+            let page = try context.server.records(documentID: documentID, layer: layerName, since: since, epoch: try store.epoch(), jwt: token,
                                                   session: workSession, cancellation: cancellation)
             outcome.merge(try store.applyServerRecords(page.records, since: page.hasMore ? page.nextSince : page.revision))
             guard page.hasMore, page.nextSince > since else { return outcome }

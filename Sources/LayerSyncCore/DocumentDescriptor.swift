@@ -43,6 +43,8 @@ public final class DocumentDescriptor: Sendable {
         var debounceGeneration = 0
         var syncDelay: Double
         var lastSyncFailedOffline = false
+        /// Sync cycles in a row that ended on an answer the checks refused (the retry's backoff).
+        var invalidAnswersInARow = 0
         var listener = Listener()
         /// The one-shot server operation running on the work queue (history, rollback, ...).
         var operation: TransferCancellation?

@@ -15,19 +15,29 @@ package struct LayerPage: Sendable {
         self.nextSince = nextSince
     }
 
-    /// Decodes `{"epoch", "revision", "records", "has_more", "next_since"}`.
-    /// - Parameter body: The answer's body.
-    /// - Throws: `.invalidServerData` when it is not such an object or a record is malformed.
-    package init(body: [UInt8]) throws(LayerSyncError) {
-        guard let json = try? JSONValue.parse(bytes: body), let epoch = json["epoch"]?.stringValue,
-              let revision = json["revision"]?.int64Value, let items = json["records"]?.arrayValue else {
-            throw LayerSyncError(.invalidServerData, "layer page without epoch/revision/records")
+    /// Decodes `{"epoch", "revision", "records", "has_more", "next_since"}` and checks it
+    /// against the request it answers (protocol.md "What a client checks"): every key present
+    /// and typed; revisions within 0..2^63-1; the layer revision not below `since` when the
+    /// epoch is the one the client holds; the records valid, above `since`, in ascending
+    /// revision order, each once; with `has_more`, `next_since` the last record's revision.
+    /// - Parameters:
+    ///   - body: The answer's body.
+    ///   - since: The `since` of the request.
+    ///   - epoch: The epoch the client holds for the layer, `nil` when it holds none (then the
+    ///     revision is not compared with `since`: a new epoch starts its revisions again).
+    /// - Throws: `.invalidServerData` saying what was wrong; nothing of such a page may be applied.
+    package init(body: [UInt8], since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
+        let fields = try AnswerFields(body: body, name: "layer page (since=\(since))")
+        let epoch = try fields.string("epoch")
+        let revision = try fields.revision("revision")
+        let items = try fields.array("records")
+        let hasMore = try fields.bool("has_more")
+        let nextSince = try fields.revision("next_since")
+        if epoch == knownEpoch, revision < since {
+            throw fields.invalid("the layer revision \(revision) is below the since \(since) asked for (same epoch)")
         }
-        var records: [ServerRecord] = []
-        records.reserveCapacity(items.count)
-        for item in items { records.append(try ServerRecord(json: item)) }
-        self.init(epoch: epoch, revision: revision, records: records,
-                  hasMore: json["has_more"]?.boolValue ?? false,
-                  nextSince: json["next_since"]?.int64Value ?? revision)
+        let records = try fields.records(items, key: "records", since: since, revision: revision)
+        try fields.checkPaging(hasMore: hasMore, nextSince: nextSince, since: since, records: records, key: "records")
+        self.init(epoch: epoch, revision: revision, records: records, hasMore: hasMore, nextSince: nextSince)
     }
 }

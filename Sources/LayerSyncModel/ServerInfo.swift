@@ -30,4 +30,44 @@ public struct ServerInfo: Sendable {
         self.capabilities = capabilities
         self.json = json
     }
+
+    /// Decodes and checks `GET /sync/v1/info` (protocol.md): `protocol.min` and `protocol.max`
+    /// integers with min ≤ max are required; `server_version` (a string),
+    /// `limits.max_request_bytes` (a positive integer) and `capabilities` (strings) are
+    /// optional (defaults: `""`, 4 MiB, none) but checked when present. Unknown keys are ignored.
+    /// - Parameter body: The answer's body.
+    /// - Throws: `.invalidServerData` saying what was wrong.
+    package init(body: [UInt8]) throws(LayerSyncError) {
+        let name = "GET /sync/v1/info"
+        guard let json = try? JSONValue.parse(bytes: body), json.objectValue != nil,
+              let protocolInfo = json["protocol"], protocolInfo.objectValue != nil else {
+            throw LayerSyncError(.invalidServerData, "\(name) did not answer a LayerSync info object")
+        }
+        let versions = try AnswerFields(protocolInfo, name: "\(name): protocol")
+        let minimum = try versions.count("min")
+        let maximum = try versions.count("max")
+        let fields = try AnswerFields(json, name: name)
+        guard minimum <= maximum, maximum <= Int64(Int32.max) else {
+            throw fields.invalid("protocol min \(minimum) / max \(maximum) is not a range")
+        }
+        var maxRequestBytes: Int64 = 4_194_304
+        if let limits = json["limits"], !limits.isNull {
+            let limitFields = try AnswerFields(limits, name: "\(name): limits")
+            if limits["max_request_bytes"] != nil {
+                maxRequestBytes = try limitFields.count("max_request_bytes")
+                guard maxRequestBytes > 0 else { throw limitFields.invalid("\"max_request_bytes\" is 0") }
+            }
+        }
+        var capabilities: [String] = []
+        if let list = json["capabilities"], !list.isNull {
+            guard let items = list.arrayValue else { throw fields.invalid("\"capabilities\" is not an array") }
+            for item in items {
+                guard let capability = item.stringValue else { throw fields.invalid("\"capabilities\" holds a non-string") }
+                capabilities.append(capability)
+            }
+        }
+        self.init(serverVersion: try fields.optionalString("server_version") ?? "", protocolMin: Int(minimum),
+                  protocolMax: Int(maximum), maxRequestBytes: Int(clamping: maxRequestBytes), capabilities: capabilities,
+                  json: String(decoding: body, as: UTF8.self))
+    }
 }

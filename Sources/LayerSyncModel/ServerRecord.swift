@@ -17,18 +17,27 @@ package struct ServerRecord: Sendable, Equatable {
         self.content = content
     }
 
-    /// Decodes `{"id", "revision", "deleted", "content"}`.
-    /// - Parameter json: The record object.
-    /// - Throws: `.invalidServerData` when a field is missing or ill-typed.
-    package init(json: JSONValue) throws(LayerSyncError) {
-        guard let id = json["id"]?.stringValue, let revision = json["revision"]?.int64Value else {
-            throw LayerSyncError(.invalidServerData, "record without string id / integer revision")
-        }
-        let deleted = json["deleted"]?.boolValue ?? false
+    /// Decodes and checks `{"id", "revision", "deleted", "content"}` (protocol.md "Record
+    /// shape", "What a client checks"): `id` a record id, `revision` an integer 0..2^63-1,
+    /// `deleted` a boolean, `content` an object whose `id` is the record's `id` (a live
+    /// record), or `null` (a tombstone; any other content of a tombstone is ignored).
+    /// - Parameters:
+    ///   - json: The record object.
+    ///   - name: Where the record is in its answer, for messages.
+    /// - Throws: `.invalidServerData` saying which field is missing, ill-typed or wrong.
+    package init(json: JSONValue, name: String = "record") throws(LayerSyncError) {
+        let fields = try AnswerFields(json, name: name)
+        let id = try fields.recordID("id")
+        let revision = try fields.revision("revision")
+        let deleted = try fields.bool("deleted")
         let content = json["content"]
         if !deleted {
-            guard content?.objectValue != nil else {
-                throw LayerSyncError(.invalidServerData, "live record \(id) without object content", recordID: id)
+            guard let content, content.objectValue != nil else {
+                throw fields.invalid("live record \(id) without object content", recordID: id)
+            }
+            guard content["id"]?.stringValue == id else {
+                throw fields.invalid("record \(id) has content.id \(content["id"]?.jsonText ?? "(missing)"), not its id",
+                                     recordID: id)
             }
         }
         self.init(id: id, revision: revision, deleted: deleted, content: deleted ? nil : content)

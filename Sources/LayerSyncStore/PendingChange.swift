@@ -23,9 +23,9 @@ package struct PendingChange: Sendable, Equatable {
     /// Queue position (SQLite `AUTOINCREMENT`).
     var sequence: Int64
     /// The change id (a ULID).
-    var changeID: String
+    package var changeID: String
     /// The record it changes.
-    var recordID: String
+    package var recordID: String
     /// What it does.
     var operation: Operation
     /// The change as JSON text: `{"change_id","op","id"[,"base_revision"][,"content"]}`.

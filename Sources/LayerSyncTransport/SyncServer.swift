@@ -57,24 +57,14 @@ package final class SyncServer: Sendable {
     /// - Throws: `.requestFailed`, `.invalidServerData`, `.oldClient`, `.oldServer`, `.cancelled`.
     package func info(session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> ServerInfo {
         let response = try send(HTTPRequest(url: url.url("/sync/v1/info")), jwt: nil, session: session, cancellation: cancellation)
-        let json = String(decoding: response.body, as: UTF8.self)
-        guard let body = try? JSONValue.parse(bytes: response.body),
-              let protocolInfo = body["protocol"],
-              let minimum = protocolInfo["min"]?.int64Value, let maximum = protocolInfo["max"]?.int64Value else {
-            throw LayerSyncError(.invalidServerData, "GET /sync/v1/info did not answer a LayerSync info object")
+        let info = try ServerInfo(body: response.body)
+        if info.protocolMin > Self.protocolVersion {
+            throw LayerSyncError(.oldClient, "the server needs protocol \(info.protocolMin) or newer; this client speaks \(Self.protocolVersion)")
         }
-        if Int(minimum) > Self.protocolVersion {
-            throw LayerSyncError(.oldClient, "the server needs protocol \(minimum) or newer; this client speaks \(Self.protocolVersion)")
+        if info.protocolMax < Self.protocolVersion {
+            throw LayerSyncError(.oldServer, "the server speaks protocol up to \(info.protocolMax); this client needs \(Self.protocolVersion)")
         }
-        if Int(maximum) < Self.protocolVersion {
-            throw LayerSyncError(.oldServer, "the server speaks protocol up to \(maximum); this client needs \(Self.protocolVersion)")
-        }
-        return ServerInfo(
-            serverVersion: body["server_version"]?.stringValue ?? "",
-            protocolMin: Int(minimum), protocolMax: Int(maximum),
-            maxRequestBytes: Int(body["limits"]?["max_request_bytes"]?.int64Value ?? 4_194_304),
-            capabilities: body["capabilities"]?.arrayValue?.compactMap(\.stringValue) ?? [],
-            json: json)
+        return info
     }
 
     /// `GET /sync/v1/documents/{id}/pdf`, streamed into a file.
@@ -95,35 +85,43 @@ package final class SyncServer: Sendable {
     }
 
     /// `GET .../records?since=` (snapshot or delta page).
-    package func records(documentID: String, layer: String, since: Int64, limit: Int? = nil, jwt: String,
+    /// - Parameter epoch: The epoch the client holds (the page is checked against it and `since`:
+    ///   ``LayerPage/init(body:since:epoch:)``), `nil` for none.
+    /// - Throws: `.invalidServerData` for a page that fails the checks, and the other mapped errors.
+    package func records(documentID: String, layer: String, since: Int64, epoch: String? = nil, limit: Int? = nil, jwt: String,
                  session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> LayerPage {
         var path = layerPath(documentID, layer) + "/records?since=\(since)"
         if let limit { path += "&limit=\(limit)" }
         let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
-        return try LayerPage(body: response.body)
+        return try LayerPage(body: response.body, since: since, epoch: epoch)
     }
 
     /// `GET .../changes?since=&wait=` (long-poll).
-    package func changes(documentID: String, layer: String, since: Int64, waitSeconds: Int, jwt: String,
+    /// - Parameter epoch: The epoch the client holds (see ``records(documentID:layer:since:epoch:limit:jwt:session:cancellation:)``).
+    /// - Throws: `.invalidServerData` for a page that fails the checks, and the other mapped errors.
+    package func changes(documentID: String, layer: String, since: Int64, epoch: String?, waitSeconds: Int, jwt: String,
                  session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> LayerPage {
         var request = HTTPRequest(url: url.url(layerPath(documentID, layer) + "/changes?since=\(since)&wait=\(waitSeconds)"))
         request.timeoutSeconds = requestTimeout + Double(waitSeconds)
         let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
-        return try LayerPage(body: response.body)
+        return try LayerPage(body: response.body, since: since, epoch: epoch)
     }
 
     /// `POST .../sync`.
     /// - Parameters:
     ///   - body: The exact request body.
+    ///   - request: What the body claims and carries (the answer is checked against it:
+    ///     ``SyncAnswer/init(body:request:)``).
     /// - Returns: The decoded answer.
-    /// - Throws: `.payloadLimitExceeded` for 413 and the other mapped errors.
-    package func sync(documentID: String, layer: String, body: [UInt8], jwt: String,
+    /// - Throws: `.payloadLimitExceeded` for 413, `.invalidServerData` for an answer that fails
+    ///   the checks, and the other mapped errors.
+    package func sync(documentID: String, layer: String, body: [UInt8], request sent: SyncAnswer.Request, jwt: String,
               session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> SyncAnswer {
         var request = HTTPRequest(method: "POST", url: url.url(layerPath(documentID, layer) + "/sync"))
         request.headers = ["Content-Type: application/json"]
         request.body = body
         let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
-        return try SyncAnswer(body: response.body)
+        return try SyncAnswer(body: response.body, request: sent)
     }
 
     /// `GET .../records/{rid}/history`: the kept versions, newest first.
@@ -137,7 +135,13 @@ package final class SyncServer: Sendable {
             throw LayerSyncError(.invalidServerData, "history answer without versions")
         }
         var versions: [ServerRecord] = []
-        for item in items { versions.append(try ServerRecord(json: item)) }
+        for (index, item) in items.enumerated() {
+            let version = try ServerRecord(json: item, name: "history answer: versions[\(index)]")
+            guard version.id == recordID else {
+                throw LayerSyncError(.invalidServerData, "history answer: versions[\(index)] is record \(version.id), not \(recordID)")
+            }
+            versions.append(version)
+        }
         return versions
     }
 
@@ -163,7 +167,11 @@ package final class SyncServer: Sendable {
         guard let json = try? JSONValue.parse(bytes: response.body), let record = json["record"] else {
             throw LayerSyncError(.invalidServerData, "\(operation) answer without record")
         }
-        return try ServerRecord(json: record)
+        let written = try ServerRecord(json: record, name: "\(operation) answer: record")
+        guard written.id == recordID else {
+            throw LayerSyncError(.invalidServerData, "\(operation) answer: record \(written.id) is not \(recordID)")
+        }
+        return written
     }
 
     /// `GET .../deleted?since=` pages, all of them: the layer's tombstones, each with

@@ -14,7 +14,11 @@ import Glibc
 /// - `.reply(status)`: the proxy answers itself with that status and an error envelope and
 ///   closes the connection (the server never sees the request); `.respond(status, body)`
 ///   likewise with a body of the test's choosing;
-/// - `.hold(semaphore)`: the request waits in the proxy until the test signals.
+/// - `.hold(semaphore)`: the request waits in the proxy until the test signals;
+/// - `.mutateResponse(change)`: the request reaches the server, whose whole answer is read,
+///   its body passed through `change` (a garbled answer: a key removed, a number negated,
+///   the body truncated...) and sent on with a matching `Content-Length` and
+///   `Connection: close`.
 /// Bounded: one thread per direction per connection, everything on 127.0.0.1, stopped by
 /// ``stop()`` (and deinit).
 final class FaultProxy: @unchecked Sendable {
@@ -26,6 +30,8 @@ final class FaultProxy: @unchecked Sendable {
         case respond(Int, String)
         /// Forwards only once the semaphore is signalled (at most 10 s later).
         case hold(DispatchSemaphore)
+        /// Forwards, then rewrites the body of the server's answer.
+        case mutateResponse(@Sendable ([UInt8]) -> [UInt8])
     }
 
     let port: Int
@@ -135,6 +141,7 @@ final class FaultProxy: @unchecked Sendable {
                 switch action {
                 case .forward: break
                 case .dropResponse: connection.dropNextResponse.store(true, ordering: .releasing)
+                case .mutateResponse(let change): connection.mutation.withLock { $0 = change }
                 case .hold(let semaphore):
                     _ = semaphore.wait(timeout: .now() + 10)
                 case .reply, .respond:
@@ -172,8 +179,35 @@ final class FaultProxy: @unchecked Sendable {
                 connection.cut()  // the server has answered, so it has committed: lose the answer
                 return
             }
+            if let change = connection.mutation.withLock({ $0 }) {
+                connection.received += buffer[0..<count]
+                guard let answer = Self.rewrite(connection.received, change) else { continue }  // not complete yet
+                Self.writeAll(connection.client, answer)
+                connection.cut()
+                return
+            }
             if !Self.writeAll(connection.client, Array(buffer[0..<count])) { connection.cut(); return }
         }
+    }
+
+    /// The response in `bytes` with its body passed through `change`, or `nil` while the head or
+    /// the `Content-Length` bytes of the body are not all there yet.
+    private static func rewrite(_ bytes: [UInt8], _ change: ([UInt8]) -> [UInt8]) -> [UInt8]? {
+        let separator: [UInt8] = Array("\r\n\r\n".utf8)
+        guard let end = (0...max(0, bytes.count - 4)).first(where: { bytes.count >= 4 && Array(bytes[$0..<$0 + 4]) == separator }) else {
+            return nil
+        }
+        let head = String(decoding: bytes[0..<end], as: UTF8.self)
+        let length = contentLength(head) ?? 0
+        let body = Array(bytes[(end + 4)...])
+        guard body.count >= length else { return nil }
+        let kept = head.components(separatedBy: "\r\n").filter {
+            let lower = $0.lowercased()
+            return !lower.hasPrefix("content-length:") && !lower.hasPrefix("connection:")
+        }
+        let changed = change(Array(body.prefix(length)))
+        let newHead = (kept + ["Content-Length: \(changed.count)", "Connection: close"]).joined(separator: "\r\n") + "\r\n\r\n"
+        return Array(newHead.utf8) + changed
     }
 
     @discardableResult
@@ -191,6 +225,10 @@ final class FaultProxy: @unchecked Sendable {
         let client: Int32
         let upstream: Int32
         let dropNextResponse = Atomic<Bool>(false)
+        /// Set by `.mutateResponse`: the answer is collected in `received` and rewritten.
+        let mutation = Mutex<(@Sendable ([UInt8]) -> [UInt8])?>(nil)
+        /// The answer so far (only the server-to-client pump touches it).
+        var received: [UInt8] = []
         private let ended = Atomic<Int>(0)
         private let isCut = Atomic<Bool>(false)
 
