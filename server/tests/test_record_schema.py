@@ -136,3 +136,16 @@ def test_admin_api_refuses_ill_typed_annotations_naming_the_field(server):
     assert got["content"]["text"]["value"] == "ok"
     assert server.http.get(base + "/annotations/adm-new", headers=server.admin()).status_code == 404
     assert server.http.get(base + "/annotations/adm-bad", headers=server.admin()).status_code == 404
+
+
+@pytest.mark.parametrize("page_index", [0, 0.0])
+def test_the_exporter_writes_a_record_whose_integral_page_index_is_written_as_a_float(page_index):
+    """``"pageIndex": 0.0`` is an integer to the schema (JSON Schema counts integral
+    numbers), so it passes both sides; the exporter must then write it, not skip it."""
+    from layersync_server.pdf.export import export_pdf
+
+    record = {"id": "float-page", "v": 2, "type": "pspdfkit/shape/rectangle", "pageIndex": page_index,
+              "bbox": [10, 10, 50, 50], "strokeWidth": 1}
+    assert record_schema_problem(record) is None
+    result = export_pdf((CORPUS / "pdfjs-inks.pdf").read_bytes(), [record])
+    assert (result.written, result.skipped) == (1, [])
