@@ -138,6 +138,30 @@ def test_admin_api_refuses_ill_typed_annotations_naming_the_field(server):
     assert server.http.get(base + "/annotations/adm-bad", headers=server.admin()).status_code == 404
 
 
+
+@pytest.mark.parametrize("value", [5, True, {"a": 1}, [1, 2], [[["nested"]]]])
+def test_admin_api_refuses_ill_typed_form_field_values(server, value):
+    """``formFieldValues`` of ``apply_instant_json`` are ``pspdfkit/form-field-value``
+    records (a string, null or an array of strings); their value lands on the widget
+    records of that field, so an ill-typed one is refused like an ill-typed annotation
+    (before, any JSON was written onto the widgets, however deep)."""
+    doc = "ffv-" + uuid.uuid4().hex
+    assert server.upload((CORPUS / "pdfjs-prefilled_f1040.pdf").read_bytes(), doc).status_code == 200
+    base = f"/api/documents/{doc}"
+    widgets = [w for w in server.http.get(base + "/document.json", headers=server.admin()).json()["annotations"]
+               if w.get("formFieldType") == "text"]
+    name = widgets[0]["formFieldName"]
+    revision = server.records(doc)["revision"]
+    response = server.http.post(base + "/apply_instant_json", headers=server.admin(), json={
+        "formFieldValues": [{"v": 1, "type": "pspdfkit/form-field-value", "name": name, "value": value}]})
+    assert response.status_code == 400, response.text
+    assert '"value"' in response.json()["error"]["message"]
+    assert server.records(doc)["revision"] == revision  # nothing written
+    response = server.http.post(base + "/apply_instant_json", headers=server.admin(), json={
+        "formFieldValues": [{"v": 1, "type": "pspdfkit/form-field-value", "name": name, "value": "ok"}]})
+    assert response.status_code == 200 and response.json()["data"]["updated"] >= 1, response.text
+
+
 @pytest.mark.parametrize("page_index", [0, 0.0])
 def test_the_exporter_writes_a_record_whose_integral_page_index_is_written_as_a_float(page_index):
     """``"pageIndex": 0.0`` is an integer to the schema (JSON Schema counts integral
