@@ -173,3 +173,34 @@ def test_the_exporter_writes_a_record_whose_integral_page_index_is_written_as_a_
     assert record_schema_problem(record) is None
     result = export_pdf((CORPUS / "pdfjs-inks.pdf").read_bytes(), [record])
     assert (result.written, result.skipped) == (1, [])
+
+
+def test_imported_records_of_odd_annotations_pass():
+    """A PDF's annotations with values the record schema has no room for (opacity 1.7, a
+    free text rotated 45° with a 10.5 pt font, a highlight without /C, a widget rotated
+    -90°) import as records that pass it: clamped, snapped to a right angle, rounded, or
+    given the default the schema needs."""
+    import io
+
+    import pikepdf
+
+    seen = set()
+    for name in ("pdfjs-issue20504.pdf", "pypdf-commented.pdf", "pdfjs-prefilled_f1040.pdf"):
+        pdf = pikepdf.open(CORPUS / name)
+        for page in pdf.pages:
+            for annot in page.get("/Annots", []):
+                subtype = str(annot.get("/Subtype"))
+                annot.CA = 1.7
+                if subtype == "/FreeText":
+                    annot.Rotate, annot.DA = 45, pikepdf.String("/Helv 10.5 Tf 0 g")
+                elif subtype == "/Highlight" and "/C" in annot:
+                    del annot["/C"]
+                elif subtype == "/Widget":
+                    annot.MK = pikepdf.Dictionary(R=-90)
+                seen.add(subtype)
+        out = io.BytesIO()
+        pdf.save(out)
+        for annotation in import_pdf(out.getvalue()).annotations:
+            assert record_schema_problem(normalize_content("x", annotation.content)) is None, \
+                (name, annotation.content)
+    assert {"/FreeText", "/Highlight", "/Widget"} <= seen
