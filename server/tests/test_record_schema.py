@@ -136,3 +136,71 @@ def test_admin_api_refuses_ill_typed_annotations_naming_the_field(server):
     assert got["content"]["text"]["value"] == "ok"
     assert server.http.get(base + "/annotations/adm-new", headers=server.admin()).status_code == 404
     assert server.http.get(base + "/annotations/adm-bad", headers=server.admin()).status_code == 404
+
+
+
+@pytest.mark.parametrize("value", [5, True, {"a": 1}, [1, 2], [[["nested"]]]])
+def test_admin_api_refuses_ill_typed_form_field_values(server, value):
+    """``formFieldValues`` of ``apply_instant_json`` are ``pspdfkit/form-field-value``
+    records (a string, null or an array of strings); their value lands on the widget
+    records of that field, so an ill-typed one is refused like an ill-typed annotation
+    (before, any JSON was written onto the widgets, however deep)."""
+    doc = "ffv-" + uuid.uuid4().hex
+    assert server.upload((CORPUS / "pdfjs-prefilled_f1040.pdf").read_bytes(), doc).status_code == 200
+    base = f"/api/documents/{doc}"
+    widgets = [w for w in server.http.get(base + "/document.json", headers=server.admin()).json()["annotations"]
+               if w.get("formFieldType") == "text"]
+    name = widgets[0]["formFieldName"]
+    revision = server.records(doc)["revision"]
+    response = server.http.post(base + "/apply_instant_json", headers=server.admin(), json={
+        "formFieldValues": [{"v": 1, "type": "pspdfkit/form-field-value", "name": name, "value": value}]})
+    assert response.status_code == 400, response.text
+    assert '"value"' in response.json()["error"]["message"]
+    assert server.records(doc)["revision"] == revision  # nothing written
+    response = server.http.post(base + "/apply_instant_json", headers=server.admin(), json={
+        "formFieldValues": [{"v": 1, "type": "pspdfkit/form-field-value", "name": name, "value": "ok"}]})
+    assert response.status_code == 200 and response.json()["data"]["updated"] >= 1, response.text
+
+
+@pytest.mark.parametrize("page_index", [0, 0.0])
+def test_the_exporter_writes_a_record_whose_integral_page_index_is_written_as_a_float(page_index):
+    """``"pageIndex": 0.0`` is an integer to the schema (JSON Schema counts integral
+    numbers), so it passes both sides; the exporter must then write it, not skip it."""
+    from layersync_server.pdf.export import export_pdf
+
+    record = {"id": "float-page", "v": 2, "type": "pspdfkit/shape/rectangle", "pageIndex": page_index,
+              "bbox": [10, 10, 50, 50], "strokeWidth": 1}
+    assert record_schema_problem(record) is None
+    result = export_pdf((CORPUS / "pdfjs-inks.pdf").read_bytes(), [record])
+    assert (result.written, result.skipped) == (1, [])
+
+
+def test_imported_records_of_odd_annotations_pass():
+    """A PDF's annotations with values the record schema has no room for (opacity 1.7, a
+    free text rotated 45° with a 10.5 pt font, a highlight without /C, a widget rotated
+    -90°) import as records that pass it: clamped, snapped to a right angle, rounded, or
+    given the default the schema needs."""
+    import io
+
+    import pikepdf
+
+    seen = set()
+    for name in ("pdfjs-issue20504.pdf", "pypdf-commented.pdf", "pdfjs-prefilled_f1040.pdf"):
+        pdf = pikepdf.open(CORPUS / name)
+        for page in pdf.pages:
+            for annot in page.get("/Annots", []):
+                subtype = str(annot.get("/Subtype"))
+                annot.CA = 1.7
+                if subtype == "/FreeText":
+                    annot.Rotate, annot.DA = 45, pikepdf.String("/Helv 10.5 Tf 0 g")
+                elif subtype == "/Highlight" and "/C" in annot:
+                    del annot["/C"]
+                elif subtype == "/Widget":
+                    annot.MK = pikepdf.Dictionary(R=-90)
+                seen.add(subtype)
+        out = io.BytesIO()
+        pdf.save(out)
+        for annotation in import_pdf(out.getvalue()).annotations:
+            assert record_schema_problem(normalize_content("x", annotation.content)) is None, \
+                (name, annotation.content)
+    assert {"/FreeText", "/Highlight", "/Widget"} <= seen

@@ -187,6 +187,8 @@ def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict, original=None) ->
     :func:`_original_appearance`."""
     writer = WRITERS.get(content.get("type", ""))
     page_index = content.get("pageIndex")
+    if isinstance(page_index, float) and page_index.is_integer():
+        page_index = int(page_index)  # 0.0 is an integer to the record schema
     if writer is None or not isinstance(page_index, int) or not 0 <= page_index < len(pdf.pages) \
             or not isinstance(content.get("bbox"), list) or len(content["bbox"]) != 4:
         return False

@@ -173,7 +173,7 @@ def _common(annot, space: PageSpace, record_id: str, page_index: int, fallback_d
     created = pdf_date_to_iso(annot.get("/CreationDate")) or modified or fallback_date
     content: dict = {"v": 2, "id": record_id, "name": record_id, "pageIndex": page_index,
                      "bbox": space.rect_to_bbox(annot.get("/Rect", [0, 0, 0, 0])),
-                     "opacity": _number(annot.get("/CA"), 1.0),
+                     "opacity": min(1.0, max(0.0, _number(annot.get("/CA"), 1.0))),  # schema: 0..1
                      "createdAt": created, "updatedAt": modified or created}
     author = decode_text(annot.get("/T"))
     if author and str(annot.get("/Subtype")) != "/Widget":
@@ -185,6 +185,15 @@ def _common(annot, space: PageSpace, record_id: str, page_index: int, fallback_d
     if flags:
         content["flags"] = flags
     return content
+
+
+def _right_angle(value) -> int:
+    """A ``/Rotate``-style angle as the record schema's rotation (0, 90, 180 or 270): the
+    nearest right angle; 0 when it is not a finite number."""
+    try:
+        return round(float(value) / 90) % 4 * 90
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def _border_width(annot):
@@ -224,8 +233,16 @@ def _free_text(annot, space):
     extra.update({"text": _plain_text(annot), "backgroundColor": color_to_hex(annot.get("/C")),
                   "horizontalAlign": {0: "left", 1: "center", 2: "right"}.get(int(annot.get("/Q", 0)), "left"),
                   "verticalAlign": "top",  # required by Instant JSON; PDF free text starts at the top
-                  "rotation": int(annot.get("/Rotate", 0)) % 360})
+                  "rotation": _right_angle(annot.get("/Rotate", 0))})
+    # the record schema requires an integer fontSize: /DA may give 10.5 or none
+    extra["fontSize"] = round(extra["fontSize"]) if "fontSize" in extra else DEFAULT_FONT_SIZE
     return "pspdfkit/text", extra
+
+
+#: A markup annotation without a usable /C (the record schema requires a color).
+MARKUP_DEFAULT_COLOR = "#000000"
+#: A free text annotation whose /DA gives no font size (the record schema requires one).
+DEFAULT_FONT_SIZE = 12
 
 
 def _markup(annot, space):
@@ -233,7 +250,7 @@ def _markup(annot, space):
     rects = space.quads_to_rects(quads) if isinstance(quads, pikepdf.Array) and len(quads) >= 8 \
         else [space.rect_to_bbox(annot.Rect)]
     return ("pspdfkit/markup/" + MARKUP_TYPES[str(annot.Subtype)],
-            {"rects": rects, "color": color_to_hex(annot.get("/C"))})
+            {"rects": rects, "color": color_to_hex(annot.get("/C")) or MARKUP_DEFAULT_COLOR})  # required
 
 
 def _stroke(annot) -> dict:
@@ -369,7 +386,7 @@ FIELD_TYPES = {"/Tx": "text", "/Btn": "button", "/Ch": "choice", "/Sig": "signat
 
 def _widget(annot, space):
     extra = {"formFieldName": _field_name(annot),
-             "rotation": int(annot.get("/MK", {}).get("/R", 0)) % 360
+             "rotation": _right_angle(annot.get("/MK", {}).get("/R", 0))
              if isinstance(annot.get("/MK"), pikepdf.Dictionary) else 0}
     type_node = field_node(annot, "/FT")
     if type_node is not None and str(type_node.FT) in FIELD_TYPES:

@@ -14,9 +14,11 @@ from layersync_server.errors import invalid_request
 from layersync_server.ids import is_valid_layer_name
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.pdf.export import export_pdf
+from layersync_server.record_schema import record_schema_problem
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, find_document,
                                                   instant_json_entries, json_body, require_admin)
 from layersync_server.storage import StoredRecord
+from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem
 
 
 router = admin_router()
@@ -70,6 +72,11 @@ def _form_field_values(body: object) -> dict[str, object]:
     if not isinstance(items, list) or not all(isinstance(i, dict) and isinstance(i.get("name"), str)
                                               for i in items):
         raise invalid_request("formFieldValues must be an array of {name, value} objects")
+    for item in items:  # each is a pspdfkit/form-field-value record (v 1) as Instant JSON defines it
+        problem = json_problem(item, MAX_JSON_DEPTH) or record_schema_problem(
+            {"v": 1, **item, "type": "pspdfkit/form-field-value"})
+        if problem:
+            raise invalid_request(f"formFieldValues: {problem}")
     return {i["name"]: i.get("value") for i in items}
 
 
