@@ -227,7 +227,7 @@ final class AnswerValidationTests {
         var post = HTTPRequest(method: "POST", url: server.url + "/sync/v1/documents/doc/layers/~/sync")
         post.headers = ["Authorization: Bearer \(token)", "Content-Type: application/json"]
         let changeID = ULID.generate()
-        post.body = Array(#"{"client_id":"c","epoch":"\#(page.epoch)","since":0,"changes":[{"change_id":"\#(changeID)","op":"create","id":"n1","content":{"id":"n1","v":2,"type":"pspdfkit/note"}}]}"#.utf8)
+        post.body = Array(#"{"client_id":"c","epoch":"\#(page.epoch)","since":0,"changes":[{"change_id":"\#(changeID)","op":"create","id":"n1","content":{"id":"n1","v":2,"type":"pspdfkit/note","pageIndex":0,"bbox":[1,2,3,4],"icon":"comment","text":{"format":"plain","value":""}}}]}"#.utf8)
         let answer = try session.perform(post, cancellation: TransferCancellation()).body
         let sent = SyncAnswer.Request(epoch: page.epoch, since: 0, changes: [(changeID, "n1")])
         #expect(try SyncAnswer(body: answer, request: sent).accepted.count == 1)
