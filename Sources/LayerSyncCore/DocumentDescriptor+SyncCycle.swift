@@ -34,7 +34,7 @@ extension DocumentDescriptor {
     func scheduleAutoSync() {
         guard !context.isShutDown else { return }
         let armed = mutableState.withLock { state -> (generation: Int, delay: Double)? in
-            guard state.authFailedToken == nil else { return nil }
+            guard !state.authentication.isTokenRejected else { return nil }
             return state.syncCycle.armDebounceTimer()
         }
         guard let (generation, delay) = armed else { return }
@@ -68,7 +68,7 @@ extension DocumentDescriptor {
         let cancellation = TransferCancellation()
         let (token, authFailed) = mutableState.withLock { state in
             state.syncCycle.begin(cancellation: cancellation)
-            return (state.claims.token, state.authFailedToken == state.claims.token)
+            return (state.authentication.token, state.authentication.isTokenRejected)
         }
         defer { mutableState.withLock { $0.syncCycle.end() } }
         guard !context.isShutDown else { return }
@@ -389,8 +389,7 @@ extension DocumentDescriptor {
     /// Reports an auth failure once per token (`didFailAuthentication` + `requestToken`).
     func noteAuthenticationFailure(_ error: LayerSyncError, token: String) {
         let first = mutableState.withLock { state -> Bool in
-            guard state.authFailedToken != token, state.claims.token == token else { return false }
-            state.authFailedToken = token
+            guard state.authentication.noteRejection(of: token) else { return false }
             state.syncCycle.disarmDebounceTimer()
             return true
         }

@@ -28,7 +28,7 @@ extension DocumentDescriptor {
         }
         let armed = mutableState.withLock { state -> (generation: Int, delay: Double)? in
             let failures = state.syncCycle.noteInvalidAnswer()
-            guard state.syncCycle.isAutomatic, state.authFailedToken == nil else { return nil }
+            guard state.syncCycle.isAutomatic, !state.authentication.isTokenRejected else { return nil }
             return state.syncCycle.armRetryTimer(delay: Self.backoffSeconds(failures: failures))
         }
         guard let (generation, delay) = armed else { return }

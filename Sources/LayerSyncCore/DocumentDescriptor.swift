@@ -30,10 +30,8 @@ public final class DocumentDescriptor: Sendable {
 
     /// Everything that changes, guarded by `mutableState`.
     struct MutableState: Sendable {
-        var claims: JWTClaims
-        /// The token whose auth failure was already reported (once per token).
-        var authFailedToken: String?
-        var reauthenticating = false
+        /// The token in use, its rejection and reauthentication (``Authentication``).
+        var authentication: Authentication
         /// Set while a download runs.
         var download: TransferCancellation?
         /// Queued and running sync cycles, their activity, the debounce and retry timer (``SyncCycle``).
@@ -78,7 +76,8 @@ public final class DocumentDescriptor: Sendable {
         listenQueue = DispatchQueue(label: label + ".listen")
         workSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
         listenSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
-        mutableState = Mutex(MutableState(claims: claims, syncCycle: SyncCycle(delay: context.configuration.syncDelay)))
+        mutableState = Mutex(MutableState(authentication: Authentication(claims: claims),
+                                          syncCycle: SyncCycle(delay: context.configuration.syncDelay)))
         if needsReset {
             // Reported once through didChangeSyncState.
             publishState()
@@ -91,11 +90,11 @@ public final class DocumentDescriptor: Sendable {
 
     /// The user the layer is pinned to (the JWT's `user_id`), if any.
     public var userID: String? {
-        mutableState.withLock { $0.claims.userID } ?? (try? store.meta("user_id")) ?? nil
+        mutableState.withLock { $0.authentication.claims.userID } ?? (try? store.meta("user_id")) ?? nil
     }
 
     /// The current token.
-    var jwt: String { mutableState.withLock { $0.claims.token } }
+    var jwt: String { mutableState.withLock { $0.authentication.token } }
 
     /// The current state (``DocumentState``).
     public var state: DocumentState {
@@ -227,7 +226,7 @@ public final class DocumentDescriptor: Sendable {
     func networkDidBecomeAvailable() {
         let (resume, auto) = mutableState.withLock { state in
             state.listener.wakeUp()
-            return (state.syncCycle.lastFailedOffline, state.syncCycle.isAutomatic && state.authFailedToken == nil)
+            return (state.syncCycle.lastFailedOffline, state.syncCycle.isAutomatic && !state.authentication.isTokenRejected)
         }
         if resume || (auto && hasUnsyncedChanges && isDownloaded) { requestSyncCycle() }
     }
