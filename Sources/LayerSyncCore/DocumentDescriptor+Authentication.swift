@@ -23,12 +23,8 @@ extension DocumentDescriptor {
             throw LayerSyncError(.userIDMismatch, "the JWT's user_id '\(user)' differs from the pinned '\(pinned)'", documentID: documentID)
         }
         guard !context.isShutDown else { throw LayerSyncError(.invalidState, "the client is shut down") }
-        let busy = mutableState.withLock { state -> Bool in
-            if state.reauthenticating { return true }
-            state.reauthenticating = true
-            return false
-        }
-        if busy { throw LayerSyncError(.alreadyAuthenticating, "a reauthentication is already running", documentID: documentID) }
+        let started = mutableState.withLock { $0.authentication.beginReauthentication() }
+        if !started { throw LayerSyncError(.alreadyAuthenticating, "a reauthentication is already running", documentID: documentID) }
         workQueue.async { [self] in verify(claims) }
     }
 
@@ -42,15 +38,13 @@ extension DocumentDescriptor {
             _ = try context.server.records(documentID: documentID, layer: layerName, since: 0, limit: 1, jwt: claims.token,
                                            session: workSession, cancellation: cancellation)
         } catch {
-            mutableState.withLock { $0.reauthenticating = false }
+            mutableState.withLock { $0.authentication.failReauthentication() }
             emit(.didFailReauthentication(self, error.with(documentID: documentID)))
             return
         }
         if let user = claims.userID, (try? store.meta("user_id")) == nil { try? store.setMeta("user_id", user) }
         let resumeListening = mutableState.withLock { state -> Bool in
-            state.claims = claims
-            state.authFailedToken = nil
-            state.reauthenticating = false
+            state.authentication.finishReauthentication(with: claims)
             return state.listener.stoppedByAuth
         }
         emit(.didFinishReauthentication(self, jwt: claims.token))

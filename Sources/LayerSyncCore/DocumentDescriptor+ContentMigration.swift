@@ -80,7 +80,7 @@ extension DocumentDescriptor {
             let (edits, loss) = try store.salvageAndMoveAside()
             if let loss { emit(.didResetLayer(self, loss.with(documentID: documentID))) }
             try store.installFreshDatabase()
-            if let user = mutableState.withLock({ $0.claims.userID }) { try store.setMeta("user_id", user) }
+            if let user = mutableState.withLock({ $0.authentication.claims.userID }) { try store.setMeta("user_id", user) }
             try store.setMeta("document_id", documentID)
             try store.setMeta("layer_name", layerName)
             _ = try downloadSnapshot(token: token, cancellation: cancellation, reportChanges: false)

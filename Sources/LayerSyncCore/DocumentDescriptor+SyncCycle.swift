@@ -26,24 +26,20 @@ extension DocumentDescriptor {
     /// automatic syncs again; listening is not affected.
     /// - Parameter cancelCurrentRequest: Whether to abort the request in flight.
     public func stopSyncing(cancelCurrentRequest: Bool) {
-        mutableState.withLock { state in
-            state.debounceGeneration += 1
-            if cancelCurrentRequest { state.cycle?.cancel() }
-        }
+        mutableState.withLock { $0.syncCycle.stop(cancelCurrentRequest: cancelCurrentRequest) }
     }
 
     /// Arms the debounce timer after a local edit (no-op when auto sync is disabled, the
     /// token failed, or the client is shut down).
     func scheduleAutoSync() {
         guard !context.isShutDown else { return }
-        let armed: (Int, Double)? = mutableState.withLock { state in
-            guard state.syncDelay >= 0, state.authFailedToken == nil else { return nil }
-            state.debounceGeneration += 1
-            return (state.debounceGeneration, state.syncDelay)
+        let armed = mutableState.withLock { state -> (generation: Int, delay: Double)? in
+            guard !state.authentication.isTokenRejected else { return nil }
+            return state.syncCycle.armDebounceTimer()
         }
         guard let (generation, delay) = armed else { return }
         DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [self] in
-            guard mutableState.withLock({ $0.debounceGeneration == generation }) else { return }
+            guard mutableState.withLock({ $0.syncCycle.isArmedDebounceTimer(generation) }) else { return }
             requestSyncCycle()
         }
     }
@@ -51,11 +47,7 @@ extension DocumentDescriptor {
     /// Queues a sync cycle on the work queue unless one is already queued.
     func requestSyncCycle() {
         guard !context.isShutDown else { return }
-        let queue = mutableState.withLock { state -> Bool in
-            guard !state.cycleQueued else { return false }
-            state.cycleQueued = true
-            return true
-        }
+        let queue = mutableState.withLock { $0.syncCycle.request() }
         if queue { workQueue.async { [self] in runSyncCycle() } }
     }
 
@@ -67,7 +59,7 @@ extension DocumentDescriptor {
     static let maximumStalledRounds = 20
 
     private func setActivity(_ activity: DocumentState?) {
-        mutableState.withLock { $0.syncActivity = activity }
+        mutableState.withLock { $0.syncCycle.setActivity(activity) }
         publishState()
     }
 
@@ -75,11 +67,10 @@ extension DocumentDescriptor {
     func runSyncCycle() {
         let cancellation = TransferCancellation()
         let (token, authFailed) = mutableState.withLock { state in
-            state.cycleQueued = false
-            state.cycle = cancellation
-            return (state.claims.token, state.authFailedToken == state.claims.token)
+            state.syncCycle.begin(cancellation: cancellation)
+            return (state.authentication.token, state.authentication.isTokenRejected)
         }
-        defer { mutableState.withLock { $0.cycle = nil } }
+        defer { mutableState.withLock { $0.syncCycle.end() } }
         guard !context.isShutDown else { return }
         emit(.didBeginSync(self))
         do throws(LayerSyncError) {
@@ -89,14 +80,14 @@ extension DocumentDescriptor {
             }
             setActivity(.sendingChanges)
             let storedSyncTime = try exchangeChanges(token: token, cancellation: cancellation)
-            mutableState.withLock { $0.lastSyncFailedOffline = false }
+            mutableState.withLock { $0.syncCycle.finish(failedOffline: false) }
             if !storedSyncTime { try? store.setMeta("last_sync_time", String(Self.wallClockSeconds()), durability: .relaxed) }
             setActivity(nil)
             emit(.didFinishSync(self))
             noteSyncCycleEnded(nil)
         } catch {
             let error = error.with(documentID: documentID)
-            mutableState.withLock { $0.lastSyncFailedOffline = error.code == .requestFailed }
+            mutableState.withLock { $0.syncCycle.finish(failedOffline: error.code == .requestFailed) }
             setActivity(nil)
             emit(.didFailSync(self, error))
             if error.code == .accessDenied, error.httpStatus != nil { noteAuthenticationFailure(error, token: token) }
@@ -398,9 +389,8 @@ extension DocumentDescriptor {
     /// Reports an auth failure once per token (`didFailAuthentication` + `requestToken`).
     func noteAuthenticationFailure(_ error: LayerSyncError, token: String) {
         let first = mutableState.withLock { state -> Bool in
-            guard state.authFailedToken != token, state.claims.token == token else { return false }
-            state.authFailedToken = token
-            state.debounceGeneration += 1
+            guard state.authentication.noteRejection(of: token) else { return false }
+            state.syncCycle.disarmDebounceTimer()
             return true
         }
         guard first else { return }

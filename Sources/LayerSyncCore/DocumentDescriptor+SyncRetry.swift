@@ -23,18 +23,17 @@ extension DocumentDescriptor {
     /// - Parameter error: How the cycle ended, `nil` for success.
     func noteSyncCycleEnded(_ error: LayerSyncError?) {
         guard let error, error.code == .invalidServerData, !context.isShutDown else {
-            mutableState.withLock { $0.invalidAnswersInARow = 0 }
+            mutableState.withLock { $0.syncCycle.resetInvalidAnswers() }
             return
         }
-        let armed: (Int, Double)? = mutableState.withLock { state in
-            state.invalidAnswersInARow += 1
-            guard state.syncDelay >= 0, state.authFailedToken == nil else { return nil }
-            state.debounceGeneration += 1
-            return (state.debounceGeneration, Self.backoffSeconds(failures: state.invalidAnswersInARow))
+        let armed = mutableState.withLock { state -> (generation: Int, delay: Double)? in
+            let failures = state.syncCycle.noteInvalidAnswer()
+            guard state.syncCycle.isAutomatic, !state.authentication.isTokenRejected else { return nil }
+            return state.syncCycle.armRetryTimer(delay: Self.backoffSeconds(failures: failures))
         }
         guard let (generation, delay) = armed else { return }
         DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [self] in
-            guard mutableState.withLock({ $0.debounceGeneration == generation }) else { return }
+            guard mutableState.withLock({ $0.syncCycle.isArmedDebounceTimer(generation) }) else { return }
             requestSyncCycle()
         }
     }

@@ -30,21 +30,13 @@ public final class DocumentDescriptor: Sendable {
 
     /// Everything that changes, guarded by `mutableState`.
     struct MutableState: Sendable {
-        var claims: JWTClaims
-        /// The token whose auth failure was already reported (once per token).
-        var authFailedToken: String?
-        var reauthenticating = false
+        /// The token in use, its rejection and reauthentication (``Authentication``).
+        var authentication: Authentication
         /// Set while a download runs.
         var download: TransferCancellation?
-        /// `.sendingChanges` / `.receivingChanges` while a sync cycle runs.
-        var syncActivity: DocumentState?
-        var cycleQueued = false
-        var cycle: TransferCancellation?
-        var debounceGeneration = 0
-        var syncDelay: Double
-        var lastSyncFailedOffline = false
-        /// Sync cycles in a row that ended on an answer the checks refused (the retry's backoff).
-        var invalidAnswersInARow = 0
+        /// Queued and running sync cycles, their activity, the debounce and retry timer (``SyncCycle``).
+        var syncCycle: SyncCycle
+        /// The long-poll loop (``Listener``).
         var listener = Listener()
         /// The one-shot server operation running on the work queue (history, rollback, ...).
         var operation: TransferCancellation?
@@ -84,7 +76,8 @@ public final class DocumentDescriptor: Sendable {
         listenQueue = DispatchQueue(label: label + ".listen")
         workSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
         listenSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
-        mutableState = Mutex(MutableState(claims: claims, syncDelay: context.configuration.syncDelay))
+        mutableState = Mutex(MutableState(authentication: Authentication(claims: claims),
+                                          syncCycle: SyncCycle(delay: context.configuration.syncDelay)))
         if needsReset {
             // Reported once through didChangeSyncState.
             publishState()
@@ -97,11 +90,11 @@ public final class DocumentDescriptor: Sendable {
 
     /// The user the layer is pinned to (the JWT's `user_id`), if any.
     public var userID: String? {
-        mutableState.withLock { $0.claims.userID } ?? (try? store.meta("user_id")) ?? nil
+        mutableState.withLock { $0.authentication.claims.userID } ?? (try? store.meta("user_id")) ?? nil
     }
 
     /// The current token.
-    var jwt: String { mutableState.withLock { $0.claims.token } }
+    var jwt: String { mutableState.withLock { $0.authentication.token } }
 
     /// The current state (``DocumentState``).
     public var state: DocumentState {
@@ -145,15 +138,15 @@ public final class DocumentDescriptor: Sendable {
     /// negative (`LAYERSYNC_SYNC_DISABLED`) turns automatic sync off. Defaults to the
     /// client configuration's `syncDelay`.
     public var syncDelay: Double {
-        get { mutableState.withLock { $0.syncDelay } }
-        set { mutableState.withLock { $0.syncDelay = newValue } }
+        get { mutableState.withLock { $0.syncCycle.delay } }
+        set { mutableState.withLock { $0.syncCycle.delay = newValue } }
     }
 
     // MARK: State reporting
 
     private static func activity(_ state: MutableState) -> DocumentState? {
         if state.resettingDatabase { return .resettingForDatabaseMigration }
-        return state.migratingContent ? .migratingContent : state.syncActivity
+        return state.migratingContent ? .migratingContent : state.syncCycle.activity
     }
 
     private func computeState(pending: Int, downloaded: Bool, activity: DocumentState?, invalid: Bool,
@@ -217,9 +210,8 @@ public final class DocumentDescriptor: Sendable {
     func cancelAllWork() {
         mutableState.withLock { state in
             state.download?.cancel()
-            state.cycle?.cancel()
+            state.syncCycle.cancel()
             state.operation?.cancel()
-            state.debounceGeneration += 1
             state.listener.cancel()
         }
     }
@@ -234,7 +226,7 @@ public final class DocumentDescriptor: Sendable {
     func networkDidBecomeAvailable() {
         let (resume, auto) = mutableState.withLock { state in
             state.listener.wakeUp()
-            return (state.lastSyncFailedOffline, state.syncDelay >= 0 && state.authFailedToken == nil)
+            return (state.syncCycle.lastFailedOffline, state.syncCycle.isAutomatic && !state.authentication.isTokenRejected)
         }
         if resume || (auto && hasUnsyncedChanges && isDownloaded) { requestSyncCycle() }
     }
