@@ -32,7 +32,7 @@ def _wait_parked(server, count: int) -> None:
 def note(text: str) -> dict:
     return {"v": 2, "type": "pspdfkit/note", "pageIndex": 0, "bbox": [20, 20, 24, 24],
             "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z",
-            "text": {"format": "plain", "value": text}}
+            "icon": "comment", "text": {"format": "plain", "value": text}}
 
 
 def test_a_listening_client_reports_invalid_document_and_stops_when_its_layer_is_deleted(
