@@ -19,23 +19,33 @@ _KINDS = ((1, "null"), (2, "a boolean"), (4, "an integer"), (8, "a number"), (16
           (32, "an array"), (64, "an object"))
 
 
+#: JSON type bits by Python type (a float's integer bit depends on its value).
+_KIND_OF_TYPE = {type(None): 1, bool: 2, int: 4 | 8, str: 16, list: 32, dict: 64}
+
+
 def _kind(value: object) -> int:
     """The type bits ``value`` satisfies (an integral number is both integer and number)."""
-    if value is None:
-        return 1
-    if isinstance(value, bool):
-        return 2
-    if isinstance(value, int):
-        return 4 | 8
+    kind = _KIND_OF_TYPE.get(type(value))
+    if kind is not None:
+        return kind
     if isinstance(value, float):
         return (4 | 8) if value.is_integer() else 8
-    if isinstance(value, str):
-        return 16
-    if isinstance(value, list):
-        return 32
-    if isinstance(value, dict):
-        return 64
+    for base, bits in ((bool, 2), (int, 4 | 8), (str, 16), (list, 32), (dict, 64)):
+        if isinstance(value, base):  # subclasses (rare: JSON decoders make the base types)
+            return bits
     return 0
+
+
+def _path(where: str | tuple) -> str:
+    """The field's name as messages give it: ``where`` is a name, or (parent, key) built
+    without formatting while nothing is wrong (a key is a property name or an item index)."""
+    if isinstance(where, str):
+        return where
+    parent, key = where
+    parent = _path(parent)
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    return f"{parent}.{key}" if parent else key
 
 
 def _number_text(value: float) -> str:
@@ -47,45 +57,56 @@ def _is_color(value: str) -> bool:
             and all(c in "0123456789abcdefABCDEF" for c in value[1:]))
 
 
-def _problem(value: object, index: int, path: str) -> str | None:
-    types, enum, minimum, maximum, min_items, max_items, color, items, props, required, any_of = NODES[index]
+#: Nodes that constrain nothing but the JSON type (most leaves): checked by type alone.
+_TYPE_ONLY = [node[1] is None and node[2] is None and node[3] is None and node[4] is None
+              and node[5] is None and not node[6] and node[7] is None and not node[8]
+              and not node[9] and not node[10] for node in NODES]
+
+
+def _problem(value: object, index: int, where: str | tuple) -> str | None:
+    """Why ``value`` breaks node ``index`` of the tables, or None. ``where`` names the value
+    (see :func:`_path`); it is formatted only for a message."""
+    node = NODES[index]
+    types = node[0]
     kind = _kind(value)
     if types and not kind & types:
         wanted = " or ".join(name for bit, name in _KINDS if types & bit and not (bit == 4 and types & 8))
-        return f'"{path}" must be {wanted}'
+        return f'"{_path(where)}" must be {wanted}'
+    if _TYPE_ONLY[index]:
+        return None
+    _, enum, minimum, maximum, min_items, max_items, color, items, props, required, any_of = node
     if enum is not None and not any(value == e and isinstance(value, bool) == isinstance(e, bool)
                                     for e in enum):
-        return f'"{path}" must be one of {", ".join(json.dumps(e) for e in enum)}'
+        return f'"{_path(where)}" must be one of {", ".join(json.dumps(e) for e in enum)}'
     if kind & 8:
         if minimum is not None and value < minimum:
-            return f'"{path}" must be ≥ {_number_text(minimum)}'
+            return f'"{_path(where)}" must be ≥ {_number_text(minimum)}'
         if maximum is not None and value > maximum:
-            return f'"{path}" must be ≤ {_number_text(maximum)}'
+            return f'"{_path(where)}" must be ≤ {_number_text(maximum)}'
     elif kind == 16:
         if color and not _is_color(value):
-            return f'"{path}" must be a color "#rrggbb"'
+            return f'"{_path(where)}" must be a color "#rrggbb"'
     elif kind == 32:
         if min_items is not None and len(value) < min_items:
-            return f'"{path}" must have at least {min_items} items'
+            return f'"{_path(where)}" must have at least {min_items} items'
         if max_items is not None and len(value) > max_items:
-            return f'"{path}" must have at most {max_items} items'
+            return f'"{_path(where)}" must have at most {max_items} items'
         if items is not None:
             for i, item in enumerate(value):
-                problem = _problem(item, items, f"{path}[{i}]")
+                problem = _problem(item, items, (where, i))
                 if problem:
                     return problem
     elif kind == 64:
-        prefix = f"{path}." if path else ""
         for name in required:
             if name not in value:
-                return f'"{prefix}{name}" is required'
+                return f'"{_path((where, name))}" is required'
         for name, child in props:
             if name in value:
-                problem = _problem(value[name], child, prefix + name)
+                problem = _problem(value[name], child, (where, name))
                 if problem:
                     return problem
-    if any_of and all(_problem(value, alternative, path) for alternative in any_of):
-        return f'"{path}" matches none of its allowed forms'
+    if any_of and all(_problem(value, alternative, where) for alternative in any_of):
+        return f'"{_path(where)}" matches none of its allowed forms'
     return None
 
 
