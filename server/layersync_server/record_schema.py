@@ -5,7 +5,7 @@ checked. A ``pspdfkit/...`` type the schema does not know is refused; a type out
 ``pspdfkit/`` namespace is an application's own and is not checked.
 
 The tables come from api/record-schema.json (``record_schema_generated``, written by
-tools/gen_api.py); the engine walks the same tables in Sources/LayerSyncCore/RecordSchema.swift
+tools/gen_api.py); the engine walks the same tables in Sources/LayerSyncModel/RecordSchema.swift
 and words its messages the same way.
 """
 
