@@ -11,6 +11,7 @@ LIB := .build/$(CONFIG)/liblayersync.so
 SHARED ?= $(abspath ../shared)
 export LAYERSYNC_LIBRARY := $(abspath $(LIB))
 export LAYERSYNC_SHARED_DIR := $(SHARED)
+export LAYERSYNC_CORPUS ?= $(SHARED)/corpus/pdf
 export LAYERSYNC_SERVER_BIN := $(abspath $(VENV)/bin/layersync-server)
 
 .PHONY: help setup generate build demo test test-generated test-swift test-c test-python test-server clean bench bench-smoke bench-setup test-c-tsan test-c-valgrind

@@ -11,7 +11,15 @@ final class TestServer: @unchecked Sendable {
     static let executable = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent(".venv/bin/layersync-server").path
-    static let corpusPDF = "/work/shared/corpus/pdf/sample-files-024-annotated_pdf.pdf"
+    /// A corpus PDF: `$LAYERSYNC_CORPUS` (the Makefile sets it from `SHARED`), else the shared
+    /// corpus beside the checkout (`../shared/corpus/pdf`).
+    static let corpusPDF: String = {
+        let corpus = ProcessInfo.processInfo.environment["LAYERSYNC_CORPUS"]
+            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("shared/corpus/pdf").path
+        return corpus + "/sample-files-024-annotated_pdf.pdf"
+    }()
 
     /// Whether the server can run here; integration tests are skipped otherwise.
     static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: executable) }

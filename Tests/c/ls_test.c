@@ -215,7 +215,7 @@ const char *ls_corpus_pdf(const char *file_name)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", config("LAYERSYNC_CORPUS_DIR", LAYERSYNC_CORPUS_DIR), file_name);
-    CHECK_MSG(access(path, R_OK) == 0, "corpus PDF %s is not readable (set LAYERSYNC_SHARED_DIR): %s", path,
+    CHECK_MSG(access(path, R_OK) == 0, "corpus PDF %s is not readable (configure with -DLAYERSYNC_SHARED_DIR=... or set LAYERSYNC_CORPUS_DIR): %s", path,
               strerror(errno));
     CHECK(corpus_path_count < 16);
     corpus_paths[corpus_path_count] = strdup(path);

@@ -44,7 +44,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
-CORPUS = Path(os.environ.get("LAYERSYNC_CORPUS", "/work/shared/corpus/pdf"))
+# The shared corpus beside the checkout (../shared/corpus/pdf; `make SHARED=...` or
+# LAYERSYNC_CORPUS moves it).
+CORPUS = Path(os.environ.get("LAYERSYNC_CORPUS",
+                             Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "pdf"))
 DEFAULT_PDFS = ["pdfjs-pr20043.pdf", "pdfjs-issue20504.pdf", "pdfjs-prefilled_f1040.pdf"]
 
 NEW_TEXT = "Привет из LayerSync · مرحبا · 你好 · नमस्ते · שלום 👋🏽🎉"

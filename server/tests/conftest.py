@@ -34,7 +34,10 @@ def _raise_open_files_limit(wanted: int = 8192) -> None:
 
 _raise_open_files_limit()
 
-CORPUS = Path(os.environ.get("LAYERSYNC_CORPUS", "/work/shared/corpus/pdf"))
+# The shared corpus beside the checkout (../shared/corpus/pdf; `make SHARED=...` or
+# LAYERSYNC_CORPUS moves it).
+CORPUS = Path(os.environ.get("LAYERSYNC_CORPUS",
+                             Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "pdf"))
 ADMIN_TOKEN = "test-admin-secret"
 MAX_REQUEST_BYTES = 64 * 1024
 READY = "layersync-server listening on "

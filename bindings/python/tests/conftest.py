@@ -15,7 +15,10 @@ from typing import Callable, Iterator
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-CORPUS = Path(os.environ.get("LAYERSYNC_CORPUS", "/work/shared/corpus/pdf"))
+# The shared corpus beside the checkout (../shared/corpus/pdf; `make SHARED=...` or
+# LAYERSYNC_CORPUS moves it).
+CORPUS = Path(os.environ.get("LAYERSYNC_CORPUS",
+                             Path(__file__).resolve().parents[3].parent / "shared" / "corpus" / "pdf"))
 if not CORPUS.is_dir():
     CORPUS = REPO / "corpus" / "pdf"
 
