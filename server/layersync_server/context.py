@@ -218,3 +218,18 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
             raise payload_too_large(max_bytes)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def replayed_request(request: Request, body: bytes) -> Request:
+    """``request`` again with ``body`` as its whole body: a body read once (bounded, by
+    :func:`read_body`) can then be parsed by Starlette (``.form()``) or handed on."""
+    sent = False
+
+    async def receive():
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request(request.scope, receive)

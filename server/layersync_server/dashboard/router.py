@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from layersync_server import __version__
 from layersync_server.context import (DEFAULT_LAYER_SEGMENT, AppContext, check_document_id,
-                                      layer_from_segment, read_body, run_in_worker)
+                                      layer_from_segment, read_body, replayed_request, run_in_worker)
 from layersync_server.dashboard import backend, session
 from layersync_server.dashboard.render import PageImages
 from layersync_server.errors import ApiError, not_found, unauthorized
@@ -137,7 +137,7 @@ async def _small_form(request: Request):
         ApiError: 413 ``payload_too_large``.
     """
     body = await read_body(request, FORM_MAX_BYTES)
-    return await _replayed(request, body).form()
+    return await replayed_request(request, body).form()
 
 
 def _next_path(value: object) -> str:
@@ -214,20 +214,6 @@ async def documents(request: Request, q: str = Query("", max_length=200),
                  deleted=request.query_params.get("deleted"))
 
 
-def _replayed(request: Request, body: bytes) -> Request:
-    """``request`` again, its body ``body`` (read once, bounded, parsed twice)."""
-    sent = False
-
-    async def receive():
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return Request(request.scope, receive)
-
-
 def _wants_json(request: Request) -> bool:
     return "application/json" in request.headers.get("accept", "")
 
@@ -241,11 +227,11 @@ async def upload(request: Request, viewer: session.Viewer = Depends(api_viewer))
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data"):
         raise ApiError(400, "invalid_request", "send multipart/form-data with a 'file' part")
-    form = await _replayed(request, body).form()
+    form = await replayed_request(request, body).form()
     viewer.check(request, form.get("csrf"))
     await form.close()
     try:
-        info = await backend.upload_document(_replayed(request, body), ctx)
+        info = await backend.upload_document(replayed_request(request, body), ctx)
     except ApiError as exc:
         if _wants_json(request):
             raise

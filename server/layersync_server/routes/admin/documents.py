@@ -6,7 +6,8 @@ from fastapi import Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from layersync_server import openapi_bodies as bodies
-from layersync_server.context import AppContext, check_document_id, no_document, read_body
+from layersync_server.context import (AppContext, check_document_id, no_document, read_body,
+                                      replayed_request)
 from layersync_server.errors import ApiError, invalid_request
 from layersync_server.errors_http import error_responses
 from layersync_server.ids import is_valid_document_id, new_ulid
@@ -29,16 +30,7 @@ async def _upload_parts(request: Request, max_bytes: int) -> tuple[bytes, dict[s
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
         body = await read_body(request, max_bytes)  # bounded, chunked uploads included
-        sent = False
-
-        async def replay():
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        form = await Request(request.scope, replay).form()
+        form = await replayed_request(request, body).form()
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise invalid_request("multipart body needs a 'file' part with the PDF")
