@@ -642,6 +642,49 @@ bool layersync_document_has_unsynced_changes(const layersync_document *document)
 double layersync_document_last_sync_time(const layersync_document *document);
 
 /**
+ * Lists the layer's stored conflict reports: every local change that lost against the
+ * server (docs/rules.md rule 3) and that the host has not acknowledged yet, delivered
+ * through `did_reject_changes` or not. Each report was written in the same SQLite
+ * transaction that adopted the server version, so a crash never loses one
+ * (docs/durability.md). Reads the local store only. For hosts that read reports rather
+ * than (or as well as) listen for them; pair with
+ * `layersync_document_acknowledge_rejected_changes`. Of the reports already delivered,
+ * only the newest 1000 of a layer are kept until acknowledged; undelivered ones are
+ * always kept. An empty array before the layer was downloaded. LayerSync's own.
+ *
+ * @param document The document. Must not be NULL.
+ * @param out_json Receives `[{"report_id", "change_id", "id", "reason", "code", "local":
+ *     record-or-null, "server": record-or-null, "delivered": bool}]`, oldest first (the
+ *     objects of the `did_reject_changes` payload plus `delivered`: whether a
+ *     `did_reject_changes` callback carrying the report has returned); free with
+ *     `layersync_free`. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_CONTENT_MIGRATION_NEEDED`,
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_list_rejected_changes(
+    layersync_document *document, char **out_json, layersync_error *error);
+
+/**
+ * Deletes the conflict reports `report_ids_json` names: the host has dealt with them, and
+ * they are neither listed nor delivered again. Commits durably like a record write. A
+ * report that is still on its way to `did_reject_changes` may be delivered once more.
+ * `INVALID_ARGUMENT` when the text is not a JSON array of non-empty strings. LayerSync's
+ * own.
+ *
+ * @param document The document. Must not be NULL.
+ * @param report_ids_json A JSON array of `report_id` strings, e.g. `["01J..."]`; ids that
+ *     are unknown (already acknowledged, pruned) are ignored. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_CONTENT_MIGRATION_NEEDED`,
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_acknowledge_rejected_changes(
+    layersync_document *document, const char *report_ids_json, layersync_error *error);
+
+/**
  * Path of the downloaded PDF file.
  *
  * @param document The document. Must not be NULL.
@@ -960,11 +1003,14 @@ struct layersync_client_delegate {
     layersync_document_string_cb did_receive_changes;
     /**
      * Local changes lost a conflict (first writer wins) and the server version was
-     * adopted; `value` is
-     * `[{"id", "reason", "code", "local": record-or-null, "server": record-or-null}]`;
-     * `code` is `LAYERSYNC_ERROR_CONFLICT` (reason `conflict`, `exists`, `superseded`;
-     * `local` is the record's newest local version, edits made while the losing change
-     * was in flight included, which go with it), `LAYERSYNC_ERROR_PAYLOAD_LIMIT_EXCEEDED`
+     * adopted; `value` is `[{"report_id", "change_id", "id", "reason", "code", "local":
+     * record-or-null, "server": record-or-null}]`: `report_id` is the stable id of the
+     * stored report (the same in every delivery and in
+     * `layersync_document_list_rejected_changes`), `change_id` the losing change's id
+     * (null for `attachment_missing`), `id` the record's id; `code` is
+     * `LAYERSYNC_ERROR_CONFLICT` (reason `conflict`, `exists`, `superseded`; `local` is
+     * the record's newest local version, edits made while the losing change was in flight
+     * included, which go with it), `LAYERSYNC_ERROR_PAYLOAD_LIMIT_EXCEEDED`
      * (`payload_too_large`: the change alone exceeds the server's limit; `local` is the
      * version dropped, and edits of the record made while it was in flight stay pending
      * and are sent in its place, the server version being adopted only when there are
@@ -973,7 +1019,15 @@ struct layersync_client_delegate {
      * content; like `payload_too_large`, the change goes alone), or
      * `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE` (`attachment_missing`: an
      * attachment's file vanished before upload; `id` is the attachment id, the upload is
-     * dropped and the queue goes on).
+     * dropped and the queue goes on). Delivered at least once: each report is stored in
+     * the transaction that adopted the server version, marked delivered when this
+     * callback (and every observer's) has returned, and delivered again while it is not:
+     * at the end of every sync cycle (a failed one too, such as a paged answer whose
+     * continuation failed, or `layersync_document_stop_syncing`) and when the layer is
+     * next opened with `layersync_client_document_for_jwt` after the process died before
+     * the callback returned. Drop duplicates by `report_id`. A delivered report stays
+     * listed until `layersync_document_acknowledge_rejected_changes`
+     * (docs/durability.md).
      */
     layersync_document_string_cb did_reject_changes;
     /**

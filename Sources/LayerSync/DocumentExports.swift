@@ -126,3 +126,21 @@ func withDescriptor(
 ) -> Int32 {
     withDescriptor(document, error) { descriptor throws(LayerSyncError) in try descriptor.attemptContentMigration() }
 }
+
+@c @implementation public func layersync_document_list_rejected_changes(
+    _ document: OpaquePointer?, _ outJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+    _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        let outJSON = try OutParameter.required(outJSON, "out_json")
+        CString.store(try descriptor.rejectedChangesJSON(), in: outJSON)
+    }
+}
+
+@c @implementation public func layersync_document_acknowledge_rejected_changes(
+    _ document: OpaquePointer?, _ reportIDsJSON: UnsafePointer<CChar>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        _ = try descriptor.acknowledgeRejectedChanges(idsJSON: try CString.read(reportIDsJSON, "report_ids_json"))
+    }
+}

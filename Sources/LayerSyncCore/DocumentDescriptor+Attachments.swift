@@ -102,8 +102,7 @@ extension DocumentDescriptor {
     func uploadPendingAttachments(token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
         for (id, contentType) in try store.pendingAttachments() {
             guard let bytes = Self.readFile(attachmentsDirectory + "/" + id) else {
-                try store.dropPendingAttachment(id: id)
-                emit(.didRejectChanges(self, [RejectedChange(recordID: id, reason: "attachment_missing", localJSON: nil, serverJSON: nil)]))
+                report(try store.dropPendingAttachment(id: id))
                 continue
             }
             try context.server.putAttachment(documentID: documentID, id: id, bytes: bytes, contentType: contentType, jwt: token,

@@ -83,12 +83,16 @@ extension DocumentDescriptor {
             mutableState.withLock { $0.syncCycle.finish(failedOffline: false) }
             if !storedSyncTime { try? store.setMeta("last_sync_time", String(Self.wallClockSeconds()), durability: .relaxed) }
             setActivity(nil)
+            deliverUndeliveredRejections()
             emit(.didFinishSync(self))
             noteSyncCycleEnded(nil)
         } catch {
             let error = error.with(documentID: documentID)
             mutableState.withLock { $0.syncCycle.finish(failedOffline: error.code == .requestFailed) }
             setActivity(nil)
+            // Rejections committed before the failure (a paged answer whose continuation failed,
+            // `stopSyncing`) are reported all the same: they are adopted already.
+            deliverUndeliveredRejections()
             emit(.didFailSync(self, error))
             if error.code == .accessDenied, error.httpStatus != nil { noteAuthenticationFailure(error, token: token) }
             noteSyncCycleEnded(error)  // an answer the checks refused: retried with backoff

@@ -27,6 +27,10 @@ public final class DocumentDescriptor: Sendable {
     let listenSession: HTTPSession
     let pdfFilePath: String
     let mutableState: Mutex<MutableState>
+    /// Ids of the conflict reports emitted in a `didRejectChanges` event that the handler has
+    /// not returned from yet (DocumentDescriptor+RejectionReports.swift); its lock also
+    /// serialises every delivery, so a report is never emitted twice by one process.
+    let reportsInDelivery = Mutex<Set<String>>([])
 
     /// Everything that changes, guarded by `mutableState`.
     struct MutableState: Sendable {
@@ -85,6 +89,8 @@ public final class DocumentDescriptor: Sendable {
             let initial = computeState(pending: (try? store.pendingCount()) ?? 0, downloaded: isDownloaded, activity: nil, invalid: false,
                                        needsMigration: store.needsContentMigration)
             mutableState.withLock { $0.lastReportedState = initial }
+            // Reports an earlier process committed but died before its handler returned from.
+            workQueue.async { [self] in deliverUndeliveredRejections() }
         }
     }
 
@@ -177,9 +183,10 @@ public final class DocumentDescriptor: Sendable {
     /// Emits an event of this client (never under a lock of the caller's choosing: `emit` only enqueues).
     func emit(_ event: ClientEvent) { context.events.emit(event) }
 
-    /// Emits `didReceiveChanges` / `didRejectChanges` for a non-empty outcome.
+    /// Emits `didRejectChanges` / `didReceiveChanges` for a non-empty outcome (its rejections
+    /// are stored reports, see ``deliverRejections(_:)``).
     func report(_ outcome: ServerChangeOutcome) {
-        if !outcome.rejections.isEmpty { emit(.didRejectChanges(self, outcome.rejections)) }
+        if !outcome.rejections.isEmpty { deliverRejections(outcome.rejections) }
         if !outcome.changes.isEmpty { emit(.didReceiveChanges(self, outcome.changes)) }
     }
 

@@ -1,6 +1,17 @@
 /// A local change that lost against the server (first writer wins), as reported by
 /// `ClientEvent.didRejectChanges`. The engine has already adopted the server version.
-public struct RejectedChange: Sendable {
+///
+/// Each one is a *report* stored in the layer store in the same transaction that adopted the
+/// server version (table `rejected_changes`, docs/durability.md), under a stable
+/// ``reportID``: it is delivered at least once (again after a crash before delivery) and
+/// listed until acknowledged (``DocumentDescriptor/acknowledgeRejectedChanges(ids:)``).
+public struct RejectedChange: Sendable, Equatable {
+    /// The report's stable id (a ULID): the same in every delivery and in the list, so a host
+    /// drops a duplicate delivery by it. Empty for a value not stored as a report.
+    public var reportID: String
+    /// The change id of the local change that lost (the newest queued one of the record), or
+    /// `nil` when none applies (an attachment upload).
+    public var changeID: String?
     /// The record whose local change was rejected.
     public var recordID: String
     /// Why: the server's `reason` (`conflict`, `exists`, `not_found`, `invalid`),
@@ -31,11 +42,16 @@ public struct RejectedChange: Sendable {
 
     /// Creates a rejection report.
     /// - Parameters:
+    ///   - reportID: The stored report's id (empty for none).
+    ///   - changeID: The change id of the losing change, if any.
     ///   - recordID: The record concerned.
     ///   - reason: Why the change lost.
     ///   - localJSON: The losing local version.
     ///   - serverJSON: The winning server version.
-    package init(recordID: String, reason: String, localJSON: String?, serverJSON: String?) {
+    package init(reportID: String = "", changeID: String? = nil, recordID: String, reason: String, localJSON: String?,
+                 serverJSON: String?) {
+        self.reportID = reportID
+        self.changeID = changeID
         self.recordID = recordID
         self.reason = reason
         self.localJSON = localJSON

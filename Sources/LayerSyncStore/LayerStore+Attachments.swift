@@ -45,11 +45,17 @@ extension LayerStore {
     }
 
     /// Forgets an attachment whose upload can never happen (its file vanished), so that it
-    /// no longer blocks the sync cycle.
-    package func dropPendingAttachment(id: String) throws(LayerSyncError) {
-        try withDatabase { db throws(LayerSyncError) in
-            defer { invalidateCache() }
+    /// no longer blocks the sync cycle, and stores its rejection report (`attachment_missing`,
+    /// the attachment id as record id) in the same transaction.
+    /// - Returns: The report (none when the attachment was not pending).
+    package func dropPendingAttachment(id: String) throws(LayerSyncError) -> ServerChangeOutcome {
+        try transaction(.relaxed) { db throws(LayerSyncError) in
+            var outcome = ServerChangeOutcome()
             try db.query("DELETE FROM attachments WHERE id = ? AND uploaded = 0", [.text(id)])
+            guard db.changes > 0 else { return outcome }
+            try Self.recordRejection(db, changeID: nil, recordID: id, reason: "attachment_missing", localJSON: nil, serverJSON: nil,
+                                     into: &outcome)
+            return outcome
         }
     }
 

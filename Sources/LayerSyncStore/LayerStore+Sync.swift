@@ -237,8 +237,8 @@ extension LayerStore {
         guard let row = try db.query("SELECT content, op FROM pending_changes WHERE seq = ? AND change_id = ?",
                                      [.integer(sequence), .text(changeID)]).first else { return nil }
         let server = try serverVersion(db, id: recordID)
-        outcome.rejections.append(RejectedChange(recordID: recordID, reason: reason, localJSON: row[0].text,
-                                                 serverJSON: server?.contentText))
+        try recordRejection(db, changeID: changeID, recordID: recordID, reason: reason, localJSON: row[0].text,
+                            serverJSON: server?.contentText, into: &outcome)
         try db.query("DELETE FROM pending_changes WHERE seq = ?", [.integer(sequence)])
         var removed = 1
         var behind = try db.query("SELECT seq, op FROM pending_changes WHERE record_id = ? ORDER BY seq", [.text(recordID)])
@@ -369,8 +369,8 @@ extension LayerStore {
             else { continue }  // not (or no longer) queued: nothing to do
             // Every queued change of the record goes (first writer wins), including edits made while
             // the rejected one was in flight: report the newest local version, not the one sent.
-            outcome.rejections.append(RejectedChange(recordID: answer.recordID, reason: answer.reason,
-                                                     localJSON: row[0].text, serverJSON: answer.serverRecord?.contentText))
+            try recordRejection(db, changeID: answer.changeID, recordID: answer.recordID, reason: answer.reason,
+                                localJSON: row[0].text, serverJSON: answer.serverRecord?.contentText, into: &outcome)
             try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(answer.recordID)])
             removed += db.changes
             try adopt(db, id: answer.recordID, server: answer.serverRecord, into: &outcome)
@@ -418,15 +418,15 @@ extension LayerStore {
         for record in records {
             let row = try db.query("SELECT server_revision FROM records WHERE id = ?", [.text(record.id)]).first
             if let known = row?[0].integer, record.revision <= known { continue }
-            let pending = try db.query("SELECT attempted, content FROM pending_changes WHERE record_id = ? ORDER BY seq",
+            let pending = try db.query("SELECT attempted, content, change_id FROM pending_changes WHERE record_id = ? ORDER BY seq",
                                        [.text(record.id)])
             if pending.contains(where: { $0[0].integer == 1 }) {
                 try setServerVersion(db, id: record.id, server: record)
                 continue
             }
             if let last = pending.last {
-                outcome.rejections.append(RejectedChange(recordID: record.id, reason: "superseded",
-                                                         localJSON: last[1].text, serverJSON: record.contentText))
+                try recordRejection(db, changeID: last[2].text, recordID: record.id, reason: "superseded",
+                                    localJSON: last[1].text, serverJSON: record.contentText, into: &outcome)
                 try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(record.id)])
                 removed += db.changes
             }

@@ -18,9 +18,10 @@ import Glibc
 /// Within a process every opener of the same directory shares one instance
 /// (``open(directory:localWriteDurability:)``); a second process gets `.storageLocked`.
 ///
-/// Tables (schema version 5, `PRAGMA user_version`; version 1 lacked `records_fts`,
+/// Tables (schema version 6, `PRAGMA user_version`; version 1 lacked `records_fts`,
 /// version 2 `attachments`, version 3 indexed records for search by triggers on every write,
-/// version 4 had a UNIQUE index on `pending_changes.change_id`):
+/// version 4 had a UNIQUE index on `pending_changes.change_id`, version 5 lacked
+/// `rejected_changes`):
 /// - `records`: `content` is the local view (NULL when deleted locally);
 ///   `server_revision`/`server_content`/`server_deleted` the last known server version
 ///   (`server_revision` NULL = the server has never confirmed this record).
@@ -34,9 +35,12 @@ import Glibc
 ///   in one transaction when the last page arrived (see ``finishSnapshot(epoch:revision:reportChanges:)``).
 /// - `attachments`: attachments added through this layer (`id` = SHA-256 hex, the bytes live
 ///   in the document's `attachments/` directory), `uploaded` 0 until the server has them.
+/// - `rejected_changes`: conflict reports (a local change that lost, with both versions),
+///   written in the transaction that adopted the server version and kept until the host
+///   acknowledged them; see LayerStore+RejectionReports.swift.
 package final class LayerStore: Sendable {
     /// Schema version stored in `PRAGMA user_version`.
-    static let schemaVersion: Int64 = 5
+    static let schemaVersion: Int64 = 6
 
     /// The layer directory.
     package let directory: String
@@ -328,6 +332,26 @@ package final class LayerStore: Sendable {
                     ALTER TABLE pending_changes_v5 RENAME TO pending_changes;
                     CREATE INDEX pending_changes_record ON pending_changes(record_id, seq);
                     PRAGMA user_version = 5;
+                    """)
+            }
+        }
+        if version < 6 {
+            // Version 6: conflict reports that survive a crash (LayerStore+RejectionReports.swift).
+            // `seq` orders them; `id` (a ULID) is the stable id hosts see; `delivered` is 1 once a
+            // `didRejectChanges` event carrying the report was handled.
+            try db.transaction { () throws(LayerSyncError) in
+                try db.execute("""
+                    CREATE TABLE rejected_changes(
+                        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                        id TEXT NOT NULL UNIQUE,
+                        change_id TEXT,
+                        record_id TEXT NOT NULL,
+                        reason TEXT NOT NULL,
+                        local_content TEXT,
+                        server_content TEXT,
+                        delivered INTEGER NOT NULL DEFAULT 0);
+                    CREATE INDEX rejected_changes_undelivered ON rejected_changes(seq) WHERE delivered = 0;
+                    PRAGMA user_version = 6;
                     """)
             }
         }

@@ -560,7 +560,7 @@ func temporaryDirectory(_ name: String = "store") -> String {
                  row.map { $0.integer.map(String.init) ?? $0.text }
              })
         }
-        #expect(schema.0 == 5)
+        #expect(schema.0 == LayerStore.schemaVersion)
         #expect(schema.1 == ["pending_changes_record"])
         // Opening sealed the unsent create (attempted 1, a create has no base).
         #expect(schema.2 == [["3", "01JYS36MGS2A3E1H83BK1ZRQV3", "update", "1", "7"], ["4", "01JYS36MGS2A3E1H83BK1ZRQV4", "create", "1", nil]])

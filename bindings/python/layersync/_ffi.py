@@ -299,6 +299,8 @@ FUNCTIONS = {
     'layersync_document_is_downloaded': (ctypes.c_bool, [ctypes.c_void_p]),
     'layersync_document_has_unsynced_changes': (ctypes.c_bool, [ctypes.c_void_p]),
     'layersync_document_last_sync_time': (ctypes.c_double, [ctypes.c_void_p]),
+    'layersync_document_list_rejected_changes': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_document_acknowledge_rejected_changes': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(layersync_error)]),
     'layersync_document_pdf_path': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
     'layersync_document_download': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
     'layersync_document_cancel_download': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),

@@ -218,7 +218,9 @@ class Client(CallsIntoC):
         - ``did_change_sync_state(doc, state: DocumentState)``
         - ``download_progress(doc, done_bytes: int, total_bytes: int)`` (total may be 0 if unknown)
         - ``did_receive_changes(doc, {"created": [ids], "updated": [ids], "deleted": [ids]})``
-        - ``did_reject_changes(doc, [{"id", "reason", "local": dict|None, "server": dict|None}])``
+        - ``did_reject_changes(doc, [{"report_id", "change_id", "id", "reason", "code", "local": dict|None,
+          "server": dict|None}])`` — at least once per report: drop duplicates by ``report_id``;
+          reports stay listed by :meth:`Document.rejected_changes` until acknowledged
         - ``did_reset_layer(doc, error: ServerResetError)`` — the server's layer epoch changed;
           the local store was re-based and unsynced edits kept (to be re-sent)
 

@@ -19,7 +19,7 @@ import ctypes
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from . import _ffi
 from ._convert import (CallsIntoC, DocumentState, ErrorOut, decode, encode_json, encode_text, int_arg,
@@ -257,6 +257,45 @@ class Document(CallsIntoC):
     def stop_syncing(self, cancel_current_request: bool = False) -> None:
         """Stops listening and automatic syncing (Instant's ``stopSyncing(cancelCurrentRequest:)``)."""
         self._call("layersync_document_stop_syncing", bool(cancel_current_request))
+
+    # -- conflict reports (stored until acknowledged; docs/durability.md) -----------------------
+
+    def rejected_changes(self) -> list[dict[str, Any]]:
+        """The layer's stored conflict reports, oldest first: every local change that lost
+        against the server and is not acknowledged yet, whether ``did_reject_changes`` has
+        delivered it or not (``layersync_document_list_rejected_changes``). Reads the local
+        store only.
+
+        Each is ``{"report_id", "change_id", "id", "reason", "code", "local": dict|None,
+        "server": dict|None, "delivered": bool}``: the objects of the ``did_reject_changes``
+        payload (``report_id`` is the same there) plus whether a ``did_reject_changes``
+        callback carrying it has returned. Each report was stored in the transaction that
+        adopted the server version, so a crash never loses one; an undelivered one is
+        delivered again when the layer is next opened.
+
+        Raises:
+            InvalidStateError (local storage removed), ContentMigrationNeededError,
+            DatabaseAccessFailedError.
+        """
+        return json_list(self._call_out("layersync_document_list_rejected_changes"), "rejected change list")
+
+    def acknowledge_rejected_changes(self, report_ids: Iterable[str]) -> None:
+        """Deletes the conflict reports ``report_ids`` (their ``report_id``): they are neither
+        listed by :meth:`rejected_changes` nor delivered again. Unknown ids are ignored
+        (``layersync_document_acknowledge_rejected_changes``).
+
+        Raises:
+            InvalidArgumentError: an id that is not a non-empty str (a single str is refused:
+                pass a list).
+            InvalidStateError, ContentMigrationNeededError, DatabaseAccessFailedError.
+        """
+        if isinstance(report_ids, (str, bytes)):
+            raise InvalidArgumentError("report_ids must be an iterable of report ids, not a single string")
+        ids = list(report_ids)
+        for report_id in ids:
+            if not isinstance(report_id, str) or not report_id:
+                raise InvalidArgumentError(f"a report id must be a non-empty str, not {report_id!r}")
+        self._call("layersync_document_acknowledge_rejected_changes", encode_json(ids, "report_ids"))
 
     def start_listening(self) -> None:
         """Starts the long-poll for server changes; they arrive as ``did_receive_changes``."""
