@@ -159,27 +159,6 @@ final class RejectionReportTests {
         server = try TestServer(extraArguments: ["--config", directory])
     }
 
-    func downloaded(_ client: TestClient, documentID: String, userID: String) throws -> DocumentDescriptor {
-        let document = try client.client.document(forJWT: try server.token(documentID: documentID, userID: userID))
-        try document.download()
-        let result = try #require(client.events.waitForDownload(document))
-        if let error = result { throw error }
-        return document
-    }
-
-    func sync(_ client: TestClient, _ document: DocumentDescriptor) throws -> LayerSyncError? {
-        let start = client.events.count
-        try document.sync()
-        return try #require(client.events.waitForSyncEnd(document, after: start), "sync did not end")
-    }
-
-    func rejections(_ client: TestClient, after start: Int = 0) -> [RejectedChange] {
-        client.events.all[start...].flatMap { event -> [RejectedChange] in
-            if case .didRejectChanges(_, let list) = event { return list }
-            return []
-        }
-    }
-
     /// Waits until every stored report of `document` is marked delivered (the handler returned).
     func waitUntilDelivered(_ document: DocumentDescriptor) throws -> [(report: RejectedChange, delivered: Bool)] {
         let deadline = Date().addingTimeInterval(20)
@@ -195,13 +174,13 @@ final class RejectionReportTests {
     func conflict(documentID: String, b: TestClient, bURL: String? = nil) throws -> (DocumentDescriptor, String) {
         try server.upload(documentID: documentID)
         let a = try server.makeClient("a-\(documentID)")
-        let docA = try downloaded(a, documentID: documentID, userID: "alice")
-        let docB = try downloaded(b, documentID: documentID, userID: "bob")
+        let docA = try a.downloaded(jwt: try server.token(documentID: documentID, userID: "alice"))
+        let docB = try b.downloaded(jwt: try server.token(documentID: documentID, userID: "bob"))
         let id = try #require(try JSONValue.parse(try docA.listAnnotations(filterJSON: nil)).arrayValue?.first?["id"]?.stringValue)
         _ = try docB.updateAnnotation(json: TestServer.note("from b", id: id))
         _ = try docA.updateAnnotation(json: TestServer.note("from a", id: id))
         for index in 0..<3 { _ = try docA.createAnnotation(json: TestServer.note("more \(index)")) }
-        #expect(try sync(a, docA) == nil)
+        #expect(try a.sync(docA) == nil)
         try a.client.shutdown()
         return (docB, id)
     }
@@ -209,8 +188,8 @@ final class RejectionReportTests {
     @Test func aReportIsDeliveredListedUnderItsIDAndGoneOnceAcknowledged() throws {
         let b = try server.makeClient("b-listed")
         let (docB, id) = try conflict(documentID: "listed", b: b)
-        #expect(try sync(b, docB) == nil)
-        let delivered = rejections(b)
+        #expect(try b.sync(docB) == nil)
+        let delivered = b.rejections()
         #expect(delivered.map(\.recordID) == [id])
         let reportID = try #require(delivered.first?.reportID)
         let listed = try waitUntilDelivered(docB)
@@ -221,8 +200,8 @@ final class RejectionReportTests {
         #expect(json?["local"]?["note"] == .string("from b") && json?["server"]?["note"] == .string("from a"))
         // A delivered report is not delivered again, neither by the next cycle nor at the next open.
         let start = b.events.count
-        #expect(try sync(b, docB) == nil)
-        #expect(rejections(b, after: start).isEmpty)
+        #expect(try b.sync(docB) == nil)
+        #expect(b.rejections(after: start).isEmpty)
         #expect(throws: LayerSyncError.self) { try docB.acknowledgeRejectedChanges(idsJSON: #"{"id":1}"#) }
         #expect(throws: LayerSyncError.self) { try docB.acknowledgeRejectedChanges(ids: [""]) }
         #expect(try docB.acknowledgeRejectedChanges(idsJSON: "[\"\(reportID)\"]") == 1)
@@ -237,8 +216,8 @@ final class RejectionReportTests {
         let storage = server.storagePath("b-reopen")
         let b = try server.makeClient("b-reopen", storage: storage)
         let (docB, id) = try conflict(documentID: "reopen", b: b)
-        #expect(try sync(b, docB) == nil)
-        let reportID = try #require(rejections(b).first?.reportID)
+        #expect(try b.sync(docB) == nil)
+        let reportID = try #require(b.rejections().first?.reportID)
         _ = try waitUntilDelivered(docB)
         try b.client.shutdown()
         // As if the process had died inside the callback: the delivered mark never committed.
@@ -270,16 +249,16 @@ final class RejectionReportTests {
         let (docB, id) = try conflict(documentID: "paged", b: b)
         failPages.store(true, ordering: .releasing)
         let start = b.events.count
-        let failure = try sync(b, docB)
+        let failure = try b.sync(docB)
         #expect(failure != nil, "the continuation page did not fail")
         #expect(proxy.requestLines.contains { $0.hasPrefix("GET ") && $0.contains("/records?since=") })
-        let reported = rejections(b, after: start)
+        let reported = b.rejections(after: start)
         #expect(reported.map(\.recordID) == [id])
         #expect(try docB.annotation(id: id).contains("from a"))
         failPages.store(false, ordering: .releasing)
         let later = b.events.count
-        #expect(try sync(b, docB) == nil)
-        #expect(rejections(b, after: later).isEmpty)
+        #expect(try b.sync(docB) == nil)
+        #expect(b.rejections(after: later).isEmpty)
         #expect(try waitUntilDelivered(docB).map(\.report.reportID) == reported.map(\.reportID))
         try b.client.shutdown()
     }
