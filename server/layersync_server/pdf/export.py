@@ -420,8 +420,8 @@ def _w_ellipse(annot, c, space, _):
 def _w_line(annot, c, space, _):
     annot.Subtype = Name.Line
     annot.L = Array(space.point_to_pdf(c["startPoint"]) + space.point_to_pdf(c["endPoint"]))
-    caps = c.get("lineCaps") or {}
-    if caps:
+    caps = c.get("lineCaps")
+    if isinstance(caps, dict):  # {} too: /LE [/None /None] imports as {} again
         annot.LE = Array([Name(_LINE_ENDING_NAMES.get(caps.get(k, "none"), "/None"))
                           for k in ("start", "end")])
     _w_stroke(annot, c)
