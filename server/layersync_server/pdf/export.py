@@ -40,8 +40,8 @@ from layersync_server.pdf.geometry import PageSpace
 from layersync_server.pdf.import_ import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT, field_node,
                                          embedded_file_bytes, indirect_key, open_pdf,
                                          read_annotations)
-from layersync_server.pdf.values import (CUSTOM_DATA_KEY, custom_data_to_pdf, default_appearance,
-                                         default_style, encode_text, hex_to_rgb,
+from layersync_server.pdf.values import (CUSTOM_DATA_KEY, custom_data_to_pdf, decode_text,
+                                         default_appearance, default_style, encode_text, hex_to_rgb,
                                          instant_to_rich_text, iso_to_pdf_date, strip_markup)
 
 _MARKUP_SUBTYPES = {v: k for k, v in MARKUP_TYPES.items()}
@@ -444,6 +444,11 @@ def _w_file(annot, c, space, attachments):
     if spec is None:
         return False
     annot.Subtype = Name.FileAttachment
+    name = c.get("fileName")
+    if isinstance(name, str) and name and isinstance(spec, Dictionary) \
+            and decode_text(spec.get("/UF")) != name and isinstance(spec.get("/EF"), Dictionary):
+        # the same bytes under another name: a file specification of its own, same stream
+        spec = Dictionary(Type=Name.Filespec, F=encode_text(name), UF=encode_text(name), EF=spec.EF)
     annot.FS = spec
     if c.get("description"):
         annot.Contents = encode_text(c["description"])

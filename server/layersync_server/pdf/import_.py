@@ -314,6 +314,8 @@ def _free_text(annot, space):
                   "rotation": _right_angle(annot.get("/Rotate", 0))})
     # the record schema requires an integer fontSize: /DA may give 10.5 or none
     extra["fontSize"] = round(extra["fontSize"]) if "fontSize" in extra else DEFAULT_FONT_SIZE
+    extra.setdefault("font", DEFAULT_FONT)  # what viewers draw when no style names one
+    extra.setdefault("fontColor", DEFAULT_FONT_COLOR)
     return "pspdfkit/text", extra
 
 
@@ -334,6 +336,8 @@ def free_text_style(annot) -> dict:
 MARKUP_DEFAULT_COLOR = "#000000"
 #: A free text annotation whose /DA gives no font size (the record schema requires one).
 DEFAULT_FONT_SIZE = 12
+#: ... and no font or colour (viewers draw Helvetica, black).
+DEFAULT_FONT, DEFAULT_FONT_COLOR = "Helvetica", "#000000"
 
 
 def _markup(annot, space):
