@@ -311,9 +311,9 @@ def _write_reply(pdf: pikepdf.Pdf, content: dict, objects: dict) -> bool:
     root's annotation with ``/RT /R`` and a ``/Popup``, on the root's page (PDF 32000-1
     §12.5.6.4/§12.5.6.10). False when the root has no annotation in the export."""
     root = objects.get(content.get("rootId"))
-    page_obj = root.get("/P") if root is not None else None
-    page = next((p for p in pdf.pages if _objgen(p.obj) == _objgen(page_obj)), None) \
-        if page_obj is not None else None
+    if root is None:
+        return False
+    page = _page_of(pdf, root)
     if page is None:
         return False
     try:
@@ -336,6 +336,17 @@ def _write_reply(pdf: pikepdf.Pdf, content: dict, objects: dict) -> bool:
                        P=page.obj, Rect=Array([x1, y1 - 120, x1 + 180, y1]))
     reply.Popup = _append(pdf, page, popup)
     return True
+
+
+def _page_of(pdf: pikepdf.Pdf, annot):
+    """The page whose ``/Annots`` holds ``annot`` (its ``/P`` when that is one of them)."""
+    wanted, hinted = _objgen(annot), _objgen(annot.get("/P"))
+    pages = sorted(pdf.pages, key=lambda p: _objgen(p.obj) != hinted)  # /P's page first
+    for page in pages:
+        annots = page.obj.get("/Annots")
+        if isinstance(annots, Array) and any(_objgen(a) == wanted for a in annots):
+            return page
+    return None
 
 
 def _relink_kept_replies(imported, kept: set, live: dict, objects: dict) -> None:
