@@ -13,6 +13,12 @@ Square → pspdfkit/shape/rectangle, Circle → pspdfkit/shape/ellipse,
 Line → pspdfkit/shape/line, Polygon/PolyLine → pspdfkit/shape/{polygon,polyline},
 Stamp → pspdfkit/stamp, FileAttachment → pspdfkit/file, Link → pspdfkit/link,
 Widget → pspdfkit/widget. Coordinates: :mod:`layersync_server.pdf.geometry`.
+
+Rich text (``/RC``) becomes ``{"format": "xhtml"}`` text, free-text style is resolved
+from ``/RC`` and ``/DS`` over ``/DA``, ``customData`` comes from ``/LSYN_CustomData``,
+``/IRT`` replies become ``pspdfkit/comment`` records of their root's thread and an
+Acrobat "replace text" group (StrikeOut + Caret, ``/RT /Group``) is one strikeout
+record with ``replaceTextCaret``: docs/protocol.md, "PDF annotation fields and Instant JSON".
 """
 
 from __future__ import annotations
