@@ -36,6 +36,8 @@ from typing import Callable
 import pikepdf
 from pikepdf import Array, Dictionary, Name
 
+from layersync_server.pdf.values import decode_text
+
 #: Advance widths (1/1000 em) of Windows-1252 bytes 32..255 in Helvetica and
 #: Helvetica-Bold (Adobe's core-font AFMs; the oblique faces have the same widths).
 _WIDTHS = {
@@ -563,7 +565,10 @@ def _paint_free_text(canvas, annot, content, rect, opacity):
     size = content.get("fontSize")
     size = float(size) if isinstance(size, (int, float)) and size > 0 else 12.0
     text = content.get("text")
-    text = text.get("value") if isinstance(text, dict) else text
+    if isinstance(text, dict) and text.get("format") == "xhtml":
+        text = decode_text(annot.get("/Contents"))  # the plain text export made of the XHTML
+    else:
+        text = text.get("value") if isinstance(text, dict) else text
     font = _font_for(content)
     pad = border_width + 2
     factor = content.get("lineHeightFactor")
@@ -661,6 +666,18 @@ def _paint_file(canvas, annot, content, rect, opacity):
     canvas.op("l", *p(14.5, 16)).op("S")
 
 
+def _paint_caret(canvas, annot, content, rect, opacity):
+    """A filled caret (an inverted V closed at its foot) in ``/C``, filling the Rect."""
+    x0, y0, x1, y1 = rect
+    if x1 <= x0 or y1 <= y0:
+        return
+    canvas.graphics_state(opacity)
+    canvas.fill_color(_color(annot.get("/C")) or [0.0, 0.0, 1.0])
+    mid = (x0 + x1) / 2
+    canvas.op("m", x0, y0).op("c", mid, y0, mid, y1 - (y1 - y0) / 3, mid, y1)
+    canvas.op("c", mid, y1 - (y1 - y0) / 3, mid, y0, x1, y0).op("h").op("f")
+
+
 #: Draws one subtype on the canvas (canvas, annotation, record, Rect, opacity). Returns
 #: None to draw in page space (``/BBox`` = ``/Rect``) or ``(bbox, matrix)`` of its own box.
 Painter = Callable[[_Canvas, Dictionary, dict, list, float], "tuple[list[float], list[float] | None] | None"]
@@ -669,5 +686,5 @@ _PAINTERS: dict[str, Painter] = {
     "/Polygon": _paint_polygon, "/PolyLine": _paint_polyline, "/Ink": _paint_ink,
     "/Highlight": _paint_markup, "/Underline": _paint_markup, "/StrikeOut": _paint_markup,
     "/Squiggly": _paint_markup, "/Text": _paint_note, "/FreeText": _paint_free_text,
-    "/Stamp": _paint_stamp, "/FileAttachment": _paint_file,
+    "/Stamp": _paint_stamp, "/FileAttachment": _paint_file, "/Caret": _paint_caret,
 }

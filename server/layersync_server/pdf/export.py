@@ -12,7 +12,11 @@ Widgets: a live widget record keeps its original PDF widget even when changed, b
 changed ``value`` is written into the form field (``/V``; ``/AS`` for buttons). New
 widgets are skipped. ``pspdfkit/file`` records get their file from the original PDF
 or from the document's uploaded attachments (embedded as a new ``/Filespec``).
-Not written: comments and types without a PDF mapping.
+Comments (``pspdfkit/comment``) are written as PDF replies to their root's annotation
+(``/IRT``, ``/RT /R``, a ``/Popup``); a strikeout with ``replaceTextCaret`` as Acrobat's
+"replace text" pair (``/RT /Group``). Rich text (``{"format": "xhtml"}``) goes to ``/RC``
+with its plain text in ``/Contents``; ``customData`` to ``/LSYN_CustomData``.
+Not written: types without a PDF mapping.
 
 Every new annotation except links gets a normal appearance stream
 (:mod:`layersync_server.pdf.appearance`), since most viewers draw nothing else; kept
@@ -34,9 +38,11 @@ from pikepdf import Array, Dictionary, Name
 from layersync_server.pdf.appearance import write_appearance
 from layersync_server.pdf.geometry import PageSpace
 from layersync_server.pdf.import_ import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT, field_node,
-                                         embedded_file_bytes, open_pdf, read_annotations)
-from layersync_server.pdf.values import (default_appearance, encode_text, hex_to_rgb,
-                                         iso_to_pdf_date)
+                                         embedded_file_bytes, indirect_key, open_pdf,
+                                         read_annotations)
+from layersync_server.pdf.values import (CUSTOM_DATA_KEY, custom_data_to_pdf, decode_text,
+                                         default_appearance, default_style, encode_text, hex_to_rgb,
+                                         instant_to_rich_text, iso_to_pdf_date, strip_markup)
 
 _MARKUP_SUBTYPES = {v: k for k, v in MARKUP_TYPES.items()}
 _LINE_ENDING_NAMES = {v: k for k, v in LINE_ENDINGS.items()}
@@ -70,7 +76,7 @@ def export_pdf(original: bytes, contents: list[dict],
         # Unchanged records keep their original object; so do live records of types we
         # cannot write (widgets), rather than vanishing from the PDF.
         kept = {a.id for a in imported if a.id in live
-                and (live[a.id] == a.content or live[a.id].get("type") not in WRITERS)}
+                and (live[a.id] == a.content or live[a.id].get("type") not in WRITABLE)}
         attachments = _attachments(imported)
         for content in contents:  # uploaded attachments of new file annotations
             file_id = content.get("fileAttachmentId")
@@ -85,16 +91,30 @@ def export_pdf(original: bytes, contents: list[dict],
                 if a.content.get("type") == "pspdfkit/widget" \
                         and live[a.id].get("value") != a.content.get("value"):
                     _write_field_value(pdf, a.obj, live[a.id].get("value"))
-        _remove(pdf, {(a.page_index, a.annot_index) for a in removed}, [a.obj for a in removed])
+        _remove(pdf, {(a.page_index, a.annot_index) for a in removed}, [a.obj for a in removed],
+                [a.group_partner for a in removed if a.group_partner is not None])
         written, skipped = 0, []
         originals = {a.id: a for a in removed}
+        objects = {a.id: a.obj for a in imported if a.id in kept}  # record id → annotation
+        comments = []
         for content in contents:
             if content["id"] in kept:
                 continue
-            if _write(pdf, content, attachments, originals.get(content["id"])):
+            if content.get("type") == "pspdfkit/comment":
+                comments.append(content)  # after every root has its annotation
+                continue
+            annot = _write(pdf, content, attachments, originals.get(content["id"]))
+            if annot is not None:
+                objects[content["id"]] = annot
                 written += 1
             else:
                 skipped.append(content["id"])
+        for content in comments:
+            if _write_reply(pdf, content, objects):
+                written += 1
+            else:
+                skipped.append(content["id"])
+        _relink_kept_replies(imported, kept, live, objects)
         out = io.BytesIO()
         pdf.save(out)
     return ExportResult(out.getvalue(), len(kept), written, len(removed), skipped)
@@ -110,14 +130,16 @@ def _attachments(imported) -> dict[str, pikepdf.Object]:
     return found
 
 
-def _objgen(obj) -> tuple[int, int] | None:
-    gen = getattr(obj, "objgen", (0, 0))
-    return gen if gen != (0, 0) else None
+_objgen = indirect_key
 
 
-def _remove(pdf: pikepdf.Pdf, positions: set[tuple[int, int]], objects: list) -> None:
-    """Drop annotations at ``(page_index, annot_index)`` and their Popups; unlink
-    removed widgets from the AcroForm field tree."""
+def _remove(pdf: pikepdf.Pdf, positions: set[tuple[int, int]], objects: list,
+            partners: list = ()) -> None:
+    """Drop annotations at ``(page_index, annot_index)``, the ``partners`` (the Caret of a
+    removed "replace text" group) and the Popups of both; unlink removed widgets from
+    the AcroForm field tree."""
+    partner_ids = {g for g in map(_objgen, partners) if g}
+    objects = [*objects, *partners]
     removed_ids = {g for g in map(_objgen, objects) if g}
     popup_ids = {g for o in objects if (g := _objgen(o.get("/Popup")))}
     for page_index, page in enumerate(pdf.pages):
@@ -126,7 +148,8 @@ def _remove(pdf: pikepdf.Pdf, positions: set[tuple[int, int]], objects: list) ->
             continue
         survivors = []
         for annot_index, annot in enumerate(annots):
-            if (page_index, annot_index) in positions or _objgen(annot) in popup_ids:
+            if (page_index, annot_index) in positions or _objgen(annot) in popup_ids \
+                    or _objgen(annot) in partner_ids:
                 continue
             if isinstance(annot, Dictionary) and _objgen(annot.get("/Parent")) in removed_ids \
                     and str(annot.get("/Subtype")) == "/Popup":
@@ -175,13 +198,30 @@ def _text_value(content: dict) -> str | None:
     return text if isinstance(text, str) else None
 
 
+def _write_text(annot: Dictionary, text, body_style: str = "") -> None:
+    """A record's ``text`` into ``/Contents`` (plain) and, for ``{"format": "xhtml"}``,
+    ``/RC`` (the fragment in Acrobat's ``<body>``, with ``body_style``) whose plain text
+    is ``/Contents``. XHTML that is not well formed is written as plain text only."""
+    value = text.get("value") if isinstance(text, dict) else text
+    value = value if isinstance(value, str) else ""
+    if isinstance(text, dict) and text.get("format") == "xhtml":
+        rich = instant_to_rich_text(value, body_style)
+        if rich is not None:
+            annot.RC = encode_text(rich[0])
+            annot.Contents = encode_text(rich[1])
+            return
+        value = strip_markup(value)
+    annot.Contents = encode_text(value)
+
+
 def _set(annot: Dictionary, key: str, value) -> None:
     if value is not None:
         annot[Name(key)] = value
 
 
-def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict, original=None) -> bool:
-    """Append one record as an annotation; False when it cannot be written.
+def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict, original=None):
+    """Append one record as an annotation; returns it (indirect), None when it cannot be
+    written.
 
     ``original`` is the imported annotation the record changed, if any: see
     :func:`_original_appearance`."""
@@ -191,7 +231,7 @@ def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict, original=None) ->
         page_index = int(page_index)  # 0.0 is an integer to the record schema
     if writer is None or not isinstance(page_index, int) or not 0 <= page_index < len(pdf.pages) \
             or not isinstance(content.get("bbox"), list) or len(content["bbox"]) != 4:
-        return False
+        return None
     page = pdf.pages[page_index]
     space = PageSpace.of(page)
     annot = Dictionary(Type=Name.Annot, Rect=Array(space.bbox_to_rect(content["bbox"])),
@@ -205,11 +245,12 @@ def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict, original=None) ->
         annot.CA = min(1.0, max(0.0, float(opacity)))
     if content.get("note"):
         annot.Contents = encode_text(content["note"])
+    _set(annot, CUSTOM_DATA_KEY, custom_data_to_pdf(content.get("customData")))
     try:
         if writer(annot, content, space, attachments) is False:
-            return False
+            return None
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError):
-        return False  # a field of the wrong shape (e.g. "lines" not an object)
+        return None  # a field of the wrong shape (e.g. "lines" not an object)
     reused = _original_appearance(original, content)
     if reused is not None:
         annot.AP = Dictionary(N=reused)
@@ -218,12 +259,102 @@ def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict, original=None) ->
             write_appearance(pdf, annot, content)
         except (TypeError, ValueError, OverflowError, ZeroDivisionError):
             pass  # a value the appearance cannot use: the annotation is still written, without /AP
+    annot = _append(pdf, page, annot)
+    caret = content.get("replaceTextCaret")
+    if content.get("type") == "pspdfkit/markup/strikeout" and isinstance(caret, dict):
+        _write_replace_caret(pdf, page, space, annot, content, caret)
+    return annot
+
+
+def _append(pdf: pikepdf.Pdf, page, annot: Dictionary):
+    """Add ``annot`` to the page's ``/Annots``; returns the indirect object."""
     annots = page.obj.get("/Annots")
     if not isinstance(annots, Array):
         annots = Array()
-    annots.append(pdf.make_indirect(annot))
+    annot = pdf.make_indirect(annot)
+    annots.append(annot)
     page.obj[Name.Annots] = annots
+    return annot
+
+
+def _write_replace_caret(pdf, page, space: PageSpace, strikeout, content: dict, caret: dict) -> None:
+    """Write Acrobat's "replace text" pair: the Caret with the replacement text, and the
+    StrikeOut ``/IRT`` to it with ``/RT /Group`` (PDF 32000-1 §12.5.6.2: one unit)."""
+    try:
+        rect = Array(space.bbox_to_rect(caret["bbox"]))
+    except (KeyError, TypeError, ValueError, IndexError):
+        return
+    mark = Dictionary(Type=Name.Annot, Subtype=Name.Caret, Rect=rect, F=_flags(content),
+                      P=page.obj, IT=Name.Replace, NM=encode_text(content["id"] + "-caret"))
+    _write_text(mark, caret.get("text") or "")
+    _set(mark, "/C", _rgb(caret.get("color")))
+    for key in ("/T", "/M", "/CreationDate"):
+        _set(mark, key, strikeout.get(key))
+    try:
+        write_appearance(pdf, mark, {"type": "pdf/caret", "color": caret.get("color")})
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        pass
+    mark = _append(pdf, page, mark)
+    strikeout.IRT = mark
+    strikeout.RT = Name.Group
+    strikeout.IT = Name.StrikeOutTextEdit
+
+
+#: A reply's icon: its size in points, put at the top-left corner of its root.
+REPLY_ICON_SIZE = 20.0
+#: Annotation flags of a reply, as Acrobat writes them: Print, NoZoom, NoRotate.
+REPLY_FLAGS = 28
+
+
+def _write_reply(pdf: pikepdf.Pdf, content: dict, objects: dict) -> bool:
+    """Write a ``pspdfkit/comment`` as a PDF reply: a Text annotation ``/IRT`` to its
+    root's annotation with ``/RT /R`` and a ``/Popup``, on the root's page (PDF 32000-1
+    §12.5.6.4/§12.5.6.10). False when the root has no annotation in the export."""
+    root = objects.get(content.get("rootId"))
+    if root is None:
+        return False
+    page = _page_of(pdf, root)
+    if page is None:
+        return False
+    try:
+        x0, x1 = sorted(float(v) for v in root.Rect[0::2])
+        _, y1 = sorted(float(v) for v in root.Rect[1::2])
+    except (AttributeError, TypeError, ValueError):
+        return False
+    rect = Array([x0, y1 - REPLY_ICON_SIZE, x0 + REPLY_ICON_SIZE, y1])
+    reply = Dictionary(Type=Name.Annot, Subtype=Name.Text, Rect=rect, F=REPLY_FLAGS, P=page.obj,
+                       NM=encode_text(content["id"]), IRT=root, RT=Name.R, Name=Name.Comment,
+                       Open=False)
+    _set(reply, "/M", iso_to_pdf_date(content.get("updatedAt")))
+    _set(reply, "/CreationDate", iso_to_pdf_date(content.get("createdAt")))
+    if isinstance(content.get("creatorName"), str) and content["creatorName"]:
+        reply.T = encode_text(content["creatorName"])
+    _set(reply, CUSTOM_DATA_KEY, custom_data_to_pdf(content.get("customData")))
+    _write_text(reply, content.get("text"))
+    reply = _append(pdf, page, reply)
+    popup = Dictionary(Type=Name.Annot, Subtype=Name.Popup, Parent=reply, Open=False, F=REPLY_FLAGS,
+                       P=page.obj, Rect=Array([x1, y1 - 120, x1 + 180, y1]))
+    reply.Popup = _append(pdf, page, popup)
     return True
+
+
+def _page_of(pdf: pikepdf.Pdf, annot):
+    """The page whose ``/Annots`` holds ``annot`` (its ``/P`` when that is one of them)."""
+    wanted, hinted = _objgen(annot), _objgen(annot.get("/P"))
+    pages = sorted(pdf.pages, key=lambda p: _objgen(p.obj) != hinted)  # /P's page first
+    for page in pages:
+        annots = page.obj.get("/Annots")
+        if isinstance(annots, Array) and any(_objgen(a) == wanted for a in annots):
+            return page
+    return None
+
+
+def _relink_kept_replies(imported, kept: set, live: dict, objects: dict) -> None:
+    """A kept reply whose root was rewritten points (``/IRT``) at the root's new annotation."""
+    for a in imported:
+        root_id = live.get(a.id, {}).get("rootId")
+        if a.id in kept and a.content.get("type") == "pspdfkit/comment" and root_id in objects:
+            a.obj[Name.IRT] = objects[root_id]
 
 
 #: Record keys that decide how a stamp or file icon looks. Their appearance can be an
@@ -246,7 +377,7 @@ def _original_appearance(original, content: dict):
 
 def _w_note(annot, c, space, _):
     annot.Subtype = Name.Text
-    annot.Contents = encode_text(_text_value(c) or "")
+    _write_text(annot, c.get("text"))
     if c.get("icon"):
         icon = str(c["icon"])  # Instant's lower camel case ("newParagraph"); older imports: NEW_PARAGRAPH
         annot.Name = Name("/" + ("".join(p.capitalize() for p in icon.split("_")) if "_" in icon or icon.isupper()
@@ -257,8 +388,10 @@ def _w_note(annot, c, space, _):
 
 def _w_text(annot, c, space, _):
     annot.Subtype = Name.FreeText
-    annot.Contents = encode_text(_text_value(c) or "")
+    # /DA, /DS and /RC's body all say the record's font, size and colour
     annot.DA = default_appearance(c.get("font"), c.get("fontSize"), c.get("fontColor"))
+    annot.DS = default_style(c.get("font"), c.get("fontSize"), c.get("fontColor"))
+    _write_text(annot, c.get("text"), str(annot.DS))
     annot.Q = {"left": 0, "center": 1, "right": 2}.get(c.get("horizontalAlign"), 0)
     _set(annot, "/C", _rgb(c.get("backgroundColor")))
     if c.get("rotation"):
@@ -298,8 +431,8 @@ def _w_ellipse(annot, c, space, _):
 def _w_line(annot, c, space, _):
     annot.Subtype = Name.Line
     annot.L = Array(space.point_to_pdf(c["startPoint"]) + space.point_to_pdf(c["endPoint"]))
-    caps = c.get("lineCaps") or {}
-    if caps:
+    caps = c.get("lineCaps")
+    if isinstance(caps, dict):  # {} too: /LE [/None /None] imports as {} again
         annot.LE = Array([Name(_LINE_ENDING_NAMES.get(caps.get(k, "none"), "/None"))
                           for k in ("start", "end")])
     _w_stroke(annot, c)
@@ -322,6 +455,11 @@ def _w_file(annot, c, space, attachments):
     if spec is None:
         return False
     annot.Subtype = Name.FileAttachment
+    name = c.get("fileName")
+    if isinstance(name, str) and name and isinstance(spec, Dictionary) \
+            and decode_text(spec.get("/UF")) != name and isinstance(spec.get("/EF"), Dictionary):
+        # the same bytes under another name: a file specification of its own, same stream
+        spec = Dictionary(Type=Name.Filespec, F=encode_text(name), UF=encode_text(name), EF=spec.EF)
     annot.FS = spec
     if c.get("description"):
         annot.Contents = encode_text(c["description"])
@@ -385,3 +523,5 @@ WRITERS: dict[str, Writer] = {
     "pspdfkit/shape/polyline": lambda a, c, s, x: _w_vertices(a, c, s, "/PolyLine"),
     "pspdfkit/stamp": _w_stamp, "pspdfkit/file": _w_file, "pspdfkit/link": _w_link,
 }
+#: Types a changed record of is written anew (comments as replies, :func:`_write_reply`).
+WRITABLE = {*WRITERS, "pspdfkit/comment"}

@@ -13,6 +13,12 @@ Square → pspdfkit/shape/rectangle, Circle → pspdfkit/shape/ellipse,
 Line → pspdfkit/shape/line, Polygon/PolyLine → pspdfkit/shape/{polygon,polyline},
 Stamp → pspdfkit/stamp, FileAttachment → pspdfkit/file, Link → pspdfkit/link,
 Widget → pspdfkit/widget. Coordinates: :mod:`layersync_server.pdf.geometry`.
+
+Rich text (``/RC``) becomes ``{"format": "xhtml"}`` text, free-text style is resolved
+from ``/RC`` and ``/DS`` over ``/DA``, ``customData`` comes from ``/LSYN_CustomData``,
+``/IRT`` replies become ``pspdfkit/comment`` records of their root's thread and an
+Acrobat "replace text" group (StrikeOut + Caret, ``/RT /Group``) is one strikeout
+record with ``replaceTextCaret``: docs/protocol.md, "PDF annotation fields and Instant JSON".
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ import pikepdf
 
 from layersync_server.ids import derived_ulid, is_valid_pdf_name_id
 from layersync_server.pdf.geometry import PageSpace
-from layersync_server.pdf.values import (color_to_hex, decode_text, parse_default_appearance,
-                                         pdf_date_to_iso)
+from layersync_server.pdf.values import (CUSTOM_DATA_KEY, color_to_hex, custom_data_from_pdf,
+                                         decode_text, parse_css_style, parse_default_appearance,
+                                         parse_rich_text, pdf_date_to_iso, rich_text_style,
+                                         rich_text_to_instant)
 
 #: Instant ``flags`` ↔ PDF annotation flag bits (PDF 32000-1 Table 165).
 FLAG_BITS = {"invisible": 1, "hidden": 2, "noZoom": 8, "noRotate": 16, "noView": 32,
@@ -60,6 +68,9 @@ class ImportedAnnotation:
     annot_index: int
     content: dict
     obj: pikepdf.Dictionary
+    #: The other annotation of an Acrobat "replace text" group (``/RT /Group``: the Caret
+    #: this StrikeOut is ``/IRT`` to), which is part of this record.
+    group_partner: pikepdf.Dictionary | None = None
 
 
 @dataclass
@@ -138,12 +149,71 @@ def read_annotations(pdf: pikepdf.Pdf, sha256: str) -> list[ImportedAnnotation]:
             content = _common(annot, space, record_id, page_index, fallback_date)
             content["type"] = instant_type
             if instant_type not in ("pspdfkit/note", "pspdfkit/text"):
-                note = decode_text(annot.get("/Contents"))
+                # Instant's note is plain: /Contents, else the plain text of /RC
+                # (Acrobat may write only /RC).
+                note = decode_text(annot.get("/Contents")) or ("/RC" in annot and _rich_plain(annot))
                 if note:
                     content["note"] = note
             content.update({k: v for k, v in extra.items() if v is not None})
+            custom = custom_data_from_pdf(annot.get(CUSTOM_DATA_KEY))
+            if custom is not None:
+                content["customData"] = custom
             result.append(ImportedAnnotation(record_id, page_index, annot_index, content, annot))
+    _threads_and_groups(result, space_of={i: PageSpace.of(p) for i, p in enumerate(pdf.pages)})
     return result
+
+
+#: How far an ``/IRT`` chain (reply to a reply to ...) is followed to its root.
+MAX_REPLY_DEPTH = 64
+
+
+def _threads_and_groups(result: list[ImportedAnnotation], space_of: dict) -> None:
+    """Turn replies into comments of their root's thread, and fold each "replace text"
+    group's Caret into its StrikeOut record (docs/protocol.md, "PDF annotation fields").
+
+    A reply is a ``/Text`` annotation with ``/IRT`` and ``/RT /R`` (or no ``/RT``, its
+    default) whose ``/IRT`` chain reaches an imported annotation that is not a reply:
+    it becomes ``pspdfkit/comment`` with ``rootId`` = that root's id, and the root gets
+    ``isCommentThreadRoot: true``."""
+    by_obj = {g: a for a in result if (g := indirect_key(a.obj))}
+
+    def is_reply(a: ImportedAnnotation) -> bool:
+        irt = a.obj.get("/IRT")
+        return (str(a.obj.get("/Subtype")) == "/Text" and isinstance(irt, pikepdf.Dictionary)
+                and str(a.obj.get("/RT", "/R")) == "/R" and indirect_key(irt) in by_obj)
+
+    for a in result:
+        if not is_reply(a):
+            continue
+        node, depth = a, 0
+        while is_reply(node) and depth < MAX_REPLY_DEPTH:
+            node, depth = by_obj[indirect_key(node.obj.IRT)], depth + 1
+        if node is a or is_reply(node):
+            continue  # a cycle of replies: leave them notes
+        node.content["isCommentThreadRoot"] = True
+        c = a.content
+        comment = {"v": 2, "id": c["id"], "type": "pspdfkit/comment", "rootId": node.id,
+                   "pageIndex": c["pageIndex"], "text": c["text"],
+                   "createdAt": c["createdAt"], "updatedAt": c["updatedAt"]}
+        for key in ("creatorName", "customData"):
+            if key in c:
+                comment[key] = c[key]
+        a.content = comment
+    for a in result:
+        irt = a.obj.get("/IRT")
+        if str(a.obj.get("/RT")) == "/Group" and str(a.obj.get("/Subtype")) == "/StrikeOut" \
+                and isinstance(irt, pikepdf.Dictionary) and str(irt.get("/Subtype")) == "/Caret":
+            a.group_partner = irt
+            space = space_of.get(a.page_index)
+            caret = {"bbox": space.rect_to_bbox(irt.get("/Rect", [0, 0, 0, 0])),
+                     "text": _rich_text(irt), "color": color_to_hex(irt.get("/C"))}
+            a.content["replaceTextCaret"] = {k: v for k, v in caret.items() if v is not None}
+
+
+def indirect_key(obj) -> tuple[int, int] | None:
+    """``(object number, generation)`` of an indirect object; None for a direct one."""
+    gen = getattr(obj, "objgen", (0, 0))
+    return gen if gen != (0, 0) else None
 
 
 def _record_id(annot, sha256: str, page_index: int, annot_index: int, used: set[str]) -> str:
@@ -210,6 +280,20 @@ def _plain_text(annot) -> dict:
     return {"format": "plain", "value": decode_text(annot.get("/Contents")) or ""}
 
 
+def _rich_text(annot) -> dict:
+    """Instant ``text``: ``{"format": "xhtml"}`` with the content of ``/RC``'s body when
+    the annotation has usable rich text, else ``/Contents`` as plain text."""
+    rich = rich_text_to_instant(annot.get("/RC")) if "/RC" in annot else None
+    if rich is None:
+        return _plain_text(annot)
+    return {"format": "xhtml", "value": rich[0]}
+
+
+def _rich_plain(annot) -> str | None:
+    rich = rich_text_to_instant(annot.get("/RC"))
+    return rich[1] if rich else None
+
+
 #: Instant JSON's note icons (the record schema's NoteIcon; PDF names in lower camel case).
 NOTE_ICONS = ("comment", "rightPointer", "rightArrow", "check", "circle", "cross", "insert",
               "newParagraph", "note", "paragraph", "help", "star", "key")
@@ -224,25 +308,42 @@ def _icon(name) -> str:
 
 
 def _text(annot, space):
-    return "pspdfkit/note", {"text": _plain_text(annot), "icon": _icon(annot.get("/Name")),
+    return "pspdfkit/note", {"text": _rich_text(annot), "icon": _icon(annot.get("/Name")),
                              "color": color_to_hex(annot.get("/C"))}
 
 
 def _free_text(annot, space):
-    extra = parse_default_appearance(annot.get("/DA"))
-    extra.update({"text": _plain_text(annot), "backgroundColor": color_to_hex(annot.get("/C")),
+    extra = free_text_style(annot)
+    extra.update({"text": _rich_text(annot), "backgroundColor": color_to_hex(annot.get("/C")),
                   "horizontalAlign": {0: "left", 1: "center", 2: "right"}.get(int(annot.get("/Q", 0)), "left"),
                   "verticalAlign": "top",  # required by Instant JSON; PDF free text starts at the top
                   "rotation": _right_angle(annot.get("/Rotate", 0))})
     # the record schema requires an integer fontSize: /DA may give 10.5 or none
     extra["fontSize"] = round(extra["fontSize"]) if "fontSize" in extra else DEFAULT_FONT_SIZE
+    extra.setdefault("font", DEFAULT_FONT)  # what viewers draw when no style names one
+    extra.setdefault("fontColor", DEFAULT_FONT_COLOR)
     return "pspdfkit/text", extra
+
+
+def free_text_style(annot) -> dict:
+    """``font``, ``fontSize`` and ``fontColor`` of a free text annotation the way Acrobat
+    and pdf.js draw it: ``/DA``, overridden by the CSS of ``/DS``, overridden by the
+    style of ``/RC`` (its body, first paragraph, first span)."""
+    style = parse_default_appearance(annot.get("/DA"))
+    style.update(parse_css_style(decode_text(annot.get("/DS"))))
+    rc = decode_text(annot.get("/RC"))
+    root = parse_rich_text(rc) if rc else None
+    if root is not None:
+        style.update(rich_text_style(root))
+    return style
 
 
 #: A markup annotation without a usable /C (the record schema requires a color).
 MARKUP_DEFAULT_COLOR = "#000000"
 #: A free text annotation whose /DA gives no font size (the record schema requires one).
 DEFAULT_FONT_SIZE = 12
+#: ... and no font or colour (viewers draw Helvetica, black).
+DEFAULT_FONT, DEFAULT_FONT_COLOR = "Helvetica", "#000000"
 
 
 def _markup(annot, space):
