@@ -36,8 +36,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
   echo "setup: installing Python packages into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -r scripts/requirements-dev.txt
-  # formats/ first: the XFDF codec (layersync-xfdf) that server and bindings both import
-  for pkg in formats server bindings/python; do
+  # formats/ first: the XFDF codec (layersync-xfdf) that server and bindings both import.
+  # Strict editable mode (links in formats/build/) so mypy --strict on the bindings finds
+  # it; a new module in formats/ needs a re-run (touch formats/pyproject.toml).
+  "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -e formats --config-settings editable_mode=strict
+  for pkg in server bindings/python; do
     if [ -f "$pkg/pyproject.toml" ]; then "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -e "$pkg"; fi
   done
   echo "$req_hash" > "$stamp"
