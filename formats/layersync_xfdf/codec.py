@@ -83,6 +83,10 @@ _DA_RGB = re.compile(r"([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+rg")
 _DA_GRAY = re.compile(r"([\d.]+)\s+g(?:\s|$)")
 
 
+#: Deepest element nesting read (XFDF needs about 8; rich text a few more).
+MAX_DEPTH = 64
+
+
 class XfdfError(ValueError):
     """The bytes are not an XFDF document this codec reads: not well-formed XML, a DTD
     or entity (refused: external entities, entity expansion), or not ``<xfdf>``."""
@@ -601,6 +605,12 @@ def parse(data: bytes | str) -> ET.Element:
         raise XfdfError(f"not XML text: {exc}") from None
     if _local(root.tag) != "xfdf":
         raise XfdfError(f"the root element must be <xfdf>, not <{_local(root.tag)}>")
+    stack = [(root, 1)]  # iteratively: the readers below recurse (rich text, raw elements)
+    while stack:
+        element, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise XfdfError(f"XFDF nests deeper than {MAX_DEPTH} elements")
+        stack.extend((child, depth + 1) for child in element)
     return root
 
 
@@ -682,7 +692,7 @@ def record_of(element: ET.Element, pages: PageBoxes = None,
     if extension is not None:
         try:
             ext = json.loads(extension.text or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             raise XfdfError("<ls:instant-json> must hold a JSON object") from None
         if not isinstance(ext, dict) or not isinstance(ext.get("set", {}), dict):
             raise XfdfError("<ls:instant-json> must hold a JSON object")
@@ -816,6 +826,7 @@ def _read_free_text(element, record, space, attachments):
     align = align or {"left": "left", "center": "center", "right": "right"}.get(css.get("text-align", ""))
     record["horizontalAlign"] = align or "left"
     record["verticalAlign"] = "top"  # required by Instant JSON; XFDF free text starts at the top
+    record.setdefault("opacity", 1)  # required by Instant JSON for free text; XFDF's default
     if _color(element.get("color")):
         record["backgroundColor"] = _color(element.get("color"))
     if element.get("rotation") is not None:

@@ -227,8 +227,16 @@ LAUGHS = ('<?xml version="1.0"?>\n<!DOCTYPE lolz [<!ENTITY lol "lol">'
             '<contents>&lol9;</contents></text></annots></xfdf>')
 
 
-@pytest.mark.parametrize("document", [XXE, LAUGHS, "<xfdf><annots>", "<pdf/>", "\x00\x01", ""],
-                         ids=["external-entity", "billion-laughs", "not-well-formed", "not-xfdf", "binary", "empty"])
+DEEP = (f'<xfdf xmlns="{XFDF_NS}"><annots><freetext name="d" page="0" rect="0,0,1,1"><contents-richtext><body>'
+        + "<b>" * 100000 + "x" + "</b>" * 100000 + "</body></contents-richtext></freetext></annots></xfdf>")
+DEEP_JSON = (f'<xfdf xmlns="{XFDF_NS}"><annots><square name="s" page="0" rect="0,0,1,1">'
+             f'<ls:instant-json xmlns:ls="{LS_NS}">' + "[" * 100000 + "]" * 100000 + "</ls:instant-json>"
+             "</square></annots></xfdf>")
+
+
+@pytest.mark.parametrize("document", [XXE, LAUGHS, "<xfdf><annots>", "<pdf/>", "\x00\x01", "", DEEP, DEEP_JSON],
+                         ids=["external-entity", "billion-laughs", "not-well-formed", "not-xfdf", "binary", "empty",
+                              "deep-nesting", "deep-json"])
 def test_untrusted_xml_is_refused(document):
     with pytest.raises(XfdfError):
         read_xfdf(document.encode("utf-8"))

@@ -116,6 +116,19 @@ def test_apply_plain_xfdf_creates_and_replaces(server):
     assert multipart.status_code == 200 and multipart.json()["data"]["updated"] == 1
 
 
+def test_xfdf_as_other_tools_write_it_passes_the_record_schema(server):
+    """Minimal elements of every mapped type (only what XFDF requires) make valid records."""
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    elements = "".join(f'<{tag} name="min-{tag}" page="0" rect="10,10,50,50"{extra}/>' for tag, extra in (
+        ("text", ""), ("freetext", ""), ("highlight", ' coords="10,50,50,50,10,10,50,10"'), ("underline", ""),
+        ("strikeout", ""), ("squiggly", ""), ("ink", ""), ("square", ""), ("circle", ""),
+        ("line", ' start="10,10" end="50,50"'), ("polygon", ""), ("polyline", ""), ("stamp", ""),
+        ("fileattachment", ""), ("caret", "")))
+    answer = _apply(server, doc, f'<xfdf xmlns="{XFDF_NS}"><annots>{elements}</annots></xfdf>')
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"]["created"] == 15
+
+
 def test_a_command_document_applies_as_one_set_of_revisions(server):
     doc = server.new_document("pdfjs-issue13447.pdf")
     for record_id in ("keep", "edit", "drop"):
@@ -162,9 +175,14 @@ def test_form_field_values_apply_to_widgets(server):
     assert "<value>from XFDF</value>" in _xfdf(server, doc).text
 
 
-@pytest.mark.parametrize("bad", [XXE, LAUGHS, "<xfdf><annots>", "<html/>",
+DEEP = (f'<xfdf xmlns="{XFDF_NS}"><annots><freetext name="d" page="0" rect="0,0,1,1"><contents-richtext>'
+        + "<b>" * 500 + "x" + "</b>" * 500 + "</contents-richtext></freetext></annots></xfdf>")
+
+
+@pytest.mark.parametrize("bad", [XXE, LAUGHS, "<xfdf><annots>", "<html/>", DEEP,
                                  f'<xfdf xmlns="{XFDF_NS}"><annots><ink name="i" page="-1"/></annots></xfdf>'],
-                         ids=["external-entity", "billion-laughs", "not-well-formed", "not-xfdf", "bad-page"])
+                         ids=["external-entity", "billion-laughs", "not-well-formed", "not-xfdf", "deep-nesting",
+                              "bad-page"])
 def test_untrusted_xml_is_refused_and_nothing_stored(server, bad):
     doc = server.new_document("pdfjs-issue13447.pdf")
     before = server.records(doc)
