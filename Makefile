@@ -87,6 +87,7 @@ test-python: build
 	$(PY) -m pytest -q bindings/python/tests
 
 test-server: setup
+	$(PY) -m pytest -q formats/tests
 	$(PY) -m pytest -q server/tests
 
 # Benchmarks (bench/README.md): not part of `make test`; `bench-smoke` keeps the harness

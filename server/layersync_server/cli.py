@@ -83,13 +83,19 @@ def _parser() -> argparse.ArgumentParser:
     _admin_arguments(upload)
     upload.add_argument("--document-id")
     upload.add_argument("--title")
+    upload.add_argument("--xfdf", type=Path, metavar="FILE",
+                        help="XFDF whose annotations replace the PDF's (Document Engine's 'attachment')")
+    upload.add_argument("--keep-current-annotations", action="store_true",
+                        help="with --xfdf: apply the XFDF over the PDF's own annotations")
 
     export = sub.add_parser("export", help="download a PDF with a layer's synced annotations written in "
-                                           "(admin API), or its Instant JSON with --json")
+                                           "(admin API), or its Instant JSON with --json, XFDF with --xfdf")
     export.add_argument("document_id")
     _admin_arguments(export)
     export.add_argument("--layer", default="", help="layer name (default: the default layer)")
-    export.add_argument("--json", action="store_true", help="the layer as Instant JSON instead of a PDF")
+    formats = export.add_mutually_exclusive_group()
+    formats.add_argument("--json", action="store_true", help="the layer as Instant JSON instead of a PDF")
+    formats.add_argument("--xfdf", action="store_true", help="the layer as XFDF (ISO 19444-1) instead of a PDF")
     export.add_argument("-o", "--output", type=Path, required=True, help="file to write ('-': stdout)")
     return parser
 
@@ -157,10 +163,26 @@ def _admin_request(args, path: str, query: dict, **kwargs):
         return None
 
 
+def _multipart(parts: list[tuple[str, str | None, bytes]]) -> tuple[bytes, str]:
+    """A ``multipart/form-data`` body of ``(name, filename or None, bytes)`` parts, and its
+    Content-Type."""
+    boundary = "layersync-" + os.urandom(12).hex()
+    chunks = []
+    for name, filename, data in parts:
+        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        chunks.append(f"--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n".encode() + data + b"\r\n")
+    return b"".join(chunks) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
 def _upload(args) -> int:
+    data, content_type = args.file.read_bytes(), "application/pdf"
+    if args.xfdf is not None:  # Document Engine's multipart upload with an 'attachment'
+        parts = [("file", args.file.name, data), ("attachment", args.xfdf.name, args.xfdf.read_bytes())]
+        if args.keep_current_annotations:
+            parts.append(("keep_current_annotations", None, b"true"))
+        data, content_type = _multipart(parts)
     answer = _admin_request(args, "/api/documents", {"document_id": args.document_id, "title": args.title},
-                            data=args.file.read_bytes(), method="POST",
-                            headers={"Content-Type": "application/pdf"})
+                            data=data, method="POST", headers={"Content-Type": content_type})
     if answer is None:
         return 1
     print(answer[1].decode("utf-8"))
@@ -169,8 +191,8 @@ def _upload(args) -> int:
 
 def _export(args) -> int:
     document = urllib.parse.quote(args.document_id, safe="")
-    answer = _admin_request(args, f"/api/documents/{document}/" + ("document.json" if args.json else "pdf"),
-                            {"layer": args.layer})
+    resource = "document.json" if args.json else "document.xfdf" if args.xfdf else "pdf"
+    answer = _admin_request(args, f"/api/documents/{document}/{resource}", {"layer": args.layer})
     if answer is None:
         return 1
     headers, body = answer

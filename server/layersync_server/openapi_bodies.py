@@ -53,7 +53,11 @@ UPLOAD = {"requestBody": {"required": True, "content": {
     "application/pdf": {"schema": {"type": "string", "format": "binary"}},
     "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
         "file": {"type": "string", "format": "binary"}, "document_id": {"type": "string"},
-        "title": {"type": "string"}}}}}}}
+        "title": {"type": "string"},
+        "attachment": {"type": "string", "format": "binary",
+                       "description": "XFDF or Instant JSON replacing the PDF's annotations"},
+        "keep_current_annotations": {"type": "boolean",
+                                     "description": "apply the attachment over the PDF's annotations"}}}}}}}
 CREATE_LAYER = json_body({"type": "object", "required": ["name"], "properties": {
     "name": {"type": "string", "maxLength": 128, "description": "\"\" is the default layer"},
     "source_layer_name": {"type": "string", "maxLength": 128},

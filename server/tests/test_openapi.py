@@ -206,6 +206,9 @@ def test_real_answers_conform_to_the_documented_schemas(server, spec):
                         json={"annotations": [dict(note("ij"), id="ij-" + aid)],
                               "formFieldValues": [{"name": "nope", "value": "x"}]}), 200)
         check(http.get(prefix + "/pdf", headers=admin), 200)
+        xfdf = check(http.get(prefix + "/document.xfdf", headers=admin), 200).content
+        check(http.post(prefix + "/apply_xfdf", headers={**admin, "Content-Type": "application/vnd.adobe.xfdf"},
+                        content=xfdf), 200)
     check(http.post("/api/tokens/revoke", headers=admin, json={"jti": uuid.uuid4().hex}), 200)
     check(http.delete(f"/api/documents/{doc}/layers/{layer}", headers=admin), 200)
     check(http.delete(f"/api/documents/{doc}", headers=admin), 200)

@@ -89,6 +89,7 @@ examples:
   layersync listen --json | jq .                    # one JSON line per change until Ctrl-C
   layersync status --json
   layersync export -o layer.json                    # Instant JSON of the local layer
+  layersync xfdf export -o layer.xfdf               # ... as XFDF; `xfdf import FILE` applies one
 
 environment:
   LAYERSYNC_SERVER, LAYERSYNC_JWT (a JWT or @FILE), LAYERSYNC_STORAGE (default
@@ -222,6 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
             f"output: {{\"format\": \"{INSTANT_JSON_FORMAT}\", \"annotations\": [Instant JSON v2 ...]}}\n"
             "example:\n  layersync export -o layer.json")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    xf = sub.add_parser("xfdf", help="write the local layer as XFDF, or apply XFDF to it as local edits",
+                        description="XFDF (ISO 19444-1), as Acrobat, Apryse and Foxit exchange annotations; "
+                                    "the mapping is the server's (docs/protocol.md, \"XFDF and Instant JSON\").")
+    xsub = xf.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = add(xsub, "export", "write the local layer (annotations, comments as replies, form field values) as XFDF",
+            "example:\n  layersync xfdf export -o layer.xfdf")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p = add(xsub, "import", "apply an XFDF document (plain or <add>/<modify>/<delete> commands) as local edits",
+            "output (--json): {\"created\", \"updated\", \"deleted\"}\n"
+            "example:\n  layersync xfdf import review.xfdf")
+    p.add_argument("file", metavar="FILE|-", help="XFDF file, or - for stdin")
+    p.add_argument("--no-sync", action="store_true", help="only store the edits locally (they stay pending)")
 
     ann = sub.add_parser("annotations", help="list, read, add, update or remove annotations",
                          description="Annotations of the local layer (Instant JSON v2 objects). "
@@ -624,6 +638,8 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             else:
                 sys.stdout.write(text)
             return EXIT_OK
+        if args.command == "xfdf":
+            return _xfdf(client, doc, out, args)
         # annotations
         if args.action == "list":
             items = doc.list_annotations(page_index=args.page, type=args.type, creator_name=args.creator,
@@ -655,6 +671,22 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             out.data({"deleted": args.ids}, "\n".join(args.ids))
             _sync_after_edit(client, doc, out, args)
         return EXIT_OK
+
+
+def _xfdf(client: Client, doc: Document, out: _Output, args: argparse.Namespace) -> int:
+    if args.action == "export":
+        text = doc.export_xfdf()
+        if args.output:
+            Path(args.output).write_text(text, "utf-8")
+            out.note(f"wrote the layer as XFDF to {args.output}")
+        else:
+            sys.stdout.write(text)
+        return EXIT_OK
+    data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    counts = doc.import_xfdf(data)
+    out.data(counts, ", ".join(f"{v} {k}" for k, v in counts.items()))
+    _sync_after_edit(client, doc, out, args)
+    return EXIT_OK
 
 
 def _exit_code(exc: BaseException) -> int:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from . import _ffi
 from ._convert import (CallsIntoC, DocumentState, ErrorOut, decode, encode_json, encode_text, int_arg,
                        json_list, json_object)
-from .errors import InvalidArgumentError, InvalidStateError, LayerSyncError, check
+from .errors import InvalidArgumentError, InvalidStateError, LayerSyncError, NoSuchAnnotationError, check
 from .events import (DOWNLOAD_OUTCOME, REAUTH_OUTCOME, SYNC_OUTCOME, Event, _Dispatcher, raise_if_failed,
                      sync_outcome_predicate)
 from .observer import Observer, ObserverHandler
@@ -34,6 +34,17 @@ if TYPE_CHECKING:  # annotations only
     from .client import Client
 
 __all__ = ["Document", "Attachment", "SYNC_DISABLED"]
+
+
+def _xfdf_codec() -> Any:
+    """The XFDF codec (``layersync_xfdf``, the repository's formats/ package, shared with the
+    server); ImportError with a hint when it is not installed."""
+    try:
+        import layersync_xfdf
+    except ImportError:
+        raise ImportError("XFDF needs the layersync-xfdf package: pip install ./formats "
+                          "(or the bindings' [xfdf] extra)") from None
+    return layersync_xfdf
 
 #: ``sync_delay`` value that turns automatic syncing after local edits off.
 SYNC_DISABLED: float = _ffi.LAYERSYNC_SYNC_DISABLED
@@ -673,6 +684,111 @@ class Document(CallsIntoC):
         if not wait:
             return None
         return dict(self._await(future, timeout, "download_attachment") or {})
+
+    # -- XFDF ------------------------------------------------------------------------------------
+
+    def export_xfdf(self, *, pages: Any = None) -> str:
+        """The local layer as an XFDF document (ISO 19444-1): annotations, comments as
+        replies (``inreplyto``), form field values of widgets in ``<fields>``, and the bytes
+        of downloaded file attachments. Same codec and mapping as the server's
+        ``document.xfdf`` (the ``layersync-xfdf`` package; docs/protocol.md, "XFDF and
+        Instant JSON").
+
+        Args:
+            pages: Each page's CropBox ``(left, bottom, right, top)`` in points, by page
+                index (XFDF is in PDF user space); default: read from the downloaded PDF
+                when pikepdf is installed, else US Letter.
+
+        Returns:
+            The XFDF text (encode as UTF-8 to write it).
+
+        Raises:
+            ImportError (``layersync-xfdf`` not installed), NotDownloadedError.
+        """
+        codec = _xfdf_codec()
+        records = self.list_annotations()
+        attachments: dict[str, bytes] = {}
+        for record in records:
+            file_id = record.get("fileAttachmentId")
+            if isinstance(file_id, str) and file_id not in attachments:
+                try:
+                    attachments[file_id] = self.attachment_data(file_id)
+                except LayerSyncError:  # not downloaded: the record keeps its id only
+                    pass
+        values = {r["formFieldName"]: r["value"] for r in records
+                  if r.get("type") == "pspdfkit/widget" and isinstance(r.get("formFieldName"), str) and "value" in r}
+        text: str = codec.write_xfdf(records, pages=self._page_boxes(pages), form_field_values=values,
+                                     attachments=attachments)
+        return text
+
+    def import_xfdf(self, xfdf: str | bytes, *, pages: Any = None) -> dict[str, int]:
+        """Applies XFDF to the local layer as local edits (durable, then synced like any
+        edit). A plain XFDF creates each annotation or replaces the one with its ``name``;
+        a command document's ``<add>`` must be new, ``<modify>`` must exist (both checked
+        before anything is written, so a refused document changes nothing), ``<delete>``
+        deletes (a missing id is already deleted). ``<fields>`` values land on the widgets
+        of those fields; embedded files become attachments.
+
+        Args:
+            xfdf: The document (untrusted: DTDs and entities are refused).
+            pages: As for :meth:`export_xfdf`.
+
+        Returns:
+            ``{"created", "updated", "deleted"}`` counts.
+
+        Raises:
+            InvalidArgumentError (not XFDF, or an ``<add>`` of an existing annotation),
+            NoSuchAnnotationError (a ``<modify>`` of a missing one), the errors of
+            :meth:`create_annotation`, ImportError (``layersync-xfdf`` not installed).
+        """
+        codec = _xfdf_codec()
+        try:
+            changes = codec.read_xfdf(xfdf, pages=self._page_boxes(pages))
+        except codec.XfdfError as exc:
+            raise InvalidArgumentError(f"XFDF: {exc}") from None
+        live = {r["id"]: r for r in self.list_annotations() if isinstance(r.get("id"), str)}
+        if changes.is_command:
+            for record in changes.added:
+                if record.get("id") in live:
+                    raise InvalidArgumentError(f"<add>: annotation {record['id']!r} exists; nothing was applied")
+            for record in changes.modified:
+                if record.get("id") not in live:
+                    raise NoSuchAnnotationError(f"<modify>: no annotation {record.get('id')!r}; nothing was applied")
+        for data in changes.attachments.values():
+            self.add_attachment(data, "application/octet-stream")
+        counts = {"created": 0, "updated": 0, "deleted": 0}
+        values = changes.form_field_values
+        widgets = [dict(w, value=values[w["formFieldName"]]) for w in live.values()
+                   if w.get("type") == "pspdfkit/widget" and w.get("formFieldName") in values
+                   and w.get("value") != values[w["formFieldName"]]]
+        for record in changes.records + widgets:
+            if record.get("id") in live:
+                if live[record["id"]] != record:
+                    self.update_annotation(record)
+                    counts["updated"] += 1
+            else:
+                stored = self.create_annotation(record)
+                live[str(stored.get("id"))] = stored
+                counts["created"] += 1
+        for record_id in changes.deleted:
+            if record_id in live:
+                self.delete_annotation(record_id)
+                counts["deleted"] += 1
+        return counts
+
+    def _page_boxes(self, pages: Any) -> Any:
+        """``pages``, or the downloaded PDF's CropBoxes when pikepdf is installed, or None."""
+        if pages is not None:
+            return pages
+        try:
+            import pikepdf  # optional: only to place XFDF coordinates on the real pages
+        except ImportError:
+            return None
+        try:
+            with pikepdf.open(self.pdf_path) as pdf:
+                return [tuple(float(v) for v in page.cropbox) for page in pdf.pages]
+        except (pikepdf.PdfError, OSError, LayerSyncError):
+            return None
 
     # -- observers ------------------------------------------------------------------------------
 

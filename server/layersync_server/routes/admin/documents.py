@@ -14,6 +14,7 @@ from layersync_server.ids import is_valid_document_id, new_ulid
 from layersync_server.openapi_bodies import ok
 from layersync_server.pdf.import_ import PdfImportError, import_pdf
 from layersync_server.routes.admin.common import admin_router, find_document, require_admin
+from layersync_server.routes.admin.xfdf import is_true, upload_attachment_records
 from layersync_server.storage import DocumentExists, DocumentInfo, NewDocument
 
 
@@ -25,8 +26,9 @@ def _document_json(info: DocumentInfo) -> dict:
             "size_bytes": info.size_bytes, "created_at": info.created_at}
 
 
-async def _upload_parts(request: Request, max_bytes: int) -> tuple[bytes, dict[str, str]]:
-    """The PDF bytes and form fields of a raw ``application/pdf`` or multipart body."""
+async def _upload_parts(request: Request, max_bytes: int) -> tuple[bytes, dict[str, str], bytes | None]:
+    """The PDF bytes, form fields and ``attachment`` part (XFDF or Instant JSON, or None)
+    of a raw ``application/pdf`` or multipart body."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
         body = await read_body(request, max_bytes)  # bounded, chunked uploads included
@@ -37,9 +39,14 @@ async def _upload_parts(request: Request, max_bytes: int) -> tuple[bytes, dict[s
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         if not fields.get("title") and getattr(upload, "filename", None):
             fields["filename"] = upload.filename
-        return await upload.read(), fields
+        attachment = form.get("attachment")
+        if isinstance(attachment, str):
+            attachment = fields.pop("attachment").encode("utf-8")
+        elif attachment is not None:
+            attachment = await attachment.read()
+        return await upload.read(), fields, attachment
     if content_type in ("application/pdf", "application/octet-stream", ""):
-        return await read_body(request, max_bytes), {}
+        return await read_body(request, max_bytes), {}, None
     raise invalid_request(f"unsupported Content-Type {content_type!r}; "
                           "send application/pdf or multipart/form-data with a 'file' part")
 
@@ -56,7 +63,7 @@ async def upload_document(request: Request, document_id: str | None = Query(None
     other bytes under a taken id → 409 ``document_exists``. A PDF that cannot be read
     → 400 ``invalid_request`` and nothing is stored.
     """
-    data, fields = await _upload_parts(request, ctx.settings.max_upload_bytes)
+    data, fields, attachment = await _upload_parts(request, ctx.settings.max_upload_bytes)
     document_id = document_id or fields.get("document_id") or new_ulid()
     if not is_valid_document_id(document_id):
         raise invalid_request("document_id must be 1..128 characters without control characters, "
@@ -66,8 +73,12 @@ async def upload_document(request: Request, document_id: str | None = Query(None
     except PdfImportError as exc:
         raise invalid_request(str(exc)) from None
     title = title or fields.get("title") or imported.title or fields.get("filename") or document_id
-    new = NewDocument(document_id, title, data, imported.sha256, imported.page_count, imported.records,
-                      imported.attachments or {})
+    records, files = imported.records, imported.attachments or {}
+    if attachment is not None:  # XFDF or Instant JSON replacing (or kept over) the PDF's annotations
+        records, attached_files = await run_in_threadpool(
+            upload_attachment_records, attachment, data, records, is_true(fields.get("keep_current_annotations")))
+        files = {**files, **attached_files}
+    new = NewDocument(document_id, title, data, imported.sha256, imported.page_count, records, files)
     try:
         info = await run_in_threadpool(ctx.storage.create_document, new)
     except DocumentExists:

@@ -80,31 +80,42 @@ def _form_field_values(body: object) -> dict[str, object]:
     return {i["name"]: i.get("value") for i in items}
 
 
+async def widget_value_entries(ctx: AppContext, document_id: str, layer: str,
+                               values: dict[str, object]) -> list[dict]:
+    """Form field values as entries: the layer's widget records of those fields with the
+    new ``value`` (only those whose value changes). Instant JSON and XFDF apply both use it."""
+    if not values:
+        return []
+    widgets = await run_in_threadpool(lambda: [r.content for r in ctx.storage.iter_records(document_id, layer)
+                                               if r.content.get("type") == "pspdfkit/widget"])
+    return [dict(w, value=values[w["formFieldName"]]) for w in widgets
+            if w.get("formFieldName") in values and w.get("value") != values[w["formFieldName"]]]
+
+
+def put_entries(writer, entries: list[dict]) -> tuple[int, int]:
+    """Inside a :func:`commit`: create each entry's record or replace the one with its id
+    (identical ones are left alone). Returns ``(created, updated)``; the admin write path
+    of Instant JSON and XFDF apply."""
+    created = updated = 0
+    for content in entries:
+        current = writer.get_record(content["id"])
+        if current is not None and not current.deleted and current.content == content:
+            continue
+        writer.put_record(content["id"], content, None)
+        if current is None or current.deleted:
+            created += 1
+        else:
+            updated += 1
+    return created, updated
+
+
 async def _apply_instant_json(request: Request, ctx: AppContext, document_id: str, layer: str) -> dict:
     await find_document(ctx, document_id)
     body = await json_body(request, ctx)
     entries = instant_json_entries(body)
-    values = _form_field_values(body)
-    if values:  # form field values land on the widget records of those fields
-        widgets = await run_in_threadpool(lambda: [r.content for r in ctx.storage.iter_records(document_id, layer)
-                                                   if r.content.get("type") == "pspdfkit/widget"])
-        entries += [dict(w, value=values[w["formFieldName"]]) for w in widgets
-                    if w.get("formFieldName") in values and w.get("value") != values[w["formFieldName"]]]
-
-    def work(writer):
-        created = updated = 0
-        for content in entries:
-            current = writer.get_record(content["id"])
-            if current is not None and not current.deleted and current.content == content:
-                continue
-            writer.put_record(content["id"], content, None)
-            if current is None or current.deleted:
-                created += 1
-            else:
-                updated += 1
-        return created, updated
-
-    state, (created, updated) = await commit(ctx, document_id, layer, work)
+    # form field values land on the widget records of those fields
+    entries += await widget_value_entries(ctx, document_id, layer, _form_field_values(body))
+    state, (created, updated) = await commit(ctx, document_id, layer, lambda writer: put_entries(writer, entries))
     return {"data": {"created": created, "updated": updated,
                      "unchanged": len(entries) - created - updated, "revision": state.revision}}
 
@@ -127,23 +138,25 @@ async def apply_layer_instant_json(document_id: str, layer: str, request: Reques
     return await _apply_instant_json(request, ctx, document_id, layer_from_segment(layer))
 
 
+def stored_attachments(ctx: AppContext, document_id: str, contents: list[dict]) -> dict[str, bytes]:
+    """The stored bytes of the records' ``fileAttachmentId`` s (blocking: run in a
+    worker thread); the PDF and XFDF exports embed them."""
+    found = {}
+    for content in contents:
+        file_id = content.get("fileAttachmentId")
+        if isinstance(file_id, str) and file_id not in found:
+            attachment = ctx.storage.get_attachment(document_id, file_id)
+            if attachment is not None:
+                found[file_id] = attachment.data
+    return found
+
+
 async def layer_pdf_response(ctx: AppContext, document_id: str, layer: str) -> Response:
     """The document's PDF with the layer's annotations written in, with the
     ``LayerSync-Export`` report header; the admin routes and the dashboard both use it."""
     records = await _live_records(ctx, document_id, layer)
     original = await run_in_threadpool(ctx.storage.read_pdf, document_id)
-
-    def stored_attachments():
-        found = {}
-        for record in records:
-            file_id = record.content.get("fileAttachmentId")
-            if isinstance(file_id, str) and file_id not in found:
-                attachment = ctx.storage.get_attachment(document_id, file_id)
-                if attachment is not None:
-                    found[file_id] = attachment.data
-        return found
-
-    attachments = await run_in_threadpool(stored_attachments)
+    attachments = await run_in_threadpool(stored_attachments, ctx, document_id, [r.content for r in records])
     result = await run_in_threadpool(export_pdf, original, [r.content for r in records], attachments)
     return Response(result.pdf, media_type="application/pdf", headers={
         "ETag": f'"{hashlib.sha256(result.pdf).hexdigest()}"',

@@ -1,0 +1,83 @@
+"""XFDF for a local layer: ``Document.export_xfdf`` / ``import_xfdf`` (the server's codec,
+layersync-xfdf) and ``layersync xfdf export|import``, against the real server."""
+from __future__ import annotations
+
+import pytest
+from layersync_xfdf import XFDF_NS, read_xfdf
+
+from layersync import InvalidArgumentError, NoSuchAnnotationError
+
+from conftest import WAIT_S
+from test_cli import cli_env, run  # noqa: F401 (cli_env: a fixture)
+
+NOTE = ('<text name="xfdf-note" page="0" rect="10,700,34,724" color="#00FF00" flags="print" title="ann" '
+        'creationdate="D:20250101000000Z" date="D:20250102000000Z"><contents>from Acrobat</contents></text>')
+REPLY = ('<text name="xfdf-reply" page="0" inreplyto="xfdf-note" rect="10,700,34,724" flags="print" title="bob">'
+         '<contents>agreed</contents></text>')
+XXE = ('<?xml version="1.0"?><!DOCTYPE xfdf [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>'
+       f'<xfdf xmlns="{XFDF_NS}"><annots><text name="x" page="0" rect="0,0,9,9"><contents>&xxe;</contents>'
+       '</text></annots></xfdf>')
+
+
+def _by_id(records):
+    return {r["id"]: r for r in records}
+
+
+def test_export_gives_the_local_layer_as_the_server_does(downloaded, server, uploaded):
+    doc_id = uploaded("pdfjs-comments.pdf")
+    _, doc = downloaded(doc_id)
+    local = doc.export_xfdf()
+    server_xfdf = server.admin_request(f"/api/documents/{doc_id}/document.xfdf")
+    mine, theirs = read_xfdf(local), read_xfdf(server_xfdf)
+    assert mine.records and _by_id(mine.records) == _by_id(theirs.records)
+    assert _by_id(mine.records) == _by_id(r for r in doc.list_annotations() if r.get("type") != "pspdfkit/widget")
+
+
+def test_import_applies_as_local_edits_and_syncs(downloaded, server):
+    client, doc = downloaded()
+    counts = doc.import_xfdf(f'<xfdf xmlns="{XFDF_NS}"><annots>{NOTE}{REPLY}</annots></xfdf>')
+    assert counts == {"created": 2, "updated": 0, "deleted": 0}
+    note = doc.get_annotation("xfdf-note")
+    assert (note["type"], note["color"], note["text"]["value"], note["creatorName"]) == \
+        ("pspdfkit/note", "#00FF00", "from Acrobat", "ann")
+    assert [c["id"] for c in doc.list_comments("xfdf-note")] == ["xfdf-reply"]
+    assert doc.has_unsynced_changes
+    doc.sync(timeout=WAIT_S)
+    on_server = server.annotations(doc.id)
+    assert on_server["xfdf-note"]["text"]["value"] == "from Acrobat" and on_server["xfdf-reply"]["rootId"] == "xfdf-note"
+    # a command document: modify + delete
+    counts = doc.import_xfdf(f'<xfdf xmlns="{XFDF_NS}"><modify>{NOTE.replace("from Acrobat", "edited")}</modify>'
+                             '<delete><id page="0">xfdf-reply</id></delete></xfdf>')
+    assert counts == {"created": 0, "updated": 1, "deleted": 1}
+    assert doc.get_annotation("xfdf-note")["text"]["value"] == "edited"
+    with pytest.raises(NoSuchAnnotationError):
+        doc.get_annotation("xfdf-reply")
+
+
+def test_refused_documents_change_nothing(downloaded):
+    _, doc = downloaded()
+    before = doc.list_annotations()
+    with pytest.raises(NoSuchAnnotationError, match="nothing was applied"):
+        doc.import_xfdf(f'<xfdf xmlns="{XFDF_NS}"><add>{NOTE}</add>'
+                        f'<modify>{NOTE.replace("xfdf-note", "missing")}</modify></xfdf>')
+    with pytest.raises(InvalidArgumentError, match="DTD"):
+        doc.import_xfdf(XXE)
+    assert doc.list_annotations() == before and not doc.has_unsynced_changes
+
+
+def test_cli_xfdf_export_and_import(cli_env, tmp_path):
+    out = tmp_path / "layer.xfdf"
+    exported = run("xfdf", "export", "-o", str(out), env=cli_env)
+    assert exported.returncode == 0, exported.stderr
+    assert read_xfdf(out.read_bytes()).records
+    review = tmp_path / "review.xfdf"
+    review.write_text(f'<xfdf xmlns="{XFDF_NS}"><annots>{NOTE}</annots></xfdf>')
+    imported = run("xfdf", "import", str(review), "--json", env=cli_env)
+    assert imported.returncode == 0, imported.stderr
+    assert '"created": 1' in imported.stdout
+    got = run("annotations", "get", "xfdf-note", "--json", env=cli_env)
+    assert got.returncode == 0 and "from Acrobat" in got.stdout
+    bad = tmp_path / "bad.xfdf"
+    bad.write_text(XXE)
+    refused = run("xfdf", "import", str(bad), env=cli_env)
+    assert refused.returncode != 0 and "DTD" in refused.stderr

@@ -1,0 +1,381 @@
+"""XFDF → Instant JSON records: :func:`parse` (untrusted XML: no DTD, bounded depth) and
+:func:`read_xfdf` (plain and command documents); the mapping: docs/protocol.md, "XFDF and
+Instant JSON"."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import xml.etree.ElementTree as ET
+from copy import deepcopy
+from typing import Any
+
+import defusedxml
+import defusedxml.ElementTree as SafeET
+
+from layersync_xfdf.values import (FLAGS, FLAG_ORDER, JUSTIFICATION, LINE_CAPS, LS_NS, MAX_DEPTH,
+                                   NOTE_ICONS, PageBox, PageBoxes, RAW_ELEMENTS, STAMP_TYPES,
+                                   TYPES, XFDF_NS, XfdfChanges, XfdfError, DA_FONT, DA_GRAY,
+                                   DA_RGB, color_of, local_name, maybe_int, namespace_of, numbers_of,
+                                   xhtml_inner, strip_xfdf_namespace, pdf_date_to_iso)
+
+
+def parse(data: bytes | str) -> ET.Element:
+    """Parse untrusted XFDF: no DTD (so no external or expanding entities), and the root
+    must be ``<xfdf>``. Raises :class:`XfdfError`."""
+    try:
+        root = SafeET.fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+    except defusedxml.DTDForbidden:
+        raise XfdfError("XFDF must not have a DTD (external entities and entity expansion "
+                        "are refused)") from None
+    except defusedxml.DefusedXmlException as exc:
+        raise XfdfError(f"XFDF refused: {exc}") from None
+    except ET.ParseError as exc:
+        raise XfdfError(f"not well-formed XML: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise XfdfError(f"not XML text: {exc}") from None
+    if local_name(root.tag) != "xfdf":
+        raise XfdfError(f"the root element must be <xfdf>, not <{local_name(root.tag)}>")
+    stack = [(root, 1)]  # iteratively: the readers below recurse (rich text, raw elements)
+    while stack:
+        element, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise XfdfError(f"XFDF nests deeper than {MAX_DEPTH} elements")
+        stack.extend((child, depth + 1) for child in element)
+    return root
+
+
+def read_xfdf(data: bytes | str, *, pages: PageBoxes = None) -> XfdfChanges:
+    """Read an XFDF document (plain or command) as records. Raises :class:`XfdfError`
+    when it is not a readable XFDF document; annotations are not checked against the
+    record schema here (the caller does, as for Instant JSON)."""
+    root = parse(data)
+    changes = XfdfChanges()
+    for child in root:
+        name = local_name(child.tag)
+        if name == "annots":
+            changes.added += _records(child, pages, changes.attachments)
+        elif name in ("add", "modify"):
+            changes.is_command = True
+            target = changes.added if name == "add" else changes.modified
+            target += _records(child, pages, changes.attachments)
+        elif name == "delete":
+            changes.is_command = True
+            changes.deleted += [(i.text or "").strip() for i in child if local_name(i.tag) == "id"
+                                and (i.text or "").strip()]
+        elif name == "fields":
+            _read_fields(child, (), changes.form_field_values)
+    _thread_comments(changes.records)
+    return changes
+
+
+def _records(container: ET.Element, pages: PageBoxes, attachments: dict) -> list[dict]:
+    out = []
+    for element in container:
+        if namespace_of(element.tag) not in ("", XFDF_NS):
+            continue
+        record = record_of(element, pages, attachments)
+        if record is not None:
+            out.append(record)
+    return out
+
+
+def _thread_comments(records: list[dict]) -> None:
+    """A reply to a reply (Acrobat threads that way) joins its thread's root."""
+    parent = {r["id"]: r.get("rootId") for r in records if r.get("type") == "pspdfkit/comment" and "id" in r}
+    for record in records:
+        if record.get("type") != "pspdfkit/comment":
+            continue
+        root, seen = record.get("rootId"), set()
+        while root in parent and root not in seen:
+            seen.add(root)
+            root = parent[root]
+        record["rootId"] = root
+
+
+def _read_fields(element: ET.Element, path: tuple[str, ...], out: dict) -> None:
+    for child in element:
+        if local_name(child.tag) != "field":
+            continue
+        here = path + (child.get("name", ""),)
+        values = [v.text or "" for v in child if local_name(v.tag) == "value"]
+        subfields = [c for c in child if local_name(c.tag) == "field"]
+        if values or not subfields:
+            out[".".join(here)] = values[0] if len(values) == 1 else (values or None)
+        _read_fields(child, here, out)
+
+
+def record_of(element: ET.Element, pages: PageBoxes = None,
+              attachments: dict | None = None) -> dict | None:
+    """The record an XFDF annotation element says (with its ``<ls:instant-json>`` applied);
+    None for elements that are not annotations. Embedded files go to ``attachments``."""
+    tag = local_name(element.tag)
+    extension = None
+    for child in element:
+        if namespace_of(child.tag) == LS_NS and local_name(child.tag) == "instant-json":
+            extension = child
+    if tag in TYPES or (tag == "text" and element.get("inreplyto")):
+        record = _mapped_record(element, tag, pages, attachments if attachments is not None else {})
+    elif tag in RAW_ELEMENTS or (tag and tag not in ("annots", "fields", "f", "ids")):
+        record = _raw_record(element, tag, pages)
+    else:
+        return None
+    if extension is not None:
+        try:
+            ext = json.loads(extension.text or "{}")
+        except (ValueError, RecursionError):
+            raise XfdfError("<ls:instant-json> must hold a JSON object") from None
+        if not isinstance(ext, dict) or not isinstance(ext.get("set", {}), dict):
+            raise XfdfError("<ls:instant-json> must hold a JSON object")
+        record.update(ext.get("set", {}))
+        for key in ext.get("unset", []) if isinstance(ext.get("unset", []), list) else []:
+            record.pop(key, None)
+    return record
+
+
+def _page_index(element: ET.Element) -> int:
+    try:
+        page = int(element.get("page", "0"))
+    except ValueError:
+        raise XfdfError(f"page must be an integer, not {element.get('page')!r}") from None
+    if page < 0:
+        raise XfdfError("page must not be negative")
+    return page
+
+
+def _raw_record(element: ET.Element, tag: str, pages: PageBoxes) -> dict:
+    copy = deepcopy(element)
+    strip_xfdf_namespace(copy)
+    for child in list(copy):
+        if namespace_of(child.tag) == LS_NS:
+            copy.remove(child)
+    page = _page_index(element)
+    record: dict[str, Any] = {"type": f"xfdf/{tag}", "pageIndex": page}
+    if element.get("name"):
+        record["id"] = element.get("name")
+    rect = numbers_of(element.get("rect"))
+    if len(rect) == 4:
+        record["bbox"] = PageBox.of(pages, page).rect_to_bbox(rect)
+    copy.tail = None
+    record["xfdf"] = ET.tostring(copy, encoding="unicode")
+    return record
+
+
+def _mapped_record(element: ET.Element, tag: str, pages: PageBoxes, attachments: dict) -> dict:
+    page = _page_index(element)
+    space = PageBox.of(pages, page)
+    is_comment = tag == "text" and bool(element.get("inreplyto")) and element.get("replyType", "reply") != "group"
+    kind = "pspdfkit/comment" if is_comment else TYPES[tag]
+    record: dict[str, Any] = {"v": 2, "type": kind}
+    if element.get("name"):
+        record["id"] = element.get("name")
+        if not is_comment:
+            record["name"] = element.get("name")
+    record["pageIndex"] = page
+    if is_comment:
+        record["rootId"] = element.get("inreplyto")
+    else:
+        rect = numbers_of(element.get("rect"))
+        if len(rect) == 4:
+            record["bbox"] = space.rect_to_bbox(rect)
+    if element.get("opacity") is not None:
+        record["opacity"] = maybe_int(min(1.0, max(0.0, (numbers_of(element.get("opacity")) or [1.0])[0])))
+    words = [w.strip().lower() for w in (element.get("flags") or "").split(",") if w.strip()]
+    flags = [] if "print" in words else ["noPrint"]
+    flags += [f for f in FLAG_ORDER if f in FLAGS and FLAGS[f] in words]
+    if flags and not is_comment:
+        record["flags"] = flags
+    if element.get("title") is not None:
+        record["creatorName"] = element.get("title")
+    created = pdf_date_to_iso(element.get("creationdate"))
+    modified = pdf_date_to_iso(element.get("date"))
+    if created or modified:
+        record["createdAt"] = created or modified
+        record["updatedAt"] = modified or created
+    contents = rich = None
+    for child in element:
+        name = local_name(child.tag)
+        if name == "contents":
+            contents = child.text or ""
+        elif name == "contents-richtext":
+            body = next((c for c in child if local_name(c.tag) == "body"), None)
+            rich = xhtml_inner(body) if body is not None else None
+    if kind in ("pspdfkit/note", "pspdfkit/text", "pspdfkit/comment"):
+        record["text"] = ({"format": "xhtml", "value": rich} if rich is not None
+                          else {"format": "plain", "value": contents or ""})
+    elif contents is not None:
+        record["description" if kind == "pspdfkit/file" else "note"] = contents
+    _TYPE_READERS.get(kind, lambda *a: None)(element, record, space, attachments)
+    return record
+
+
+def _read_note(element, record, space, attachments):
+    icon = element.get("icon") or "Comment"
+    icon = icon[:1].lower() + icon[1:]
+    record["icon"] = icon if icon in NOTE_ICONS else "comment"
+    if color_of(element.get("color")):
+        record["color"] = color_of(element.get("color"))
+
+
+def _css(text: str) -> dict[str, str]:
+    out = {}
+    for part in text.split(";"):
+        if ":" in part:
+            key, value = part.split(":", 1)
+            out[key.strip().lower()] = value.strip()
+    return out
+
+
+def _read_free_text(element, record, space, attachments):
+    da = element.get("defaultappearance") or ""
+    if m := DA_FONT.search(da):
+        record["font"] = m.group(1)
+        record["fontSize"] = float(m.group(2))
+    if m := DA_RGB.search(da):
+        record["fontColor"] = "#" + "".join(f"{round(float(m.group(i)) * 255):02X}" for i in (1, 2, 3))
+    elif m := DA_GRAY.search(da):
+        record["fontColor"] = "#" + f"{round(float(m.group(1)) * 255):02X}" * 3
+    css = _css(element.get("defaultstyle") or "")  # what viewers draw wins over /DA
+    if "font" in css:  # Acrobat's shorthand: "Helvetica,sans-serif 12.0pt"
+        if m := re.search(r"([\d.]+)pt", css["font"]):
+            record["fontSize"] = float(m.group(1))
+        family = re.sub(r"[\d.]+pt", "", css["font"]).split(",")[0].strip().strip("'\"")
+        if family:
+            record["font"] = family
+    if css.get("font-family"):
+        record["font"] = css["font-family"].split(",")[0].strip().strip("'\"")
+    if m := re.match(r"([\d.]+)", css.get("font-size", "")):
+        record["fontSize"] = float(m.group(1))
+    if color_of(css.get("color")):
+        record["fontColor"] = color_of(css["color"])
+    styles = (["bold"] if css.get("font-weight") in ("bold", "700") else []) + \
+             (["italic"] if css.get("font-style") == "italic" else [])
+    if styles:
+        record["fontStyle"] = styles
+    record["fontSize"] = round(record.get("fontSize", 12))  # the record schema: an integer
+    align = {v: k for k, v in JUSTIFICATION.items()}.get(element.get("justification") or "")
+    align = align or {"left": "left", "center": "center", "right": "right"}.get(css.get("text-align", ""))
+    record["horizontalAlign"] = align or "left"
+    record["verticalAlign"] = "top"  # required by Instant JSON; XFDF free text starts at the top
+    record.setdefault("opacity", 1)  # required by Instant JSON for free text; XFDF's default
+    if color_of(element.get("color")):
+        record["backgroundColor"] = color_of(element.get("color"))
+    if element.get("rotation") is not None:
+        try:
+            record["rotation"] = round(float(element.get("rotation")) / 90) % 4 * 90
+        except ValueError:
+            raise XfdfError("rotation must be a number") from None
+
+
+def _read_markup(element, record, space, attachments):
+    numbers = numbers_of(element.get("coords"))
+    rects = []
+    for i in range(0, len(numbers) - 7, 8):
+        xs, ys = numbers[i:i + 8:2], numbers[i + 1:i + 8:2]
+        rects.append(space.rect_to_bbox([min(xs), min(ys), max(xs), max(ys)]))
+    record["rects"] = rects or ([record["bbox"]] if "bbox" in record else [])
+    record["color"] = color_of(element.get("color")) or "#000000"  # required by Instant JSON
+
+
+def _read_points(text: str | None, space: PageBox) -> list[list[float]]:
+    numbers = numbers_of(text)
+    return [space.point_to_instant(numbers[i], numbers[i + 1]) for i in range(0, len(numbers) - 1, 2)]
+
+
+def _read_ink(element, record, space, attachments):
+    lines = []
+    for child in element:
+        if local_name(child.tag) == "inklist":
+            lines += [_read_points(g.text, space) for g in child if local_name(g.tag) == "gesture"]
+    record["lines"] = {"points": lines, "intensities": [[1.0] * len(p) for p in lines]}
+    record["lineWidth"] = maybe_int((numbers_of(element.get("width")) or [1])[0])
+    if color_of(element.get("color")):
+        record["strokeColor"] = color_of(element.get("color"))
+
+
+def _read_stroke(element, record):
+    if color_of(element.get("color")):
+        record["strokeColor"] = color_of(element.get("color"))
+    if color_of(element.get("interior-color")):
+        record["fillColor"] = color_of(element.get("interior-color"))
+    if element.get("width") is not None:
+        record["strokeWidth"] = maybe_int((numbers_of(element.get("width")) or [1])[0])
+    dashes = numbers_of(element.get("dashes"))
+    if dashes and (element.get("style") or "dash") == "dash":
+        record["strokeDashArray"] = [maybe_int(d) for d in dashes]
+
+
+def _read_caps(element, record):
+    names = {v: k for k, v in LINE_CAPS.items()}
+    caps = {key: names[element.get(attr)] for key, attr in (("start", "head"), ("end", "tail"))
+            if element.get(attr) in names}
+    if caps:
+        record["lineCaps"] = caps
+
+
+def _read_shape(element, record, space, attachments):
+    _read_stroke(element, record)
+
+
+def _read_line(element, record, space, attachments):
+    _read_stroke(element, record)
+    for key, attr in (("startPoint", "start"), ("endPoint", "end")):
+        numbers = numbers_of(element.get(attr))
+        record[key] = space.point_to_instant(*numbers[:2]) if len(numbers) >= 2 else [0, 0]
+    _read_caps(element, record)
+
+
+def _read_vertices(element, record, space, attachments):
+    _read_stroke(element, record)
+    if record["type"] == "pspdfkit/shape/polyline":
+        _read_caps(element, record)
+    text = next((c.text for c in element if local_name(c.tag) == "vertices"), None)
+    record["points"] = _read_points(text, space)
+
+
+def _read_stamp(element, record, space, attachments):
+    icon = (element.get("icon") or "Custom").lstrip("#")
+    record["stampType"] = icon if icon in STAMP_TYPES else "Custom"
+    if color_of(element.get("color")):
+        record["color"] = color_of(element.get("color"))
+    if element.get("rotation") is not None:
+        try:
+            record["rotation"] = round(float(element.get("rotation")) / 90) % 4 * 90
+        except ValueError:
+            raise XfdfError("rotation must be a number") from None
+
+
+def _read_file(element, record, space, attachments):
+    if element.get("file") is not None:
+        record["fileName"] = element.get("file")
+    if element.get("icon") is not None:
+        record["iconName"] = element.get("icon")
+    data = next((c for c in element if local_name(c.tag) == "data"), None)
+    if data is None:
+        return
+    raw = re.sub(r"\s+", "", data.text or "")
+    try:
+        content = bytes.fromhex(raw) if (data.get("encoding") or "hex") == "hex" else None
+    except ValueError:
+        raise XfdfError("<data> of a file attachment must be hex") from None
+    if content is None:  # ascii85 (XFDF's other encoding)
+        try:
+            content = base64.a85decode(raw.removesuffix("~>").encode("ascii"), adobe=False)
+        except ValueError:
+            raise XfdfError("<data> of a file attachment is not ascii85") from None
+    sha = hashlib.sha256(content).hexdigest()
+    attachments[sha] = content
+    record["fileAttachmentId"] = sha
+
+
+_TYPE_READERS = {
+    "pspdfkit/note": _read_note, "pspdfkit/text": _read_free_text,
+    "pspdfkit/markup/highlight": _read_markup, "pspdfkit/markup/underline": _read_markup,
+    "pspdfkit/markup/strikeout": _read_markup, "pspdfkit/markup/squiggly": _read_markup,
+    "pspdfkit/ink": _read_ink, "pspdfkit/shape/rectangle": _read_shape,
+    "pspdfkit/shape/ellipse": _read_shape, "pspdfkit/shape/line": _read_line,
+    "pspdfkit/shape/polygon": _read_vertices, "pspdfkit/shape/polyline": _read_vertices,
+    "pspdfkit/stamp": _read_stamp, "pspdfkit/file": _read_file,
+}

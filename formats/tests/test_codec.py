@@ -1,0 +1,247 @@
+"""The XFDF codec: Instant JSON records → XFDF → records give the same records, each field
+in its XFDF place (not smuggled in the extension element), for every type both express;
+XFDF written by other tools reads as the records it says; untrusted XML is refused."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from layersync_xfdf import LS_NS, XFDF_NS, XfdfError, read_xfdf, unwritable, write_xfdf
+from layersync_xfdf.values import ELEMENTS, FLAG_ORDER, LINE_CAPS, NOTE_ICONS, STAMP_TYPES
+
+#: Fields XFDF has no place for: they may (only they) travel in <ls:instant-json>.
+NOT_IN_XFDF = {"customData", "isDrawnNaturally", "isSignature", "blendMode", "title", "subtitle",
+               "pdfObjectId", "callout", "isFitting", "intensities"}
+
+# numbers with at most 2 decimals (what PDF import writes has 4; the codec keeps 4)
+coord = st.integers(0, 60000).map(lambda n: n / 100)
+size = st.integers(1, 30000).map(lambda n: n / 100)
+point = st.lists(coord, min_size=2, max_size=2)
+bbox = st.tuples(coord, coord, size, size).map(list)
+color = st.integers(0, 0xFFFFFF).map(lambda n: f"#{n:06X}")
+text = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\r"), max_size=40)
+word = st.text("abcdefghijklmnopqrstuvwxyz ÄéΩ漢", min_size=1, max_size=12)
+date = st.datetimes(min_value=__import__("datetime").datetime(1990, 1, 1)).map(
+    lambda d: d.strftime("%Y-%m-%dT%H:%M:%SZ"))
+flags = st.sets(st.sampled_from(FLAG_ORDER), min_size=1).map(lambda s: [f for f in FLAG_ORDER if f in s])
+ident = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=20)
+
+
+@st.composite
+def rich_text(draw) -> str:
+    """XHTML in the canonical form the codec writes back (double-quoted attributes)."""
+    parts = draw(st.lists(st.tuples(st.sampled_from(["", "b", "i", "span"]), word), min_size=1, max_size=4))
+    inner = "".join(w if not tag else f'<{tag} style="color:#FF0000">{w}</{tag}>' if tag == "span"
+                    else f"<{tag}>{w}</{tag}>" for tag, w in parts)
+    return f"<p>{inner.replace('&', '&amp;')}</p>"
+
+
+@st.composite
+def common(draw, kind: str) -> dict:
+    record_id = draw(ident)
+    record = {"v": 2, "type": kind, "id": record_id, "name": record_id, "pageIndex": draw(st.integers(0, 3)),
+              "bbox": draw(bbox), "opacity": draw(st.integers(0, 100)) / 100,
+              "createdAt": draw(date), "updatedAt": draw(date)}
+    for key, value in (("flags", flags), ("creatorName", word),
+                       ("customData", st.dictionaries(word, st.integers() | word, max_size=3))):
+        if draw(st.booleans()):
+            record[key] = draw(value)
+    return record
+
+
+@st.composite
+def records(draw) -> dict:
+    kind = draw(st.sampled_from(sorted(ELEMENTS)))
+    record = draw(common(kind))
+    maybe = lambda key, value: record.update({key: draw(value)}) if draw(st.booleans()) else None  # noqa: E731
+    if kind == "pspdfkit/note":
+        record.update(text={"format": "plain", "value": draw(text)}, icon=draw(st.sampled_from(NOTE_ICONS)))
+        maybe("color", color)
+    elif kind == "pspdfkit/text":
+        rich = draw(st.booleans())
+        record.update(text={"format": "xhtml", "value": draw(rich_text())} if rich
+                      else {"format": "plain", "value": draw(text)},
+                      fontSize=draw(st.integers(4, 72)), font=draw(st.sampled_from(["Helvetica", "Times New Roman", "Helv"])),
+                      fontColor=draw(color), horizontalAlign=draw(st.sampled_from(["left", "center", "right"])),
+                      verticalAlign="top", rotation=draw(st.sampled_from([0, 90, 180, 270])))
+        maybe("backgroundColor", color)
+        maybe("fontStyle", st.sampled_from([["bold"], ["italic"], ["bold", "italic"]]))
+    elif kind.startswith("pspdfkit/markup/"):
+        record.update(rects=draw(st.lists(bbox, min_size=1, max_size=3)), color=draw(color))
+        maybe("note", text)
+    elif kind == "pspdfkit/ink":
+        lines = draw(st.lists(st.lists(point, min_size=1, max_size=5), min_size=1, max_size=3))
+        record.update(lines={"points": lines, "intensities": [[1.0] * len(p) for p in lines]},
+                      lineWidth=draw(st.integers(1, 20)), strokeColor=draw(color))
+        maybe("isDrawnNaturally", st.booleans())
+        maybe("note", text)
+    elif kind.startswith("pspdfkit/shape/"):
+        maybe("strokeColor", color)
+        maybe("fillColor", color)
+        maybe("strokeWidth", st.integers(0, 10))
+        maybe("strokeDashArray", st.lists(st.integers(1, 9), min_size=2, max_size=2))
+        maybe("note", text)
+        caps = st.fixed_dictionaries({}, optional={"start": st.sampled_from(sorted(LINE_CAPS)),
+                                                   "end": st.sampled_from(sorted(LINE_CAPS))}).filter(bool)
+        if kind == "pspdfkit/shape/line":
+            record.update(startPoint=draw(point), endPoint=draw(point))
+            maybe("lineCaps", caps)
+        elif kind in ("pspdfkit/shape/polygon", "pspdfkit/shape/polyline"):
+            record["points"] = draw(st.lists(point, min_size=2, max_size=6))
+            if kind.endswith("polyline"):
+                maybe("lineCaps", caps)
+    elif kind == "pspdfkit/stamp":
+        record.update(stampType=draw(st.sampled_from(STAMP_TYPES)), rotation=draw(st.sampled_from([0, 90])))
+        maybe("color", color)
+        maybe("title", word)
+    elif kind == "pspdfkit/file":
+        record.update(fileName=draw(word) + ".txt", iconName=draw(st.sampled_from(["PushPin", "Paperclip"])))
+        maybe("description", text)
+    return record
+
+
+PAGES = [(0, 0, 612, 792), (10, 20, 605, 862), (0, 0, 842, 595), (-50, -50, 550, 750)]
+
+
+def extension_keys(xfdf: str) -> dict[str, set[str]]:
+    """Record id → the keys its <ls:instant-json> carries."""
+    root = ET.fromstring(xfdf)
+    found = {}
+    for element in root.iter():
+        ext = element.find(f"{{{LS_NS}}}instant-json")
+        if ext is not None:
+            carried = json.loads(ext.text)
+            found[element.get("name")] = set(carried.get("set", {})) | set(carried.get("unset", []))
+    return found
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records(), min_size=1, max_size=6, unique_by=lambda r: r["id"]))
+def test_records_round_trip_through_xfdf_each_field_in_its_place(items):
+    xfdf = write_xfdf(items, pages=PAGES)
+    back = read_xfdf(xfdf.encode("utf-8"), pages=PAGES)
+    assert back.records == items
+    assert not back.is_command
+    carried = extension_keys(xfdf)
+    for record_id, keys in carried.items():
+        assert keys <= NOT_IN_XFDF, (record_id, keys - NOT_IN_XFDF)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(records(), min_size=1, max_size=3, unique_by=lambda r: r["id"]),
+       st.lists(st.tuples(ident, st.sampled_from([None, "one"]) | st.lists(word, min_size=2, max_size=3)),
+                max_size=3, unique_by=lambda t: t[0]))
+def test_comments_threads_and_form_field_values_round_trip(roots, fields):
+    comments = [{"v": 2, "type": "pspdfkit/comment", "id": f"c{i}-{r['id']}", "rootId": r["id"],
+                 "pageIndex": r["pageIndex"], "text": {"format": "plain", "value": f"reply {i}"},
+                 "creatorName": "bob", "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-02T00:00:00Z"}
+                for i, r in enumerate(roots)]
+    values = {f"form.{name}": value for name, value in fields}
+    xfdf = write_xfdf(roots + comments, pages=PAGES, form_field_values=values)
+    back = read_xfdf(xfdf, pages=PAGES)
+    assert back.records == roots + comments and back.form_field_values == values
+    assert not any(k for k in extension_keys(xfdf).values() if k - NOT_IN_XFDF)
+
+
+def test_file_attachment_carries_its_bytes():
+    data = b"\x00binary\xffdata"
+    sha = __import__("hashlib").sha256(data).hexdigest()
+    record = {"v": 2, "type": "pspdfkit/file", "id": "f1", "name": "f1", "pageIndex": 0, "bbox": [1, 2, 3, 4],
+              "fileAttachmentId": sha, "fileName": "a.bin", "iconName": "PushPin"}
+    xfdf = write_xfdf([record], attachments={sha: data})
+    back = read_xfdf(xfdf)
+    assert back.records == [record] and back.attachments == {sha: data}
+    assert not extension_keys(xfdf)
+
+
+def test_unmappable_types_are_left_out_and_named():
+    link = {"v": 2, "type": "pspdfkit/link", "id": "l", "pageIndex": 0, "bbox": [0, 0, 1, 1],
+            "action": {"type": "uri", "uri": "https://example.com"}}
+    own = {"type": "myapp/pin", "id": "p"}
+    assert unwritable([link, own]) == ["l", "p"]
+    assert read_xfdf(write_xfdf([link, own])).records == []
+
+
+ACROBAT = f"""<?xml version="1.0" encoding="UTF-8"?>
+<xfdf xmlns="{XFDF_NS}" xml:space="preserve">
+<annots>
+<freetext color="#FFFFFF" creationdate="D:20240102030405+01'00'" date="D:20240102040506Z" flags="print"
+  name="ft1" page="0" rect="100,600,300,650" subject="Text Box" title="Ann" width="0"
+  defaultappearance="0 0 0 rg /Helv 12 Tf" justification="centered"
+  defaultstyle="font: Helvetica,sans-serif 14.0pt; text-align:center; color:#00AA00">
+<contents>Hello world</contents>
+<contents-richtext><body xmlns="http://www.w3.org/1999/xhtml" xmlns:xfa="http://www.xfa.org/schema/xfa-data/1.0/" xfa:APIVersion="Acrobat:21.0.0" xfa:spec="2.0.2"><p dir="ltr">Hello <span style="font-weight:bold">world</span></p></body></contents-richtext>
+</freetext>
+<highlight color="#FFFF00" flags="print" name="hl1" page="0" rect="10,700,110,712" coords="10,712,110,712,10,700,110,700" title="Ann"><contents>look</contents></highlight>
+<text name="r1" page="0" inreplyto="hl1" rect="10,700,110,712" title="Bob" flags="print"><contents>agreed</contents></text>
+<text name="r2" page="0" inreplyto="r1" rect="10,700,110,712" title="Ann" flags="print"><contents>thanks</contents></text>
+<caret name="ca1" page="0" rect="1,2,3,4" flags="print" inreplyto="hl1" replyType="group"/>
+<ink color="#FF0000" flags="print" name="ink1" page="0" rect="0,0,100,100" width="2"><inklist><gesture>10,782;20,772</gesture></inklist></ink>
+</annots>
+<fields><field name="name"><value>Ann</value></field><field name="addr"><field name="city"><value>Bern</value></field></field></fields>
+</xfdf>"""
+
+
+def test_acrobat_style_xfdf_reads_as_the_records_it_says():
+    changes = read_xfdf(ACROBAT.encode("utf-8"))
+    by_id = {r["id"]: r for r in changes.records}
+    ft = by_id["ft1"]
+    assert ft["type"] == "pspdfkit/text" and ft["bbox"] == [100, 142, 200, 50]
+    # /DS (what viewers draw) over /DA: green 14 pt, not /DA's black 12 pt
+    assert (ft["font"], ft["fontSize"], ft["fontColor"]) == ("Helvetica", 14, "#00AA00")
+    assert ft["text"] == {"format": "xhtml",
+                          "value": '<p dir="ltr">Hello <span style="font-weight:bold">world</span></p>'}
+    assert ft["horizontalAlign"] == "center" and ft["backgroundColor"] == "#FFFFFF"
+    assert ft["createdAt"] == "2024-01-02T02:04:05Z" and ft["creatorName"] == "Ann"
+    assert by_id["hl1"]["rects"] == [[10, 80, 100, 12]] and by_id["hl1"]["note"] == "look"
+    # replies are comments of the thread's root, a reply to a reply included
+    assert [(by_id[c]["type"], by_id[c]["rootId"]) for c in ("r1", "r2")] == [("pspdfkit/comment", "hl1")] * 2
+    # a caret (no Instant type) is kept as the element itself and written back unchanged
+    assert by_id["ca1"]["type"] == "xfdf/caret"
+    again = read_xfdf(write_xfdf([by_id["ca1"]]))
+    assert again.records == [by_id["ca1"]]
+    assert by_id["ink1"]["lines"]["points"] == [[[10, 10], [20, 20]]]
+    assert changes.form_field_values == {"name": "Ann", "addr.city": "Bern"}
+
+
+def test_command_document():
+    changes = read_xfdf(f"""<xfdf xmlns="{XFDF_NS}"><add><square name="s1" page="0" rect="0,0,10,10"/></add>
+        <modify><circle name="c1" page="1" rect="0,0,10,10" color="#112233"/></modify>
+        <delete><id page="0">gone1</id><id page="2">gone2</id></delete></xfdf>""")
+    assert changes.is_command
+    assert [r["id"] for r in changes.added] == ["s1"] and [r["id"] for r in changes.modified] == ["c1"]
+    assert changes.modified[0]["strokeColor"] == "#112233" and changes.deleted == ["gone1", "gone2"]
+
+
+XXE = """<?xml version="1.0"?>
+<!DOCTYPE xfdf [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>
+<xfdf xmlns="http://ns.adobe.com/xfdf/"><annots><text name="x" page="0" rect="0,0,1,1"><contents>&xxe;</contents></text></annots></xfdf>"""
+LAUGHS = ('<?xml version="1.0"?>\n<!DOCTYPE lolz [<!ENTITY lol "lol">'
+          + "".join(f'<!ENTITY lol{i} "{("&lol%s;" % (i - 1 if i > 1 else "")) * 10}">' for i in range(1, 10))
+          + ']>\n<xfdf xmlns="http://ns.adobe.com/xfdf/"><annots><text name="x" page="0" rect="0,0,1,1">'
+            '<contents>&lol9;</contents></text></annots></xfdf>')
+
+
+DEEP = (f'<xfdf xmlns="{XFDF_NS}"><annots><freetext name="d" page="0" rect="0,0,1,1"><contents-richtext><body>'
+        + "<b>" * 100000 + "x" + "</b>" * 100000 + "</body></contents-richtext></freetext></annots></xfdf>")
+DEEP_JSON = (f'<xfdf xmlns="{XFDF_NS}"><annots><square name="s" page="0" rect="0,0,1,1">'
+             f'<ls:instant-json xmlns:ls="{LS_NS}">' + "[" * 100000 + "]" * 100000 + "</ls:instant-json>"
+             "</square></annots></xfdf>")
+
+
+@pytest.mark.parametrize("document", [XXE, LAUGHS, "<xfdf><annots>", "<pdf/>", "\x00\x01", "", DEEP, DEEP_JSON],
+                         ids=["external-entity", "billion-laughs", "not-well-formed", "not-xfdf", "binary", "empty",
+                              "deep-nesting", "deep-json"])
+def test_untrusted_xml_is_refused(document):
+    with pytest.raises(XfdfError):
+        read_xfdf(document.encode("utf-8"))
+
+
+def test_refusal_says_why():
+    with pytest.raises(XfdfError, match="DTD"):
+        read_xfdf(XXE)

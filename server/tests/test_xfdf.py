@@ -1,0 +1,230 @@
+"""XFDF on the admin API (Document Engine's routes): ``GET .../document.xfdf``, XFDF attached
+to the upload, ``POST .../apply_xfdf`` with plain and command documents (one set of layer
+revisions, or nothing), untrusted XML refused with nothing stored, and the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+from layersync_xfdf import MEDIA_TYPE, XFDF_NS, read_xfdf
+
+from conftest import ADMIN_TOKEN, CORPUS, note, synthetic_pdf
+
+TEST_PDFS = ["sample-files-024-annotated_pdf.pdf", "pdfjs-comments.pdf", "pdfjs-inks.pdf",
+             "pdfjs-annotation-fileattachment.pdf", "pdfjs-issue13447.pdf"]
+XXE = ('<?xml version="1.0"?><!DOCTYPE xfdf [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>'
+       f'<xfdf xmlns="{XFDF_NS}"><annots><text name="xxe" page="0" rect="0,0,9,9"><contents>&xxe;'
+       '</contents></text></annots></xfdf>')
+LAUGHS = ('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+          + "".join(f'<!ENTITY lol{i} "{("&lol%s;" % (i - 1 if i > 1 else "")) * 10}">' for i in range(1, 10))
+          + f']><xfdf xmlns="{XFDF_NS}"><annots><text name="lol" page="0" rect="0,0,9,9">'
+            '<contents>&lol9;</contents></text></annots></xfdf>')
+
+
+def _records(server, doc: str, layer: str = "~") -> list[dict]:
+    response = server.http.get(f"/api/documents/{doc}/layers/{layer}/document.json", headers=server.admin())
+    assert response.status_code == 200, response.text
+    body = response.json()
+    return sorted(body["annotations"] + body["comments"], key=lambda r: r["id"])
+
+
+def _xfdf(server, doc: str, layer: str | None = None):
+    path = f"/api/documents/{doc}/document.xfdf" if layer is None else \
+        f"/api/documents/{doc}/layers/{layer}/document.xfdf"
+    return server.http.get(path, headers=server.admin())
+
+
+def _apply(server, doc: str, xfdf: str | bytes, layer: str | None = None, **kwargs):
+    path = f"/api/documents/{doc}/apply_xfdf" if layer is None else \
+        f"/api/documents/{doc}/layers/{layer}/apply_xfdf"
+    return server.http.post(path, headers={**server.admin(), "Content-Type": MEDIA_TYPE},
+                            content=xfdf if isinstance(xfdf, bytes) else xfdf.encode("utf-8"), **kwargs)
+
+
+def _upload_with(server, pdf: bytes, attachment: bytes, keep: bool = False, document_id: str | None = None):
+    document_id = document_id or "xfdf-" + uuid.uuid4().hex
+    data = {"document_id": document_id}
+    if keep:
+        data["keep_current_annotations"] = "true"
+    return document_id, server.http.post("/api/documents", headers=server.admin(), data=data, files={
+        "file": ("doc.pdf", pdf, "application/pdf"), "attachment": ("a.xfdf", attachment, MEDIA_TYPE)})
+
+
+@pytest.mark.parametrize("name", TEST_PDFS)
+def test_export_and_upload_with_the_xfdf_give_the_same_layer(server, name):
+    """A layer → ``document.xfdf`` → the same PDF uploaded with it attached → the same records."""
+    doc = server.new_document(name)
+    exported = _xfdf(server, doc)
+    assert exported.status_code == 200
+    assert exported.headers["content-type"].split(";")[0] == MEDIA_TYPE
+    assert read_xfdf(exported.content).records, "the corpus file has annotations"
+    assert _xfdf(server, doc, "~").content == exported.content
+    pdf = (CORPUS / name).read_bytes()
+    copy, response = _upload_with(server, pdf, exported.content)
+    assert response.status_code == 200, response.text
+    assert _records(server, copy) == _records(server, doc)
+    assert _xfdf(server, copy).content == exported.content
+
+
+def test_upload_attachment_replaces_or_keeps_the_pdfs_annotations(server):
+    pdf = (CORPUS / "sample-files-024-annotated_pdf.pdf").read_bytes()
+    original = _records(server, server.new_document())
+    xfdf = (f'<xfdf xmlns="{XFDF_NS}"><annots><square name="sq" page="0" rect="10,10,50,50" '
+            'color="#FF0000" flags="print"/></annots></xfdf>').encode()
+    replaced, response = _upload_with(server, pdf, xfdf)
+    assert response.status_code == 200, response.text
+    assert [(r["id"], r["type"], r["strokeColor"]) for r in _records(server, replaced)] == \
+        [("sq", "pspdfkit/shape/rectangle", "#FF0000")]
+    kept, response = _upload_with(server, pdf, xfdf, keep=True)
+    assert response.status_code == 200, response.text
+    assert sorted(r["id"] for r in _records(server, kept)) == sorted([r["id"] for r in original] + ["sq"])
+
+
+def test_coordinates_use_the_pages_cropbox(server):
+    """XFDF is in PDF user space: a page whose MediaBox starts at (100, 200) shifts it."""
+    pdf = synthetic_pdf([([100, 200, 712, 992], 0)])
+    xfdf = (f'<xfdf xmlns="{XFDF_NS}"><annots><square name="s" page="0" rect="110,902,150,982"/>'
+            '</annots></xfdf>').encode()
+    doc, response = _upload_with(server, pdf, xfdf)
+    assert response.status_code == 200, response.text
+    assert _records(server, doc)[0]["bbox"] == [10, 10, 40, 80]
+    assert 'rect="110,902,150,982"' in _xfdf(server, doc).text
+
+
+def test_apply_plain_xfdf_creates_and_replaces(server):
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    layer = "x-" + uuid.uuid4().hex[:6]
+    assert server.http.post(f"/api/documents/{doc}/layers", headers=server.admin(),
+                            json={"name": layer}).status_code == 200
+    xfdf = (f'<xfdf xmlns="{XFDF_NS}"><annots>'
+            '<text name="n1" page="0" rect="10,10,34,34" color="#00FF00" flags="print"><contents>hi</contents></text>'
+            '<text name="c1" page="0" inreplyto="n1" rect="10,10,34,34" flags="print"><contents>reply</contents></text>'
+            '</annots></xfdf>')
+    first = _apply(server, doc, xfdf, layer)
+    assert first.status_code == 200, first.text
+    assert first.json()["data"] | {"revision": 0} == {"created": 2, "updated": 0, "deleted": 0, "unchanged": 0,
+                                                       "revision": 0}
+    records = {r["id"]: r for r in _records(server, doc, layer)}
+    assert records["n1"]["text"]["value"] == "hi" and records["c1"]["rootId"] == "n1"
+    again = _apply(server, doc, xfdf.replace(">hi<", ">edited<"), layer)
+    assert again.json()["data"]["updated"] == 1 and again.json()["data"]["unchanged"] == 1
+    multipart = server.http.post(f"/api/documents/{doc}/layers/{layer}/apply_xfdf", headers=server.admin(),
+                                 files={"xfdf": ("d.xfdf", xfdf.encode(), MEDIA_TYPE)})
+    assert multipart.status_code == 200 and multipart.json()["data"]["updated"] == 1
+
+
+def test_xfdf_as_other_tools_write_it_passes_the_record_schema(server):
+    """Minimal elements of every mapped type (only what XFDF requires) make valid records."""
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    elements = "".join(f'<{tag} name="min-{tag}" page="0" rect="10,10,50,50"{extra}/>' for tag, extra in (
+        ("text", ""), ("freetext", ""), ("highlight", ' coords="10,50,50,50,10,10,50,10"'), ("underline", ""),
+        ("strikeout", ""), ("squiggly", ""), ("ink", ""), ("square", ""), ("circle", ""),
+        ("line", ' start="10,10" end="50,50"'), ("polygon", ""), ("polyline", ""), ("stamp", ""),
+        ("fileattachment", ""), ("caret", "")))
+    answer = _apply(server, doc, f'<xfdf xmlns="{XFDF_NS}"><annots>{elements}</annots></xfdf>')
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"]["created"] == 15
+
+
+def test_a_command_document_applies_as_one_set_of_revisions(server):
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    for record_id in ("keep", "edit", "drop"):
+        created = server.http.post(f"/api/documents/{doc}/annotations", headers=server.admin(),
+                                   json={"id": record_id, "content": note(record_id)})
+        assert created.status_code == 200, created.text
+    before = server.records(doc)
+    command = (f'<xfdf xmlns="{XFDF_NS}">'
+               '<add><square name="new" page="0" rect="1,1,20,20" flags="print"/></add>'
+               '<modify><text name="edit" page="0" rect="10,762,20,772" flags="print"><contents>edited</contents></text></modify>'
+               '<delete><id page="0">drop</id><id page="0">never-existed</id></delete></xfdf>')
+    answer = _apply(server, doc, command)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"] | {"revision": 0} == {"created": 1, "updated": 1, "deleted": 1, "unchanged": 0,
+                                                       "revision": 0}
+    after = server.records(doc, since=before["revision"])
+    changed = {r["id"]: r for r in after["records"]}
+    assert set(changed) == {"new", "edit", "drop"} and changed["drop"]["deleted"]
+    assert answer.json()["data"]["revision"] == after["revision"] == before["revision"] + 3
+    assert changed["edit"]["content"]["text"]["value"] == "edited"
+
+    # a failing command (modify of a missing annotation) applies nothing
+    state = _records(server, doc)
+    failing = command.replace('name="edit"', 'name="missing"').replace('name="new"', 'name="new2"')
+    refused = _apply(server, doc, failing)
+    assert refused.status_code == 409 and "nothing was applied" in refused.json()["error"]["message"]
+    assert _records(server, doc) == state
+    assert server.records(doc, since=after["revision"])["records"] == []
+    duplicate = _apply(server, doc, f'<xfdf xmlns="{XFDF_NS}"><add><square name="keep" page="0" rect="1,1,2,2"/>'
+                                    '</add></xfdf>')
+    assert duplicate.status_code == 409 and duplicate.json()["error"]["code"] == "annotation_exists"
+
+
+def test_form_field_values_apply_to_widgets(server):
+    doc = server.new_document("pdfjs-prefilled_f1040.pdf")
+    widgets = [r for r in _records(server, doc) if r["type"] == "pspdfkit/widget" and r.get("formFieldName")]
+    field = next(w for w in widgets if w.get("formFieldType") == "text")
+    name = field["formFieldName"]
+    parts = name.split(".")
+    nested = "".join(f'<field name="{p}">' for p in parts) + "<value>from XFDF</value>" + "</field>" * len(parts)
+    answer = _apply(server, doc, f'<xfdf xmlns="{XFDF_NS}"><fields>{nested}</fields></xfdf>')
+    assert answer.status_code == 200, answer.text
+    assert {r["id"]: r for r in _records(server, doc)}[field["id"]]["value"] == "from XFDF"
+    assert "<value>from XFDF</value>" in _xfdf(server, doc).text
+
+
+DEEP = (f'<xfdf xmlns="{XFDF_NS}"><annots><freetext name="d" page="0" rect="0,0,1,1"><contents-richtext>'
+        + "<b>" * 500 + "x" + "</b>" * 500 + "</contents-richtext></freetext></annots></xfdf>")
+
+
+@pytest.mark.parametrize("bad", [XXE, LAUGHS, "<xfdf><annots>", "<html/>", DEEP,
+                                 f'<xfdf xmlns="{XFDF_NS}"><annots><ink name="i" page="-1"/></annots></xfdf>'],
+                         ids=["external-entity", "billion-laughs", "not-well-formed", "not-xfdf", "deep-nesting",
+                              "bad-page"])
+def test_untrusted_xml_is_refused_and_nothing_stored(server, bad):
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    before = server.records(doc)
+    refused = _apply(server, doc, bad)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "invalid_request" and "XFDF" in refused.json()["error"]["message"]
+    assert server.records(doc) == before
+    document_id, upload = _upload_with(server, (CORPUS / "pdfjs-issue13447.pdf").read_bytes(), bad.encode())
+    assert upload.status_code == 400, upload.text
+    assert server.http.get(f"/api/documents/{document_id}", headers=server.admin()).status_code == 404
+
+
+def test_status_codes(server):
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    assert _xfdf(server, "no-such-" + uuid.uuid4().hex).status_code == 404
+    assert server.http.get(f"/api/documents/{doc}/document.xfdf").status_code == 401
+    assert _apply(server, "no-such-" + uuid.uuid4().hex, f'<xfdf xmlns="{XFDF_NS}"/>').status_code == 404
+    wrong_type = server.http.post(f"/api/documents/{doc}/apply_xfdf", headers=server.admin(), json={})
+    assert wrong_type.status_code == 400
+    schema = server.http.get("/openapi.json").json()["paths"]
+    assert MEDIA_TYPE in schema["/api/documents/{document_id}/document.xfdf"]["get"]["responses"]["200"]["content"]
+    assert "post" in schema["/api/documents/{document_id}/layers/{layer}/apply_xfdf"]
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "layersync_server", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_cli_export_xfdf_and_upload_xfdf(server, tmp_path):
+    doc = server.new_document("pdfjs-comments.pdf")
+    out = tmp_path / "layer.xfdf"
+    exported = _cli("export", doc, "--url", server.url, "--admin-token", ADMIN_TOKEN, "--xfdf", "-o", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert out.read_bytes() == _xfdf(server, doc).content
+    copy = "cli-xfdf-" + uuid.uuid4().hex
+    uploaded = _cli("upload", "--url", server.url, "--admin-token", ADMIN_TOKEN, str(CORPUS / "pdfjs-comments.pdf"),
+                    "--document-id", copy, "--xfdf", str(out))
+    assert uploaded.returncode == 0, uploaded.stderr
+    assert _records(server, copy) == _records(server, doc)
+    bad = tmp_path / "bad.xfdf"
+    bad.write_text(XXE)
+    refused = _cli("upload", "--url", server.url, "--admin-token", ADMIN_TOKEN, str(CORPUS / "pdfjs-comments.pdf"),
+                   "--xfdf", str(bad))
+    assert refused.returncode == 1 and "invalid_request" in refused.stderr
