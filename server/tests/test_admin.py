@@ -25,9 +25,11 @@ def test_documents_info_paging_and_delete(server):
     doc = server.new_document()
     info = _api(server, "GET", f"/api/documents/{doc}")
     assert info.status_code == 200 and info.json()["data"]["layers"] == [""]
-    assert _api(server, "GET", f"/api/documents/{doc}/document_info").json()["data"]["document_id"] == doc
-    listed = _api(server, "GET", "/api/documents", params={"page": 1, "per_page": 1}).json()
-    assert len(listed["data"]) == 1 and listed["meta"]["total"] >= 1
+    document_info = _api(server, "GET", f"/api/documents/{doc}/document_info").json()["data"]
+    assert document_info["document_id"] == doc and document_info["pageCount"] >= 1
+    assert [p["pageIndex"] for p in document_info["pages"]] == list(range(document_info["pageCount"]))
+    listed = _api(server, "GET", "/api/documents", params={"page_size": 1}).json()
+    assert len(listed["data"]) == 1 and listed["document_count"] >= 1
     assert _api(server, "DELETE", f"/api/documents/{doc}").status_code == 200
     assert _api(server, "GET", f"/api/documents/{doc}").status_code == 404
     assert _api(server, "DELETE", f"/api/documents/{doc}").status_code == 404
@@ -38,7 +40,7 @@ def test_layers_from_base_other_layer_and_instant_json(server):
     doc = server.new_document()
     base_ids = {a["id"] for a in _api(server, "GET", f"/api/documents/{doc}/annotations")
                 .json()["data"]["annotations"]}
-    _api(server, "POST", f"/api/documents/{doc}/annotations", json=note("only in default", id="extra"))
+    _api(server, "POST", f"/api/documents/{doc}/annotations", json={"id": "extra", "content": note("only in default")})
     created = _api(server, "POST", f"/api/documents/{doc}/layers",
                    json={"name": "review", "instant_json": {"annotations": [note("added", id="n1")]}})
     assert created.status_code == 200, created.text
@@ -46,13 +48,16 @@ def test_layers_from_base_other_layer_and_instant_json(server):
               .json()["data"]["annotations"]}
     assert review == base_ids | {"n1"}
     copy = _api(server, "POST", f"/api/documents/{doc}/layers", json={"name": "copy", "source_layer_name": ""})
-    assert copy.status_code == 200 and copy.json()["data"]["record_count"] == len(base_ids) + 1
+    assert copy.status_code == 200 and copy.json()["data"]["recordCount"] == len(base_ids) + 1
+    assert copy.json()["data"]["name"] == "copy" and copy.json()["data"]["errors"] == []
     assert _api(server, "POST", f"/api/documents/{doc}/layers", json={"name": "review"}).status_code == 409
     assert _api(server, "POST", f"/api/documents/{doc}/layers", json={"name": "../x"}).status_code == 400
-    assert _api(server, "POST", f"/api/documents/{doc}/layers",
-                json={"name": "z", "source_layer_name": "missing"}).status_code == 404
-    names = [layer["name"] for layer in _api(server, "GET", f"/api/documents/{doc}/layers").json()["data"]]
-    assert names == ["", "copy", "review"]
+    # an unknown source layer: the base layer (Document Engine's rule), not the default layer's copy
+    from_missing = _api(server, "POST", f"/api/documents/{doc}/layers",
+                        json={"name": "z", "source_layer_name": "missing"})
+    assert from_missing.status_code == 200 and from_missing.json()["data"]["recordCount"] == len(base_ids)
+    names = _api(server, "GET", f"/api/documents/{doc}/layers").json()["data"]
+    assert names == ["", "copy", "review", "z"]
     epoch = server.records(doc, layer="review")["epoch"]
     assert _api(server, "DELETE", f"/api/documents/{doc}/layers/review").status_code == 200
     assert _api(server, "DELETE", f"/api/documents/{doc}/layers/review").status_code == 404
@@ -74,7 +79,7 @@ def test_the_default_layer_is_deleted_and_created_again_by_name_empty(server):
     again = _api(server, "POST", f"/api/documents/{doc}/layers", json={"name": ""})
     assert again.status_code == 200, again.text
     assert server.records(doc)["epoch"] != epoch
-    assert [layer["name"] for layer in _api(server, "GET", f"/api/documents/{doc}/layers").json()["data"]] == [""]
+    assert _api(server, "GET", f"/api/documents/{doc}/layers").json()["data"] == [""]
 
 
 def test_annotation_crud_per_layer(server):
@@ -82,15 +87,18 @@ def test_annotation_crud_per_layer(server):
     root = f"/api/documents/{doc}/layers/crud/annotations"
     created = _api(server, "POST", root, json={"content": note("a"), "user_id": "bob"})
     assert created.status_code == 200, created.text
-    aid = created.json()["data"]["id"]
-    assert created.json()["data"]["createdBy"] == "bob"
-    assert _api(server, "POST", root, json=note("dup", id=aid)).status_code == 409
-    assert _api(server, "GET", f"{root}/{aid}").json()["data"]["content"]["text"]["value"] == "a"
-    updated = _api(server, "PUT", f"{root}/{aid}", json=note("b"))
+    aid = created.json()["data"]["annotation_id"]
+    assert created.json()["data"]["id"] == aid and created.json()["data"]["createdBy"] == "bob"
+    assert _api(server, "POST", root, json={"id": aid, "content": note("dup")}).status_code == 409
+    got = _api(server, "GET", f"{root}/{aid}").json()  # an AnnotationRecord, no envelope
+    assert got["content"]["text"]["value"] == "a" and got["id"] == aid
+    assert got["createdBy"] == "bob" and got["updatedBy"] == "bob" and got["group"] is None
+    updated = _api(server, "PUT", f"{root}/{aid}", json={"content": note("b"), "user_id": "carol"})
     assert updated.status_code == 200 and updated.json()["data"]["content"]["id"] == aid
+    assert updated.json()["data"]["createdBy"] == "bob" and updated.json()["data"]["updatedBy"] == "carol"
     assert _api(server, "DELETE", f"{root}/{aid}").status_code == 200
     assert _api(server, "GET", f"{root}/{aid}").status_code == 404
-    assert _api(server, "PUT", f"{root}/{aid}", json=note("c")).status_code == 404
+    assert _api(server, "PUT", f"{root}/{aid}", json={"content": note("c")}).status_code == 404
     assert _api(server, "DELETE", f"{root}/{aid}").status_code == 404
     assert _api(server, "POST", root, content=b"[1,", headers={"Content-Type": "application/json"}).status_code == 400
 
@@ -100,7 +108,8 @@ def test_lists_are_capped_and_ndjson_streams_everything(server):
     annotations = [note(str(i), id=f"bulk-{i:04d}") for i in range(1001)]
     for start in range(0, 1000, 100):  # bodies stay under the test server's 64 KiB limit
         applied = _api(server, "POST", f"/api/documents/{doc}/layers/bulk/apply_instant_json",
-                       json={"annotations": annotations[start:start + 100]})
+                       json={"format": "https://pspdfkit.com/instant-json/v1",
+                             "annotations": annotations[start:start + 100]})
         assert applied.status_code == 200 and applied.json()["data"]["created"] == 100
     applied = _api(server, "POST", f"/api/documents/{doc}/layers/bulk/apply_instant_json",
                    json={"annotations": annotations[950:]})
@@ -116,7 +125,8 @@ def test_lists_are_capped_and_ndjson_streams_everything(server):
 
 def test_document_json_and_layer_pdf(server):
     doc = server.new_document()
-    _api(server, "POST", f"/api/documents/{doc}/layers/p/annotations", json=note("in pdf", id="pdfnote"))
+    _api(server, "POST", f"/api/documents/{doc}/layers/p/annotations",
+         json={"id": "pdfnote", "content": note("in pdf")})
     exported = _api(server, "GET", f"/api/documents/{doc}/layers/p/document.json").json()
     assert "pdfnote" in [a["id"] for a in exported["annotations"]]
     pdf = _api(server, "GET", f"/api/documents/{doc}/layers/p/pdf")
@@ -136,8 +146,8 @@ def test_admin_changes_reach_long_polls(server):
                                                   params={"since": since, "wait": 8}, headers=server.auth(doc)))
             await asyncio.sleep(0.3)
             assert not poll.done()
-            made = await client.post(f"/api/documents/{doc}/annotations", json=note("admin", id="adm"),
-                                     headers=server.admin())
+            made = await client.post(f"/api/documents/{doc}/annotations",
+                                     json={"id": "adm", "content": note("admin")}, headers=server.admin())
             assert made.status_code == 200
             return await poll
 

@@ -82,6 +82,33 @@ def annotation_content(item: object, record_id: str | None) -> dict:
     return normalize_content(record_id, item)
 
 
+def annotation_write(item: object, record_id: str | None = None, where: str = "body") -> tuple[dict, str | None]:
+    """Record content and ``user_id`` of one Document Engine annotation write
+    (``AnnotationCreateSingle`` / ``AnnotationUpdate`` or an item of the bulk forms:
+    ``{"content": {...}, "id"?, "user_id"?, "group"?}``); ``record_id`` (a path id) wins
+    over the body's. 422 ``invalid_request`` when ``content`` is missing or is not an
+    annotation the record schema accepts, or ``user_id`` / ``group`` is not a string or
+    null; nothing is stored then. ``where`` names the item in messages (``$.annotations[2]``)."""
+    if not isinstance(item, dict):
+        raise unprocessable(f"{where} must be a JSON object")
+    if not isinstance(item.get("content"), dict):
+        raise unprocessable(f"{where}: 'content' (the annotation) is required and must be an object")
+    for key in ("user_id", "group"):
+        if item.get(key) is not None and not isinstance(item[key], str):
+            raise unprocessable(f"{where}: '{key}' must be a string or null")
+    body_id = item.get("id")
+    if record_id is None and body_id is not None and not isinstance(body_id, str):
+        raise unprocessable(f"{where}: 'id' must be a string")
+    try:
+        content = annotation_content(item["content"], record_id or body_id)
+    except ApiError as exc:
+        raise as_unprocessable(ApiError(exc.status, exc.code, f"{where}: {exc.message}",
+                                        exc.details)) from None
+    if record_id is not None:
+        content["id"] = record_id
+    return content, item.get("user_id")
+
+
 def check_annotation_id(record_id: object) -> None:
     if not is_valid_record_id(record_id):
         raise invalid_request("annotation id must be 1..128 characters without control characters "
