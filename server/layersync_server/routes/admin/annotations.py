@@ -20,7 +20,7 @@ from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, anno
                                                   annotation_write, bulk_result,
                                                   check_annotation_id, find_document, json_body,
                                                   json_part, form_body, require_admin,
-                                                  unprocessable)
+                                                  as_unprocessable, unprocessable)
 from layersync_server.wire_json import dumps
 
 
@@ -48,13 +48,22 @@ async def _list_annotations(request: Request, ctx: AppContext, document_id: str,
                      "truncated": page.has_more}}
 
 
+async def _json_write_body(request: Request, ctx: AppContext) -> object:
+    """The JSON body of an annotation write; a body that is absent or not JSON is
+    answered 422 (Document Engine's answer to a body it cannot use), not 400."""
+    try:
+        return await json_body(request, ctx)
+    except ApiError as exc:
+        raise as_unprocessable(exc) from None
+
+
 async def _write_body(request: Request, ctx: AppContext) -> object:
     """A JSON body, or the JSON ``annotation`` / ``annotations`` part of a multipart
     body (Document Engine's ``...WithAttachment`` forms; the other parts, named by the
     SHA-256 of their bytes, are stored as the document's attachments)."""
     form = await form_body(request, ctx)
     if form is None:
-        return await json_body(request, ctx)
+        return await _json_write_body(request, ctx)
     body = None
     for name in ("annotation", "annotations"):
         value = await json_part(form, name)
@@ -133,7 +142,7 @@ async def _update_annotation(request: Request, ctx: AppContext, document_id: str
                              annotation_id: str):
     check_annotation_id(annotation_id)
     await find_document(ctx, document_id)
-    content, user_id = annotation_write(await json_body(request, ctx), annotation_id)
+    content, user_id = annotation_write(await _json_write_body(request, ctx), annotation_id)
 
     def work(writer):
         current = writer.get_record(annotation_id)
@@ -193,7 +202,7 @@ async def _delete_annotation(ctx: AppContext, document_id: str, layer: str, anno
 
 async def _delete_annotations(request: Request, ctx: AppContext, document_id: str, layer: str):
     await find_document(ctx, document_id)
-    body = await json_body(request, ctx)
+    body = await _json_write_body(request, ctx)
     wanted = body.get("annotationIds") if isinstance(body, dict) else None
     if wanted != "all":
         if not isinstance(wanted, list) or not all(isinstance(i, str) for i in wanted):

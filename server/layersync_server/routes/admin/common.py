@@ -270,10 +270,13 @@ async def json_part(form, name: str) -> object:
 
 async def instant_json_body(request: Request, ctx: AppContext) -> object:
     """The Instant JSON of a request: the ``instant.json`` part of a multipart body (as
-    Document Engine sends it) or the whole body as ``application/json``. 400 when a
-    multipart body has no ``instant.json`` part."""
+    Document Engine sends it) or the whole body as ``application/json``; no body at all
+    is an empty document (``{}``). 400 when a multipart body has no ``instant.json`` part."""
     form = await form_body(request, ctx)
     if form is None:
+        if request.headers.get("content-length") == "0" or (
+                "content-length" not in request.headers and "transfer-encoding" not in request.headers):
+            return {}  # no body: nothing to apply (Document Engine's body is optional)
         return await json_body(request, ctx)
     value = await json_part(form, INSTANT_JSON_PART)
     if value is None:

@@ -98,19 +98,36 @@ async def _upload_parts(request: Request, max_bytes: int) -> tuple[bytes, dict[s
         body = await read_body(request, max_bytes)  # bounded, chunked uploads included
         form = await replayed_request(request, body).form()
         upload = form.get("file")
-        if upload is None or isinstance(upload, str):
+        if upload is None:
             raise invalid_request("multipart body needs a 'file' part with the PDF")
-        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        fields = {k: v for k, v in form.items() if isinstance(v, str) and k not in ("file", "attachment")}
         if not fields.get("title") and getattr(upload, "filename", None):
             fields["filename"] = upload.filename
         attachment = form.get("attachment")
         if attachment is not None:
-            attachment = attachment.encode() if isinstance(attachment, str) else await attachment.read()
-        return await upload.read(), fields, attachment
+            attachment = await _part_bytes(attachment)
+        return await _part_bytes(upload), fields, attachment
     if content_type in ("application/pdf", "application/octet-stream", ""):
         return await read_body(request, max_bytes), {}, None
     raise invalid_request(f"unsupported Content-Type {content_type!r}; "
                           "send application/pdf or multipart/form-data with a 'file' part")
+
+
+async def _part_bytes(part) -> bytes:
+    """A multipart part's bytes. A part sent without a filename (as generated clients
+    send ``format: binary``) reaches us as Starlette's text: UTF-8 when the bytes were
+    valid UTF-8, else Latin-1 (``_user_safe_decode``); both are undone here."""
+    if not isinstance(part, str):
+        return await part.read()
+    try:
+        raw = part.encode("latin-1")
+    except UnicodeEncodeError:
+        return part.encode("utf-8")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw  # not UTF-8, so Starlette decoded it as Latin-1
+    return part.encode("utf-8")
 
 
 def _attachment_records(attachment: bytes) -> list[dict]:

@@ -78,25 +78,35 @@ def _field_value(value: object) -> object:
 @router.get(DOC + "/document.json", summary="Instant JSON export of a layer (?layer=)",
             responses=ok(bodies.InstantJsonOut, "Instant JSON"))
 async def instant_json(document_id: str, layer: str = Query("", max_length=128),
-                       annotation_version: Literal[1, 2] = Query(2),
+                       annotation_version: int = Query(2, ge=1, le=2),
                        ctx: AppContext = Depends(require_admin)) -> dict:
     """``pspdfkit/comment`` records go to ``comments``, the rest to ``annotations``.
-    ``annotation_version``: only 2 (what LayerSync stores) is exported; 1 → 400."""
-    _check_version(annotation_version)
-    return await layer_instant_json_document(ctx, document_id, _layer_query(layer))
+    ``annotation_version=1``: annotations as Instant JSON v1 (``v`` 1, ``text`` a string)."""
+    return _as_version(await layer_instant_json_document(ctx, document_id, _layer_query(layer)),
+                       annotation_version)
 
 
 @router.get(LAYER + "/document.json", summary="Instant JSON export of a layer",
             responses=ok(bodies.InstantJsonOut, "Instant JSON"))
-async def layer_instant_json(document_id: str, layer: str, annotation_version: Literal[1, 2] = Query(2),
+async def layer_instant_json(document_id: str, layer: str, annotation_version: int = Query(2, ge=1, le=2),
                              ctx: AppContext = Depends(require_admin)) -> dict:
-    _check_version(annotation_version)
-    return await layer_instant_json_document(ctx, document_id, layer_from_segment(layer))
+    return _as_version(await layer_instant_json_document(ctx, document_id, layer_from_segment(layer)),
+                       annotation_version)
 
 
-def _check_version(annotation_version: int) -> None:
-    if annotation_version != 2:
-        raise invalid_request("annotation_version 1 is not exported: records are Instant JSON v2")
+def _as_version(document: dict, annotation_version: int) -> dict:
+    """``document`` with its annotations as Instant JSON ``annotation_version``: records
+    are v2; v1 differs in ``v`` and in ``text`` being the plain string (rich text's
+    markup is kept as the string Document Engine's v1 has)."""
+    if annotation_version == 2:
+        return document
+    downgraded = []
+    for annotation in document["annotations"]:
+        annotation = dict(annotation, v=1)
+        if isinstance(annotation.get("text"), dict):
+            annotation["text"] = annotation["text"].get("value", "")
+        downgraded.append(annotation)
+    return {**document, "annotations": downgraded}
 
 
 def _form_field_values(body: object) -> dict[str, object]:
