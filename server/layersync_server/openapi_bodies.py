@@ -15,7 +15,7 @@ schemathesis checks the server's answers conform to them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
@@ -356,6 +356,17 @@ class AnnotationMultipleOut(BaseModel):
     result: Literal["success", "partial_failure", "failure"]
     status: Literal[200]
     failing_paths: list[FailingPath]
+
+
+class AnnotationCreateOut(BaseModel):
+    """The single form's answer (``data``: the annotation with ``annotation_id``), or the
+    bulk form's ``AnnotationMultipleResponse`` (``data``: a list, with ``result``,
+    ``status``, ``failing_paths``)."""
+
+    data: Union[AnnotationCreated, list[AnnotationWritten]]
+    result: Literal["success", "partial_failure", "failure"] | None = None
+    status: Literal[200] | None = None
+    failing_paths: list[FailingPath] | None = None
 
 
 class AnnotationDeleted(BaseModel):

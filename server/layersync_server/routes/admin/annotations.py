@@ -12,7 +12,8 @@ from starlette.concurrency import run_in_threadpool
 
 from layersync_server import openapi_bodies as bodies
 from layersync_server.changes import delete_record
-from layersync_server.context import AppContext, commit, layer_from_segment
+from layersync_server.context import (AppContext, commit, layer_from_segment, read_body,
+                                      replayed_request)
 from layersync_server.errors import ApiError, not_found
 from layersync_server.errors_http import error_responses
 from layersync_server.openapi_bodies import ok
@@ -20,7 +21,7 @@ from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, anno
                                                   annotation_write, bulk_result,
                                                   check_annotation_id, find_document, json_body,
                                                   json_part, form_body, require_admin,
-                                                  as_unprocessable, unprocessable)
+                                                  unprocessable)
 from layersync_server.wire_json import dumps
 
 
@@ -49,12 +50,13 @@ async def _list_annotations(request: Request, ctx: AppContext, document_id: str,
 
 
 async def _json_write_body(request: Request, ctx: AppContext) -> object:
-    """The JSON body of an annotation write; a body that is absent or not JSON is
-    answered 422 (Document Engine's answer to a body it cannot use), not 400."""
-    try:
-        return await json_body(request, ctx)
-    except ApiError as exc:
-        raise as_unprocessable(exc) from None
+    """The JSON body of an annotation write. No body at all lacks the required
+    ``content`` and is answered 422 (as Document Engine answers a missing field); a
+    body that is not JSON is 400 ``invalid_request``, as on every route."""
+    body = await read_body(request, ctx.settings.max_request_bytes)
+    if not body.strip():
+        raise unprocessable("the body is required: {\"content\": {...}} or {\"annotations\": [...]}")
+    return await json_body(replayed_request(request, body), ctx)
 
 
 async def _write_body(request: Request, ctx: AppContext) -> object:
@@ -253,7 +255,7 @@ def _routes(prefix: str, where: str, layer_of) -> None:
 
     @router.post(prefix + "/annotations", summary=f"Create annotations in {where}",
                  description=_CREATE_DOC, openapi_extra=bodies.ANNOTATION_CREATE,
-                 responses={**ok(bodies.AnnotationCreatedOut, "the new annotation (or "
+                 responses={**ok(bodies.AnnotationCreateOut, "the new annotation (or "
                                  "AnnotationMultipleResponse for the bulk form)"),
                             **error_responses(409, 422)})
     async def create(request: Request, document_id: str, ctx: AppContext = Depends(require_admin),
