@@ -15,7 +15,8 @@ import io
 
 import pikepdf
 
-from layersync_server.pdf.import_ import field_node
+# the importer's own field naming, so a field's name matches its widgets' formFieldName
+from layersync_server.pdf.import_ import _field_name as _full_name, field_node
 from layersync_server.pdf.values import decode_text
 
 # /Ff bits (ISO 32000-1, 12.7.3.1 and 12.7.4)
@@ -23,16 +24,6 @@ _READ_ONLY, _REQUIRED, _NO_EXPORT = 1, 2, 4
 _MULTILINE, _PASSWORD, _NO_SPELL, _NO_SCROLL, _COMB = 1 << 12, 1 << 13, 1 << 22, 1 << 23, 1 << 24
 _NO_TOGGLE_OFF, _RADIO, _PUSH = 1 << 14, 1 << 15, 1 << 16
 _COMBO, _EDIT, _MULTI_SELECT, _COMMIT = 1 << 17, 1 << 18, 1 << 21, 1 << 26
-
-
-def _full_name(node) -> str | None:
-    parts, seen = [], 0
-    while isinstance(node, pikepdf.Dictionary) and seen < 64:
-        part = decode_text(node.get("/T"))
-        if part:
-            parts.append(part)
-        node, seen = node.get("/Parent"), seen + 1
-    return ".".join(reversed(parts)) or None
 
 
 def _inherited(widget, key: str):

@@ -6,6 +6,8 @@ one (``.../layers/{layer}/...``), in Document Engine's shapes (``AnnotationRecor
 
 from __future__ import annotations
 
+import hashlib
+
 from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -77,7 +79,6 @@ async def _write_body(request: Request, ctx: AppContext) -> object:
 
 
 async def _store_form_attachments(ctx: AppContext, document_id: str, form) -> None:
-    import hashlib
     for name, part in form.multi_items():
         if name in ("annotation", "annotations") or isinstance(part, str):
             continue
@@ -165,12 +166,11 @@ async def _update_annotations(request: Request, ctx: AppContext, document_id: st
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
             raise unprocessable(f"$.annotations[{i}]: 'id' (a string) is required")
-        check = item["id"]
         try:
-            check_annotation_id(check)
+            check_annotation_id(item["id"])
         except ApiError as exc:
             raise unprocessable(f"$.annotations[{i}]: {exc.message}") from None
-        writes.append((i, *annotation_write(item, check, f"$.annotations[{i}]")))
+        writes.append((i, *annotation_write(item, item["id"], f"$.annotations[{i}]")))
 
     def work(writer):
         updated, failing = [], []
