@@ -32,6 +32,7 @@ import copy
 import json
 import os
 import re
+import urllib.parse
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -294,6 +295,11 @@ def test_vendor_operation(method, path, server, our_operations, request):
     ids = request.getfixturevalue("fixtures")
     operation = _schema()[path][method]
     path_parameters = {name: ids[name] for name in re.findall(r"\{(\w+)\}", path)}
+    # a wrong admin token: 401 on every operation (the spec's ApiAuthToken scheme), before
+    # anything else is looked at
+    url = path.format(**{name: urllib.parse.quote(value, safe="") for name, value in path_parameters.items()})
+    wrong = server.http.request(method, url, headers={"Authorization": 'Token token="wrong"'})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized", wrong.text
     pdf = (CORPUS / SAMPLE).read_bytes()
     for example in _example_requests(method, path, pdf):
         unsupported = [key for key in NOT_OFFERED_FORMS.get((method, path), ())
