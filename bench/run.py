@@ -235,9 +235,9 @@ class Bench:
                     t1 = time.monotonic()
                     doc.sync(wait=True, timeout=600)
                     t2 = time.monotonic()
-                assert srv.admin_json(f"/api/documents/s2/layers")["data"], "no layers"
-                count = next(l["record_count"] for l in srv.admin_json("/api/documents/s2/layers")["data"]
-                             if l["name"] == layer)
+                assert layer in srv.admin_json("/api/documents/s2/layers")["data"], "no layer"
+                count = srv.admin_json(f"/api/documents/s2/layers/{layer}/document_info")["data"][
+                    "layer"]["recordCount"]
                 if count != n:
                     raise RuntimeError(f"server holds {count} records of {n} after sync")
                 create_s.append(t1 - t0), sync_s.append(t2 - t1)

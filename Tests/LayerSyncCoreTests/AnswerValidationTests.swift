@@ -250,9 +250,9 @@ final class AnswerValidationTests {
         var updated = try JSONValue.parse(try document.annotation(id: existing))
         if case .object(var object) = updated { object["note"] = .string("local edit"); updated = .object(object) }
         _ = try document.updateAnnotation(json: updated.jsonText)
-        #expect(try admin("PUT", "/api/documents/doc/annotations/\(existing)", body: TestServer.note("server edit", id: existing)) == 200)
+        #expect(try admin("PUT", "/api/documents/doc/annotations/\(existing)", body: "{\"content\": \(TestServer.note("server edit", id: existing))}") == 200)
         for text in ["admin one", "admin two"] {
-            #expect(try admin("POST", "/api/documents/doc/annotations", body: TestServer.note(text)) == 200)
+            #expect(try admin("POST", "/api/documents/doc/annotations", body: "{\"content\": \(TestServer.note(text))}") == 200)
         }
         let before = try storeState(document)
         let original = Mutex<[UInt8]>([])
@@ -311,7 +311,7 @@ final class AnswerValidationTests {
         let document = try downloaded(client)
         // Changes the client has not seen: the server answers each long-poll at once.
         for text in ["admin one", "admin two"] {
-            #expect(try admin("POST", "/api/documents/doc/annotations", body: TestServer.note(text)) == 200)
+            #expect(try admin("POST", "/api/documents/doc/annotations", body: "{\"content\": \(TestServer.note(text))}") == 200)
         }
         let before = try storeState(document)
         let garbles = Self.pageGarbles

@@ -230,8 +230,8 @@ def run_document(report: Report, server: Any, pdf: Path, index: int, a: Party, b
 
     with step("upload PDF (admin API, annotations imported)", critical=True) as s:
         info = server.upload(pdf, doc_id)
-        s.detail = f"{info.get('size_bytes', pdf.stat().st_size)} bytes, {info.get('page_count')} pages, " \
-                   f"{info.get('annotation_count')} annotations imported"
+        s.detail = f"{info.get('byteSize', pdf.stat().st_size)} bytes, {info.get('pageCount')} pages, " \
+                   f"{info.get('annotationCount')} annotations imported"
 
     for party in (a, b):
         with step(f"{party.name}: document_for_jwt", critical=True) as s:

@@ -239,7 +239,8 @@ def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncA
 
 def _describe_errors_in_openapi(app: FastAPI) -> None:
     """Validation errors answer 400 with the envelope (errors_http.py), not FastAPI's 422:
-    drop the 422 entries FastAPI documents by default. Adds the hot routes' static
+    drop the 422 entries FastAPI documents by default (the admin routes' own 422, as
+    Document Engine answers a body it refuses, stay). Adds the hot routes' static
     description (:data:`~layersync_server.routes.propagation.OPENAPI_PATHS`) after the
     sync router's records route, where FastAPI listed them."""
     build = app.openapi
@@ -250,7 +251,9 @@ def _describe_errors_in_openapi(app: FastAPI) -> None:
             _add_hot_routes(schema)
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
-                    operation.get("responses", {}).pop("422", None)
+                    responses = operation.get("responses", {})
+                    if "HTTPValidationError" in str(responses.get("422", "")):
+                        responses.pop("422")  # FastAPI's, not the admin routes' own 422
             schema.get("components", {}).get("schemas", {}).pop("HTTPValidationError", None)
             schema.get("components", {}).get("schemas", {}).pop("ValidationError", None)
             app.openapi_schema = schema

@@ -144,12 +144,13 @@ def check_admin_token(authorization: str | None, secret: str | None) -> None:
     """Check ``Authorization: Token token="<secret>"``.
 
     Raises:
-        ApiError: 401 when missing, 403 when wrong or when no secret is configured.
+        ApiError: 401 ``unauthorized`` when missing, wrong, or when no secret is configured
+        (Document Engine's ``ApiAuthToken`` scheme answers every failed check 401).
     """
     if not authorization:
         raise unauthorized("missing Authorization header")
     if not secret:
-        raise access_denied("admin API disabled: no admin token configured")
+        raise unauthorized("admin API disabled: no admin token configured")
     match = _ADMIN_HEADER.match(authorization)
     if not match or not hmac.compare_digest(match.group(1).encode(), secret.encode()):
-        raise access_denied("invalid admin token")
+        raise unauthorized("invalid admin token")

@@ -36,7 +36,8 @@ def error_responses(*statuses: int) -> dict:
     """OpenAPI ``responses`` entries documenting the envelope for ``statuses``."""
     descriptions = {400: "invalid request", 401: "no credentials", 403: "access denied",
                     404: "not found", 409: "conflict", 413: "payload too large",
-                    416: "range not satisfiable", 426: "client protocol too old",
+                    416: "range not satisfiable",
+                    422: "body refused (a required field is missing or invalid)", 426: "client protocol too old",
                     500: "internal server error"}
     return {status: {"model": ErrorEnvelope, "description": descriptions.get(status, "error")}
             for status in statuses}

@@ -15,7 +15,7 @@ schemathesis checks the server's answers conform to them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
@@ -55,21 +55,35 @@ UPLOAD = {"requestBody": {"required": True, "content": {
         "file": {"type": "string", "format": "binary"}, "document_id": {"type": "string"},
         "title": {"type": "string"},
         "attachment": {"type": "string", "format": "binary",
-                       "description": "XFDF or Instant JSON replacing the PDF's annotations"},
-        "keep_current_annotations": {"type": "boolean",
-                                     "description": "apply the attachment over the PDF's annotations"}}}}}}}
-CREATE_LAYER = json_body({"type": "object", "required": ["name"], "properties": {
-    "name": {"type": "string", "maxLength": 128, "description": "\"\" is the default layer"},
-    "source_layer_name": {"type": "string", "maxLength": 128},
-    "instant_json": _INSTANT_JSON, "user_id": {"type": "string"}}})
-ANNOTATION = json_body({
-    "type": "object", "additionalProperties": True,
-    "description": "an Instant JSON annotation (with `type`), or a wrapper "
-                   "`{\"id\"?, \"content\": {...}, \"user_id\"?}`",
-    "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 128},
-                   "content": _ANNOTATION, "user_id": {"type": "string"},
-                   "type": {"type": "string"}}})
-INSTANT_JSON = json_body(_INSTANT_JSON)
+                       "description": "XFDF or Instant JSON whose annotations replace the PDF's own"},
+        "keep_current_annotations": {"type": "boolean", "default": False,
+                                     "description": "apply the attachment over the PDF's annotations"},
+        "overwrite_existing_document": {"type": "boolean", "default": False}}}}}}}
+_LAYER_FIELDS = {"name": {"type": "string", "maxLength": 128, "description": "\"\" is the default layer"},
+                 "source_layer_name": {"type": "string", "maxLength": 128,
+                                       "description": "missing or unknown: the base layer"}}
+CREATE_LAYER = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"type": "object", "required": ["name"], "properties": {
+        **_LAYER_FIELDS, "instant_json": _INSTANT_JSON, "user_id": {"type": "string"}}}},
+    "multipart/form-data": {"schema": {"type": "object", "required": ["name"], "properties": {
+        **_LAYER_FIELDS, "instant.json": _INSTANT_JSON}},
+        "encoding": {"instant.json": {"contentType": "application/json"}}}}}}
+_WRITE = {"type": "object", "required": ["content"], "properties": {
+    "content": _ANNOTATION, "id": {"type": "string", "minLength": 1, "maxLength": 128},
+    "user_id": {"type": ["string", "null"]}, "group": {"type": ["string", "null"]}}}
+ANNOTATION_CREATE = json_body({"oneOf": [_WRITE, {
+    "type": "object", "required": ["annotations"],
+    "properties": {"annotations": {"type": "array", "items": _WRITE}}}]})
+ANNOTATION_UPDATE = json_body(_WRITE)
+ANNOTATION_UPDATE_MANY = json_body({"type": "object", "required": ["annotations"], "properties": {
+    "annotations": {"type": "array", "items": {**_WRITE, "required": ["id", "content"]}}}})
+ANNOTATION_DELETE_MANY = json_body({"type": "object", "required": ["annotationIds"], "properties": {
+    "annotationIds": {"oneOf": [{"type": "string", "enum": ["all"]},
+                                {"type": "array", "items": {"type": "string"}}]}}})
+INSTANT_JSON = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": _INSTANT_JSON},
+    "multipart/form-data": {"schema": {"type": "object", "properties": {"instant.json": _INSTANT_JSON}},
+                            "encoding": {"instant.json": {"contentType": "application/json"}}}}}}
 REVOKE = json_body({"type": "object", "required": ["jti"], "properties": {
     "jti": {"type": "string", "minLength": 1, "maxLength": 256}}})
 
@@ -191,36 +205,68 @@ class RecordWriteOut(BaseModel):
 
 
 class Document(BaseModel):
+    """Document Engine's ``DocumentProperties`` plus LayerSync's ``document_id``,
+    ``pageCount`` and ``annotationCount``."""
+
     document_id: str
-    title: str
-    sha256: str
-    page_count: int
-    annotation_count: int
-    size_bytes: int
-    created_at: str
+    title: str | None
+    sourcePdfSha256: str
+    byteSize: int
+    createdAt: str
+    passwordProtected: bool
+    storage: dict[str, str]
+    pageCount: int
+    annotationCount: int
 
 
-class DocumentWithLayers(Document):
-    layers: list[str]
+class DocumentCreated(Document):
+    """Document Engine's ``DocumentCreated``."""
+
+    errors: list[dict]
+    password_protected: bool
 
 
 class DocumentOut(BaseModel):
-    data: Document
-
-
-class PageMeta(BaseModel):
-    page: int
-    per_page: int
-    total: int
+    data: DocumentCreated
 
 
 class DocumentListOut(BaseModel):
     data: list[Document]
-    meta: PageMeta
+    document_count: int = Field(description="documents matching the filter")
+    next_cursor: str | None
+    prev_cursor: str | None
+    prev_document_count: int | None = Field(None, description="with count_remaining=true")
+    next_document_count: int | None = Field(None, description="with count_remaining=true")
+
+
+class Page(BaseModel):
+    pageIndex: int
+    pageLabel: str
+    width: float
+    height: float
+    rotation: Literal[0, 90, 180, 270]
+    rawPdfBoxes: dict[str, list[float]]
+
+
+class LayerCounters(BaseModel):
+    name: str
+    epoch: str
+    revision: int
+    recordCount: int
+
+
+class DocumentInfo(Document):
+    """Document Engine's ``DocumentInfo`` plus the document's properties and layers."""
+
+    pages: list[Page]
+    hasXFA: bool
+    permissions: dict[str, bool]
+    layers: list[str]
+    layer: LayerCounters | None = Field(None, description="on .../layers/{layer}/document_info")
 
 
 class DocumentInfoOut(BaseModel):
-    data: DocumentWithLayers
+    data: DocumentInfo
 
 
 class DocumentDeleted(BaseModel):
@@ -232,15 +278,14 @@ class DocumentDeletedOut(BaseModel):
     data: DocumentDeleted
 
 
-class Layer(BaseModel):
-    name: str
-    epoch: str
-    revision: int
-    record_count: int
-
-
 class LayerListOut(BaseModel):
-    data: list[Layer]
+    data: list[str] = Field(description="layer names; the default layer is \"\"")
+
+
+class Layer(LayerCounters):
+    """Document Engine's ``LayerCreated`` plus the layer's counters."""
+
+    errors: list[dict]
 
 
 class LayerOut(BaseModel):
@@ -257,13 +302,15 @@ class LayerDeletedOut(BaseModel):
 
 
 class Annotation(BaseModel):
-    """A live record as the admin API shows it (``createdBy`` etc. are metadata)."""
+    """A live record as Document Engine's ``AnnotationRecord`` (``group`` is null until
+    collaboration permissions exist) plus LayerSync's ``revision`` and times."""
 
     id: str
     content: _Content
-    revision: int
     createdBy: str | None
     updatedBy: str | None
+    group: str | None
+    revision: int
     createdAt: str | None
     updatedAt: str | None
 
@@ -281,6 +328,49 @@ class AnnotationOut(BaseModel):
     data: Annotation
 
 
+class AnnotationCreated(Annotation):
+    annotation_id: str
+
+
+class AnnotationCreatedOut(BaseModel):
+    data: AnnotationCreated
+
+
+class AnnotationWritten(BaseModel):
+    id: str
+    content: _Content
+    user_id: str | None
+    group: str | None
+    updatedBy: str | None
+    revision: int
+
+
+class FailingPath(BaseModel):
+    path: str
+    error: str
+    details: str
+
+
+class AnnotationMultipleOut(BaseModel):
+    """Document Engine's ``AnnotationMultipleResponse``."""
+
+    data: list[AnnotationWritten]
+    result: Literal["success", "partial_failure", "failure"]
+    status: Literal[200]
+    failing_paths: list[FailingPath]
+
+
+class AnnotationCreateOut(BaseModel):
+    """The single form's answer (``data``: the annotation with ``annotation_id``), or the
+    bulk form's ``AnnotationMultipleResponse`` (``data``: a list, with ``result``,
+    ``status``, ``failing_paths``)."""
+
+    data: Union[AnnotationCreated, list[AnnotationWritten]]
+    result: Literal["success", "partial_failure", "failure"] | None = None
+    status: Literal[200] | None = None
+    failing_paths: list[FailingPath] | None = None
+
+
 class AnnotationDeleted(BaseModel):
     id: str
     deleted: bool
@@ -289,6 +379,15 @@ class AnnotationDeleted(BaseModel):
 
 class AnnotationDeletedOut(BaseModel):
     data: AnnotationDeleted
+
+
+class AnnotationsDeleted(BaseModel):
+    deleted: list[str]
+    revision: int
+
+
+class AnnotationsDeletedOut(BaseModel):
+    data: AnnotationsDeleted
 
 
 class FormFieldValue(BaseModel):
@@ -302,6 +401,7 @@ class InstantJsonOut(BaseModel):
     format: str
     annotations: list[_Content]
     comments: list[_Content]
+    formFields: list[_Content]
     formFieldValues: list[FormFieldValue]
 
 

@@ -1,4 +1,5 @@
-"""JWT and admin-token checks: 401 when missing, 403 for every kind of bad token."""
+"""JWT and admin-token checks: a JWT gets 401 when missing, 403 for every kind of bad token;
+the admin token gets 401 when missing or wrong (Document Engine's ``ApiAuthToken``)."""
 
 from __future__ import annotations
 
@@ -72,5 +73,6 @@ def test_layer_name_alias_and_small_leeway(server):
 def test_admin_token(server):
     assert server.http.get("/api/documents").status_code == 401
     wrong = server.http.get("/api/documents", headers={"Authorization": 'Token token="nope"'})
-    assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "access_denied"
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"
+    assert wrong.json()["error"]["message"] == "invalid admin token"
     assert server.http.get("/api/documents", headers=server.admin()).status_code == 200

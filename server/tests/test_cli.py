@@ -44,10 +44,10 @@ def test_upload_command(server):
     result = _cli("upload", "--url", server.url, "--admin-token", ADMIN_TOKEN,
                   str(CORPUS / "pdfjs-issue13447.pdf"), "--document-id", doc)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["data"]["annotation_count"] == 16
+    assert json.loads(result.stdout)["data"]["annotationCount"] == 16
     bad = _cli("upload", "--url", server.url, "--admin-token", "wrong",
                str(CORPUS / "pdfjs-issue13447.pdf"))
-    assert bad.returncode == 1 and "access_denied" in bad.stderr
+    assert bad.returncode == 1 and "unauthorized" in bad.stderr
 
 
 def test_export_command_writes_the_pdf_with_synced_annotations_and_the_instant_json(server, tmp_path):
@@ -73,7 +73,7 @@ def test_export_command_writes_the_pdf_with_synced_annotations_and_the_instant_j
     assert missing.returncode == 1 and "HTTP 404" in missing.stderr, missing.stderr
     assert not (tmp_path / "missing.pdf").exists()
     bad = _cli("export", doc, "--url", server.url, "--admin-token", "wrong", "-o", str(tmp_path / "x.pdf"))
-    assert bad.returncode == 1 and "access_denied" in bad.stderr and "HTTP 403" in bad.stderr
+    assert bad.returncode == 1 and "unauthorized" in bad.stderr and "HTTP 401" in bad.stderr
 
 
 def test_listening_socket_is_tcp_so_asyncio_disables_nagle():

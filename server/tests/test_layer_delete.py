@@ -63,7 +63,7 @@ def _poll(client: httpx.AsyncClient, server, doc: str, layer: str, since: int, w
 def _layer_names(server, doc: str) -> list[str]:
     response = server.http.get(f"/api/documents/{doc}/layers", headers=server.admin())
     assert response.status_code == 200, response.text
-    return [entry["name"] for entry in response.json()["data"]]
+    return response.json()["data"]
 
 
 def _assert_not_found(response: httpx.Response) -> None:
@@ -87,7 +87,7 @@ def _assert_stays_deleted(server, doc: str, layer: str) -> None:
     _assert_not_found(server.http.get(f"/api/documents/{doc}/layers/{layer}/annotations",
                                       headers={**server.admin(), "Accept": "application/x-ndjson"}))
     _assert_not_found(server.http.post(f"/api/documents/{doc}/layers/{layer}/annotations",
-                                       json=note(), headers=server.admin()))
+                                       json={"content": note()}, headers=server.admin()))
     assert layer not in _layer_names(server, doc)
 
 
@@ -168,7 +168,7 @@ def test_delete_then_restore_from_a_copy_with_listeners(pair):
                                json={"name": layer, "source_layer_name": layer + "-backup"})
     assert restored.status_code == 200, restored.text  # was 409 layer_exists
     data = restored.json()["data"]
-    assert data["revision"] == 3 and data["record_count"] == 3 and data["epoch"] != old_epoch
+    assert data["revision"] == 3 and data["recordCount"] == 3 and data["epoch"] != old_epoch
     assert layer in _layer_names(listener, doc)
 
     # a client of the old epoch is told to reset; a fresh listener gets the records

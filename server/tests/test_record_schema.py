@@ -117,26 +117,27 @@ def test_unknown_fields_and_custom_data_are_kept(server):
 def test_admin_api_refuses_ill_typed_annotations_naming_the_field(server):
     doc = server.new_document()
     base = f"/api/documents/{doc}"
+    # an annotation write answers 422 (Document Engine's answer to an invalid field)
     response = server.http.post(base + "/annotations", headers=server.admin(),
-                                json={"id": "adm-bad", **note("x", pageIndex="zero")})
-    assert response.status_code == 400, response.text
+                                json={"id": "adm-bad", "content": note("x", pageIndex="zero")})
+    assert response.status_code == 422, response.text
     assert response.json()["error"]["code"] == "invalid_request"
     assert '"pageIndex"' in response.json()["error"]["message"]
-    response = server.http.post(base + "/annotations", headers=server.admin(), json={"id": "adm-ok", **note("ok")})
+    response = server.http.post(base + "/annotations", headers=server.admin(),
+                                json={"id": "adm-ok", "content": note("ok")})
     assert response.status_code == 200, response.text
     response = server.http.put(base + "/annotations/adm-ok", headers=server.admin(),
-                               json=note("x", bbox="1,2,3,4"))
-    assert response.status_code == 400 and '"bbox"' in response.json()["error"]["message"]
+                               json={"content": note("x", bbox="1,2,3,4")})
+    assert response.status_code == 422 and '"bbox"' in response.json()["error"]["message"]
     response = server.http.post(base + "/apply_instant_json", headers=server.admin(),
                                 json={"annotations": [{"id": "adm-new", **note("fine")}],
                                       "comments": [{"id": "adm-c", "type": "pspdfkit/comment", "v": 2,
                                                     "rootId": "adm-ok", "pageIndex": 0}]})
     assert response.status_code == 400 and '"text"' in response.json()["error"]["message"]
-    got = server.http.get(base + "/annotations/adm-ok", headers=server.admin()).json()["data"]
+    got = server.http.get(base + "/annotations/adm-ok", headers=server.admin()).json()
     assert got["content"]["text"]["value"] == "ok"
     assert server.http.get(base + "/annotations/adm-new", headers=server.admin()).status_code == 404
     assert server.http.get(base + "/annotations/adm-bad", headers=server.admin()).status_code == 404
-
 
 
 @pytest.mark.parametrize("value", [5, True, {"a": 1}, [1, 2], [[["nested"]]]])

@@ -89,7 +89,7 @@ def test_revocation_and_admin_changes_reach_every_process(two_processes):
             await asyncio.sleep(0.5)
             started = time.monotonic()
             made = await client.post(b.url + f"/api/documents/{doc}/annotations", headers=b.admin(),
-                                     json=note("admin on b", id="adm-b"))
+                                     json={"id": "adm-b", "content": note("admin on b")})
             assert made.status_code == 200
             return await poll, time.monotonic() - started
 

@@ -81,4 +81,4 @@ def test_admin_bodies_are_bounded(server):
 
 def test_admin_token_never_accepts_bearer(server):
     response = server.http.get("/api/documents", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    assert response.status_code == 403
+    assert response.status_code == 401 and response.json()["error"]["message"] == "invalid admin token"

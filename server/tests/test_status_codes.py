@@ -74,7 +74,9 @@ CASES = {
     (409, "layer_exists"): lambda s, d: _admin(s, "POST", f"/api/documents/{d}/layers", json={"name": "~x"})
     if _admin(s, "POST", f"/api/documents/{d}/layers", json={"name": "~x"}).status_code == 200 else None,
     (409, "annotation_exists"): lambda s, d: _admin(s, "POST", f"/api/documents/{d}/annotations",
-                                                    json=note(id=s.records(d)["records"][0]["id"])),
+                                                    json={"id": s.records(d)["records"][0]["id"], "content": note()}),
+    (422, "invalid_request"): lambda s, d: _admin(s, "POST", f"/api/documents/{d}/annotations",
+                                                  json={"id": "no-content"}),
     (400, "hash_mismatch"): _hash_mismatch,
     (416, "range_not_satisfiable"): _range,
     (413, "payload_too_large"): _too_large,

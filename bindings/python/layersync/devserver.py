@@ -146,7 +146,8 @@ class ReferenceServer:
 
     def upload(self, pdf: str | os.PathLike[str], document_id: str) -> dict[str, Any]:
         """Uploads a PDF through the admin API (its annotations are imported into the
-        default layer); returns the ``data`` object (``annotation_count``, ``sha256``, ...)."""
+        default layer); returns the ``data`` object (Document Engine's ``DocumentCreated``:
+        ``document_id``, ``sourcePdfSha256``, ``annotationCount``, ``pageCount``, ...)."""
         out = self._run("upload", "--url", self.url, "--admin-token", self.admin_token,
                         str(pdf), "--document-id", document_id)
         body = json.loads(out)

@@ -109,7 +109,7 @@ def viewer(request: Request) -> Viewer | None:
     """The request's :class:`Viewer`, or None when it carries neither credential.
 
     Raises:
-        ApiError: 404 when the dashboard is off; 403 for a wrong ``Authorization``.
+        ApiError: 404 when the dashboard is off; 401 for a wrong ``Authorization`` (as the admin API).
     """
     secret = enabled_secret(request)
     authorization = request.headers.get("authorization")

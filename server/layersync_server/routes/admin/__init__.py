@@ -1,11 +1,14 @@
-"""Admin API under ``/api`` (server to server), shaped like Nutrient Document Engine.
+"""Admin API under ``/api`` (server to server), answering as Nutrient Document Engine's
+published OpenAPI description defines its routes (``../shared/vendor/document-engine/``;
+``tests/test_document_engine_conformance.py`` checks it).
 
-Auth: ``Authorization: Token token="<secret>"`` (401 missing, 403 wrong). Responses
-wrap their payload in ``{"data": ...}``; errors use the common envelope.
+Auth: ``Authorization: Token token="<secret>"`` (401 missing or wrong). Responses
+wrap their payload in ``{"data": ...}`` where the spec does; errors use the common
+envelope; the response shaping every module shares is in :mod:`.common`.
 
 One module per resource: :mod:`.documents`, :mod:`.layers`, :mod:`.annotations`,
 :mod:`.exports` (Instant JSON and PDF), :mod:`.xfdf` (XFDF), :mod:`.tokens`; :mod:`.common` holds what they
-share. :data:`ROUTERS` lists their routers in the order their routes are matched and
+share, :mod:`.acroform` the form fields of ``document.json``. :data:`ROUTERS` lists their routers in the order their routes are matched and
 listed (``app.ROUTERS`` includes them).
 """
 

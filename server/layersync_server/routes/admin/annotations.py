@@ -1,7 +1,12 @@
-"""Admin API: annotations of a layer (list, create, get, replace, delete), on the default
-layer (``/documents/{id}/annotations``) and on a named one (``.../layers/{layer}/...``)."""
+"""Admin API: annotations of a layer (list, create one or many, get, replace one or many,
+delete one or many), on the default layer (``/documents/{id}/annotations``) and on a named
+one (``.../layers/{layer}/...``), in Document Engine's shapes (``AnnotationRecord``,
+``AnnotationCreateSingle`` / ``AnnotationCreateMultiple``, ``AnnotationUpdateMultiple``,
+``DeleteAnnotations``, ``AnnotationMultipleResponse``)."""
 
 from __future__ import annotations
+
+import hashlib
 
 from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
@@ -9,14 +14,16 @@ from starlette.concurrency import run_in_threadpool
 
 from layersync_server import openapi_bodies as bodies
 from layersync_server.changes import delete_record
-from layersync_server.context import AppContext, commit, layer_from_segment
+from layersync_server.context import (AppContext, commit, layer_from_segment, read_body,
+                                      replayed_request)
 from layersync_server.errors import ApiError, not_found
 from layersync_server.errors_http import error_responses
 from layersync_server.openapi_bodies import ok
-from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_content,
+from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_record,
+                                                  annotation_write, bulk_result,
                                                   check_annotation_id, find_document, json_body,
-                                                  require_admin)
-from layersync_server.storage import StoredRecord
+                                                  json_part, form_body, require_admin,
+                                                  unprocessable)
 from layersync_server.wire_json import dumps
 
 
@@ -24,12 +31,8 @@ router = admin_router()
 
 #: Largest ``annotations`` list in a JSON answer; ``Accept: application/x-ndjson`` streams all.
 MAX_LISTED_ANNOTATIONS = 1000
-
-
-def _annotation_json(record: StoredRecord) -> dict:
-    return {"id": record.id, "content": record.content, "revision": record.revision,
-            "createdBy": record.created_by, "updatedBy": record.updated_by,
-            "createdAt": record.created_at, "updatedAt": record.updated_at}
+#: Most annotations one bulk request may write or name.
+MAX_BULK_ANNOTATIONS = 10_000
 
 
 async def _list_annotations(request: Request, ctx: AppContext, document_id: str, layer: str):
@@ -40,28 +43,93 @@ async def _list_annotations(request: Request, ctx: AppContext, document_id: str,
 
         def lines():
             for record in ctx.storage.iter_records(document_id, layer):
-                yield dumps(_annotation_json(record)) + "\n"
+                yield dumps(annotation_record(record)) + "\n"
         return StreamingResponse(lines(), media_type="application/x-ndjson")
     page = await run_in_threadpool(ctx.storage.list_records, document_id, layer, 0,
                                    MAX_LISTED_ANNOTATIONS, False)
-    return {"data": {"annotations": [_annotation_json(r) for r in page.records],
+    return {"data": {"annotations": [annotation_record(r) for r in page.records],
                      "truncated": page.has_more}}
 
 
-async def _create_annotation(request: Request, ctx: AppContext, document_id: str, layer: str):
+async def _json_write_body(request: Request, ctx: AppContext) -> object:
+    """The JSON body of an annotation write. No body at all lacks the required
+    ``content`` and is answered 422 (as Document Engine answers a missing field); a
+    body that is not JSON is 400 ``invalid_request``, as on every route."""
+    body = await read_body(request, ctx.settings.max_request_bytes)
+    if not body.strip():
+        raise unprocessable("the body is required: {\"content\": {...}} or {\"annotations\": [...]}")
+    return await json_body(replayed_request(request, body), ctx)
+
+
+async def _write_body(request: Request, ctx: AppContext) -> object:
+    """A JSON body, or the JSON ``annotation`` / ``annotations`` part of a multipart
+    body (Document Engine's ``...WithAttachment`` forms; the other parts, named by the
+    SHA-256 of their bytes, are stored as the document's attachments)."""
+    form = await form_body(request, ctx)
+    if form is None:
+        return await _json_write_body(request, ctx)
+    body = None
+    for name in ("annotation", "annotations"):
+        value = await json_part(form, name)
+        if value is not None:
+            body = value
+    if body is None:
+        raise unprocessable("multipart body needs an 'annotation' or 'annotations' part")
+    return body, form
+
+
+async def _store_form_attachments(ctx: AppContext, document_id: str, form) -> None:
+    for name, part in form.multi_items():
+        if name in ("annotation", "annotations") or isinstance(part, str):
+            continue
+        data = await part.read()
+        sha = hashlib.sha256(data).hexdigest()
+        if name.lower() != sha:
+            raise unprocessable(f"attachment part {name!r}: its name must be the SHA-256 of its bytes")
+        content_type = part.content_type or "application/octet-stream"
+        await run_in_threadpool(ctx.storage.put_attachment, document_id, sha, content_type, data)
+
+
+async def _body_and_attachments(request: Request, ctx: AppContext, document_id: str) -> object:
+    body = await _write_body(request, ctx)
+    if isinstance(body, tuple):
+        body, form = body
+        await _store_form_attachments(ctx, document_id, form)
+    return body
+
+
+def _bulk_items(body: object, key: str) -> list:
+    items = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise unprocessable(f"'{key}' (an array) is required")
+    if len(items) > MAX_BULK_ANNOTATIONS:
+        raise unprocessable(f"at most {MAX_BULK_ANNOTATIONS} entries in '{key}'")
+    return items
+
+
+async def _create_annotations(request: Request, ctx: AppContext, document_id: str, layer: str):
     await find_document(ctx, document_id)
-    body = await json_body(request, ctx)
-    content = annotation_content(body, None)
-    user_id = body.get("user_id") if isinstance(body, dict) and isinstance(body.get("user_id"), str) else None
+    body = await _body_and_attachments(request, ctx, document_id)
+    bulk = isinstance(body, dict) and "annotations" in body and "content" not in body
+    items = _bulk_items(body, "annotations") if bulk else [body]
+    writes = [annotation_write(item, None, f"$.annotations[{i}]" if bulk else "body")
+              for i, item in enumerate(items)]
+    ids = [content["id"] for content, _ in writes]
+    if len(set(ids)) != len(ids):
+        raise unprocessable("two annotations of the request have the same id")
 
     def work(writer):
-        if writer.get_record(content["id"]) is not None:
-            raise ApiError(409, "annotation_exists", f"annotation {content['id']!r} exists")
-        writer.put_record(content["id"], content, user_id)
-        return writer.get_record(content["id"])
+        for content, _ in writes:
+            if writer.get_record(content["id"]) is not None:
+                raise ApiError(409, "annotation_exists", f"annotation {content['id']!r} exists")
+        for content, user_id in writes:
+            writer.put_record(content["id"], content, user_id)
+        return [writer.get_record(record_id) for record_id in ids]
 
-    _, record = await commit(ctx, document_id, layer, work)
-    return {"data": _annotation_json(record)}
+    _, records = await commit(ctx, document_id, layer, work)
+    if bulk:
+        return bulk_result(records)
+    return {"data": {"annotation_id": records[0].id, **annotation_record(records[0])}}
 
 
 async def _get_annotation(ctx: AppContext, document_id: str, layer: str, annotation_id: str):
@@ -70,17 +138,14 @@ async def _get_annotation(ctx: AppContext, document_id: str, layer: str, annotat
     record = await run_in_threadpool(ctx.storage.get_record, document_id, layer, annotation_id)
     if record is None or record.deleted:
         raise not_found(f"no annotation {annotation_id!r}")
-    return {"data": _annotation_json(record)}
+    return annotation_record(record)
 
 
 async def _update_annotation(request: Request, ctx: AppContext, document_id: str, layer: str,
                              annotation_id: str):
     check_annotation_id(annotation_id)
     await find_document(ctx, document_id)
-    body = await json_body(request, ctx)
-    content = annotation_content(body, annotation_id)
-    content["id"] = annotation_id
-    user_id = body.get("user_id") if isinstance(body, dict) and isinstance(body.get("user_id"), str) else None
+    content, user_id = annotation_write(await _json_write_body(request, ctx), annotation_id)
 
     def work(writer):
         current = writer.get_record(annotation_id)
@@ -90,7 +155,37 @@ async def _update_annotation(request: Request, ctx: AppContext, document_id: str
         return writer.get_record(annotation_id)
 
     _, record = await commit(ctx, document_id, layer, work)
-    return {"data": _annotation_json(record)}
+    return {"data": annotation_record(record)}
+
+
+async def _update_annotations(request: Request, ctx: AppContext, document_id: str, layer: str):
+    await find_document(ctx, document_id)
+    body = await _body_and_attachments(request, ctx, document_id)
+    items = _bulk_items(body, "annotations")
+    writes = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            raise unprocessable(f"$.annotations[{i}]: 'id' (a string) is required")
+        try:
+            check_annotation_id(item["id"])
+        except ApiError as exc:
+            raise unprocessable(f"$.annotations[{i}]: {exc.message}") from None
+        writes.append((i, *annotation_write(item, item["id"], f"$.annotations[{i}]")))
+
+    def work(writer):
+        updated, failing = [], []
+        for i, content, user_id in writes:
+            current = writer.get_record(content["id"])
+            if current is None or current.deleted:
+                failing.append({"path": f"$.annotations[{i}]", "error": "Annotation not found.",
+                                "details": f"no annotation {content['id']!r} in this layer"})
+                continue
+            writer.put_record(content["id"], content, user_id)
+            updated.append(content["id"])
+        return [writer.get_record(record_id) for record_id in updated], failing
+
+    _, (records, failing) = await commit(ctx, document_id, layer, work)
+    return bulk_result(records, failing)
 
 
 async def _delete_annotation(ctx: AppContext, document_id: str, layer: str, annotation_id: str):
@@ -107,82 +202,114 @@ async def _delete_annotation(ctx: AppContext, document_id: str, layer: str, anno
     return {"data": {"id": annotation_id, "deleted": True, "revision": revision}}
 
 
-_ANNOTATIONS_DOC = ("Live records, at most 1000 with `truncated`; `Accept: application/x-ndjson` "
-                    "streams every record, one JSON object per line.")
+async def _delete_annotations(request: Request, ctx: AppContext, document_id: str, layer: str):
+    await find_document(ctx, document_id)
+    body = await _json_write_body(request, ctx)
+    wanted = body.get("annotationIds") if isinstance(body, dict) else None
+    if wanted != "all":
+        if not isinstance(wanted, list) or not all(isinstance(i, str) for i in wanted):
+            raise unprocessable("'annotationIds' must be \"all\" or an array of annotation ids")
+        if len(wanted) > MAX_BULK_ANNOTATIONS:
+            raise unprocessable(f"at most {MAX_BULK_ANNOTATIONS} annotation ids")
+
+    live = None
+    if wanted == "all":
+        live = await run_in_threadpool(lambda: [r.id for r in ctx.storage.iter_records(document_id, layer)])
+
+    def work(writer):
+        deleted, revision = [], None
+        for record_id in (live if live is not None else wanted):
+            current = writer.get_record(record_id)
+            if current is None or current.deleted:  # already gone (or a reply of one deleted here)
+                continue
+            revision = delete_record(writer, record_id, None)
+            deleted.append(record_id)
+        return deleted, revision
+
+    state, (deleted, revision) = await commit(ctx, document_id, layer, work)
+    return {"data": {"deleted": deleted, "revision": state.revision if revision is None else revision}}
 
 
-@router.get(DOC + "/annotations", summary="List annotations of the default layer",
-            description=_ANNOTATIONS_DOC, responses=bodies.ANNOTATION_LIST)
-async def default_layer_annotations(document_id: str, request: Request,
-                                    ctx: AppContext = Depends(require_admin)):
-    return await _list_annotations(request, ctx, document_id, "")
+_ANNOTATIONS_DOC = ("Live records as `AnnotationRecord`s, at most 1000 with `truncated`; "
+                    "`Accept: application/x-ndjson` streams every record, one JSON object per line.")
+_CREATE_DOC = ("Body `{\"content\": {...}, \"id\"?, \"user_id\"?, \"group\"?}` → "
+               "`{\"data\": {\"annotation_id\", ...AnnotationRecord}}`, or `{\"annotations\": [...]}` → "
+               "`AnnotationMultipleResponse`; multipart: an `annotation` / `annotations` JSON part and "
+               "attachments named by their SHA-256. 422 when `content` is missing or invalid (nothing "
+               "stored), 409 `annotation_exists` when an id is taken (also by a deleted record).")
+_UPDATE_MANY_DOC = ("Body `{\"annotations\": [{\"id\", \"content\", \"user_id\"?}]}` → "
+                    "`AnnotationMultipleResponse`; ids not in the layer are listed in `failing_paths` "
+                    "(the others are written). 422 when an entry lacks `id` or `content`.")
+_DELETE_MANY_DOC = ("Body `{\"annotationIds\": \"all\" | [ids]}`: tombstones them and their replies; "
+                    "ids already gone are skipped. `{\"data\": {\"deleted\": [ids], \"revision\"}}`.")
 
 
-@router.get(LAYER + "/annotations", summary="List annotations of a layer", description=_ANNOTATIONS_DOC,
-            responses=bodies.ANNOTATION_LIST)
-async def layer_annotations(document_id: str, layer: str, request: Request,
-                            ctx: AppContext = Depends(require_admin)):
-    return await _list_annotations(request, ctx, document_id, layer_from_segment(layer))
+def _routes(prefix: str, where: str, layer_of) -> None:
+    """Register the annotation routes under ``prefix`` (``DOC`` or ``LAYER``)."""
+
+    @router.get(prefix + "/annotations", summary=f"List annotations of {where}",
+                description=_ANNOTATIONS_DOC, responses=bodies.ANNOTATION_LIST)
+    async def list_(request: Request, document_id: str, ctx: AppContext = Depends(require_admin),
+                    layer: str = Depends(layer_of)):
+        return await _list_annotations(request, ctx, document_id, layer)
+
+    @router.post(prefix + "/annotations", summary=f"Create annotations in {where}",
+                 description=_CREATE_DOC, openapi_extra=bodies.ANNOTATION_CREATE,
+                 responses={**ok(bodies.AnnotationCreateOut, "the new annotation (or "
+                                 "AnnotationMultipleResponse for the bulk form)"),
+                            **error_responses(409, 422)})
+    async def create(request: Request, document_id: str, ctx: AppContext = Depends(require_admin),
+                     layer: str = Depends(layer_of)) -> dict:
+        return await _create_annotations(request, ctx, document_id, layer)
+
+    @router.put(prefix + "/annotations", summary=f"Replace many annotations of {where}",
+                description=_UPDATE_MANY_DOC, openapi_extra=bodies.ANNOTATION_UPDATE_MANY,
+                responses={**ok(bodies.AnnotationMultipleOut, "the written annotations"),
+                           **error_responses(422)})
+    async def update_many(request: Request, document_id: str, ctx: AppContext = Depends(require_admin),
+                          layer: str = Depends(layer_of)) -> dict:
+        return await _update_annotations(request, ctx, document_id, layer)
+
+    @router.delete(prefix + "/annotations", summary=f"Delete many annotations of {where}",
+                   description=_DELETE_MANY_DOC, openapi_extra=bodies.ANNOTATION_DELETE_MANY,
+                   responses={**ok(bodies.AnnotationsDeletedOut, "deleted"), **error_responses(422)})
+    async def delete_many(request: Request, document_id: str, ctx: AppContext = Depends(require_admin),
+                          layer: str = Depends(layer_of)) -> dict:
+        return await _delete_annotations(request, ctx, document_id, layer)
+
+    @router.get(prefix + "/annotations/{annotation_id}", summary=f"Get an annotation of {where}",
+                responses=ok(bodies.Annotation, "the annotation (an AnnotationRecord, no envelope)"))
+    async def get(document_id: str, annotation_id: str, ctx: AppContext = Depends(require_admin),
+                  layer: str = Depends(layer_of)) -> dict:
+        return await _get_annotation(ctx, document_id, layer, annotation_id)
+
+    @router.put(prefix + "/annotations/{annotation_id}", summary=f"Replace an annotation of {where}",
+                description="Body `{\"content\": {...}, \"user_id\"?}` (`AnnotationUpdate`); the path id "
+                            "wins. 404 when missing or deleted, 422 when `content` is missing or invalid.",
+                openapi_extra=bodies.ANNOTATION_UPDATE,
+                responses={**ok(bodies.AnnotationOut, "the annotation"), **error_responses(422)})
+    async def update(document_id: str, annotation_id: str, request: Request,
+                     ctx: AppContext = Depends(require_admin),
+                     layer: str = Depends(layer_of)) -> dict:
+        return await _update_annotation(request, ctx, document_id, layer, annotation_id)
+
+    @router.delete(prefix + "/annotations/{annotation_id}", summary=f"Delete an annotation of {where}",
+                   description="Tombstones it and its replies (`rootId`). 404 when missing or "
+                               "already deleted.",
+                   responses=ok(bodies.AnnotationDeletedOut, "deleted (with its replies)"))
+    async def delete(document_id: str, annotation_id: str, ctx: AppContext = Depends(require_admin),
+                     layer: str = Depends(layer_of)) -> dict:
+        return await _delete_annotation(ctx, document_id, layer, annotation_id)
 
 
-@router.post(DOC + "/annotations", summary="Create an annotation in the default layer",
-             responses={**ok(bodies.AnnotationOut, "the new annotation"), **error_responses(409)},
-             openapi_extra=bodies.ANNOTATION)
-async def create_default_annotation(document_id: str, request: Request,
-                                    ctx: AppContext = Depends(require_admin)) -> dict:
-    """Body: an Instant JSON annotation, or ``{"id"?, "content": {...}, "user_id"?}``.
-    409 ``annotation_exists`` when the id is taken (also by a deleted record)."""
-    return await _create_annotation(request, ctx, document_id, "")
+def _default_layer() -> str:
+    return ""
 
 
-@router.post(LAYER + "/annotations", summary="Create an annotation in a layer",
-             responses={**ok(bodies.AnnotationOut, "the new annotation"), **error_responses(409)},
-             openapi_extra=bodies.ANNOTATION)
-async def create_layer_annotation(document_id: str, layer: str, request: Request,
-                                  ctx: AppContext = Depends(require_admin)) -> dict:
-    """As for the default layer."""
-    return await _create_annotation(request, ctx, document_id, layer_from_segment(layer))
+def _named_layer(layer: str) -> str:
+    """The ``{layer}`` path segment as a layer name (``~`` = the default layer)."""
+    return layer_from_segment(layer)
 
 
-@router.get(DOC + "/annotations/{annotation_id}", summary="Get an annotation of the default layer",
-            responses=ok(bodies.AnnotationOut, "the annotation"))
-async def get_default_annotation(document_id: str, annotation_id: str,
-                                 ctx: AppContext = Depends(require_admin)) -> dict:
-    return await _get_annotation(ctx, document_id, "", annotation_id)
-
-
-@router.get(LAYER + "/annotations/{annotation_id}", summary="Get an annotation of a layer",
-            responses=ok(bodies.AnnotationOut, "the annotation"))
-async def get_layer_annotation(document_id: str, layer: str, annotation_id: str,
-                               ctx: AppContext = Depends(require_admin)) -> dict:
-    return await _get_annotation(ctx, document_id, layer_from_segment(layer), annotation_id)
-
-
-@router.put(DOC + "/annotations/{annotation_id}", summary="Replace an annotation of the default layer",
-            openapi_extra=bodies.ANNOTATION, responses=ok(bodies.AnnotationOut, "the annotation"))
-async def update_default_annotation(document_id: str, annotation_id: str, request: Request,
-                                    ctx: AppContext = Depends(require_admin)) -> dict:
-    """Body as for create; the path id wins. 404 when missing or deleted."""
-    return await _update_annotation(request, ctx, document_id, "", annotation_id)
-
-
-@router.put(LAYER + "/annotations/{annotation_id}", summary="Replace an annotation of a layer",
-            openapi_extra=bodies.ANNOTATION, responses=ok(bodies.AnnotationOut, "the annotation"))
-async def update_layer_annotation(document_id: str, layer: str, annotation_id: str, request: Request,
-                                  ctx: AppContext = Depends(require_admin)) -> dict:
-    return await _update_annotation(request, ctx, document_id, layer_from_segment(layer), annotation_id)
-
-
-@router.delete(DOC + "/annotations/{annotation_id}", summary="Delete an annotation of the default layer",
-               responses=ok(bodies.AnnotationDeletedOut, "deleted (with its replies)"))
-async def delete_default_annotation(document_id: str, annotation_id: str,
-                                    ctx: AppContext = Depends(require_admin)) -> dict:
-    """Tombstones it and its replies (``rootId``). 404 when missing or already deleted."""
-    return await _delete_annotation(ctx, document_id, "", annotation_id)
-
-
-@router.delete(LAYER + "/annotations/{annotation_id}", summary="Delete an annotation of a layer",
-               responses=ok(bodies.AnnotationDeletedOut, "deleted (with its replies)"))
-async def delete_layer_annotation(document_id: str, layer: str, annotation_id: str,
-                                  ctx: AppContext = Depends(require_admin)) -> dict:
-    return await _delete_annotation(ctx, document_id, layer_from_segment(layer), annotation_id)
+_routes(DOC, "the default layer", _default_layer)
+_routes(LAYER, "a layer", _named_layer)

@@ -4,6 +4,11 @@ annotations written in."""
 from __future__ import annotations
 
 import hashlib
+import io
+from dataclasses import dataclass
+from typing import Literal
+
+import pikepdf
 
 from fastapi import Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -15,8 +20,10 @@ from layersync_server.ids import is_valid_layer_name
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.pdf.export import export_pdf
 from layersync_server.record_schema import record_schema_problem
+from layersync_server.routes.admin.acroform import form_fields
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, find_document,
-                                                  instant_json_entries, json_body, require_admin)
+                                                  instant_json_body, instant_json_entries,
+                                                  require_admin)
 from layersync_server.storage import StoredRecord
 from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem
 
@@ -39,32 +46,67 @@ async def _live_records(ctx: AppContext, document_id: str, layer: str) -> list[S
 
 
 async def layer_instant_json_document(ctx: AppContext, document_id: str, layer: str) -> dict:
-    """The layer's live records as an Instant JSON document (``document.json``'s body);
-    the admin routes and the dashboard both answer with it."""
+    """The layer's live records as an Instant JSON document (``document.json``'s body,
+    Document Engine's ``InstantJson``): ``annotations``, ``comments``, ``formFields``
+    (from the widgets and the stored PDF's AcroForm) and ``formFieldValues``; the admin
+    routes and the dashboard both answer with it."""
     contents = [r.content for r in await _live_records(ctx, document_id, layer)]
+    widgets = [c for c in contents if c.get("type") == "pspdfkit/widget"]
     values = {}
-    for c in contents:
-        if c.get("type") == "pspdfkit/widget" and "value" in c and c.get("formFieldName"):
+    for c in widgets:
+        if "value" in c and c.get("formFieldName"):
             values.setdefault(c["formFieldName"], c["value"])
+    pdf = await run_in_threadpool(ctx.storage.read_pdf, document_id) if widgets else None
+    fields = await run_in_threadpool(form_fields, widgets, pdf) if widgets else []
     return {"format": INSTANT_JSON_FORMAT,
             "annotations": [c for c in contents if c.get("type") != "pspdfkit/comment"],
             "comments": [c for c in contents if c.get("type") == "pspdfkit/comment"],
+            "formFields": fields,
             "formFieldValues": [{"v": 1, "type": "pspdfkit/form-field-value", "name": name,
-                                 "value": value} for name, value in values.items()]}
+                                 "value": _field_value(value)} for name, value in values.items()]}
+
+
+def _field_value(value: object) -> object:
+    """A widget's ``value`` as ``FormFieldValue.value`` (string, array of strings or null)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return [v if isinstance(v, str) else str(v) for v in value]
+    return str(value)
 
 
 @router.get(DOC + "/document.json", summary="Instant JSON export of a layer (?layer=)",
             responses=ok(bodies.InstantJsonOut, "Instant JSON"))
 async def instant_json(document_id: str, layer: str = Query("", max_length=128),
+                       annotation_version: int = Query(2, ge=1, le=2),
                        ctx: AppContext = Depends(require_admin)) -> dict:
-    """``pspdfkit/comment`` records go to ``comments``, the rest to ``annotations``."""
-    return await layer_instant_json_document(ctx, document_id, _layer_query(layer))
+    """``pspdfkit/comment`` records go to ``comments``, the rest to ``annotations``.
+    ``annotation_version=1``: annotations as Instant JSON v1 (``v`` 1, ``text`` a string)."""
+    return _as_version(await layer_instant_json_document(ctx, document_id, _layer_query(layer)),
+                       annotation_version)
 
 
 @router.get(LAYER + "/document.json", summary="Instant JSON export of a layer",
             responses=ok(bodies.InstantJsonOut, "Instant JSON"))
-async def layer_instant_json(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> dict:
-    return await layer_instant_json_document(ctx, document_id, layer_from_segment(layer))
+async def layer_instant_json(document_id: str, layer: str, annotation_version: int = Query(2, ge=1, le=2),
+                             ctx: AppContext = Depends(require_admin)) -> dict:
+    return _as_version(await layer_instant_json_document(ctx, document_id, layer_from_segment(layer)),
+                       annotation_version)
+
+
+def _as_version(document: dict, annotation_version: int) -> dict:
+    """``document`` with its annotations as Instant JSON ``annotation_version``: records
+    are v2; v1 differs in ``v`` and in ``text`` being the plain string (rich text's
+    markup is kept as the string Document Engine's v1 has)."""
+    if annotation_version == 2:
+        return document
+    downgraded = []
+    for annotation in document["annotations"]:
+        annotation = dict(annotation, v=1)
+        if isinstance(annotation.get("text"), dict):
+            annotation["text"] = annotation["text"].get("value", "")
+        downgraded.append(annotation)
+    return {**document, "annotations": downgraded}
 
 
 def _form_field_values(body: object) -> dict[str, object]:
@@ -111,7 +153,7 @@ def put_entries(writer, entries: list[dict]) -> tuple[int, int]:
 
 async def _apply_instant_json(request: Request, ctx: AppContext, document_id: str, layer: str) -> dict:
     await find_document(ctx, document_id)
-    body = await json_body(request, ctx)
+    body = await instant_json_body(request, ctx)
     entries = instant_json_entries(body)
     # form field values land on the widget records of those fields
     entries += await widget_value_entries(ctx, document_id, layer, _form_field_values(body))
@@ -125,8 +167,10 @@ async def _apply_instant_json(request: Request, ctx: AppContext, document_id: st
              responses=ok(bodies.ApplyResultOut, "counts of created, updated, unchanged entries"))
 async def apply_instant_json(document_id: str, request: Request,
                              ctx: AppContext = Depends(require_admin)) -> dict:
-    """Body: Instant JSON (``annotations``, ``comments``). Each entry creates the record
-    or replaces the one with its id; identical entries are left alone."""
+    """Body: Instant JSON (``annotations``, ``comments``, ``formFieldValues``) as
+    ``application/json`` or as the ``instant.json`` part of a multipart body (Document
+    Engine's form). Each entry creates the record or replaces the one with its id;
+    identical entries are left alone."""
     return await _apply_instant_json(request, ctx, document_id, "")
 
 
@@ -151,17 +195,70 @@ def stored_attachments(ctx: AppContext, document_id: str, contents: list[dict]) 
     return found
 
 
-async def layer_pdf_response(ctx: AppContext, document_id: str, layer: str) -> Response:
+async def layer_pdf_response(ctx: AppContext, document_id: str, layer: str,
+                             options: PdfOptions | None = None) -> Response:
     """The document's PDF with the layer's annotations written in, with the
-    ``LayerSync-Export`` report header; the admin routes and the dashboard both use it."""
+    ``LayerSync-Export`` report header; the admin routes and the dashboard both use it.
+    ``options`` (Document Engine's query): ``source`` answers the PDF as uploaded,
+    ``flatten`` burns the annotations into the pages, ``annotations=false`` /
+    ``comments=false`` leave those records out."""
+    options = options or PdfOptions()
     records = await _live_records(ctx, document_id, layer)
     original = await run_in_threadpool(ctx.storage.read_pdf, document_id)
+    if options.source:
+        return Response(original, media_type="application/pdf", headers={
+            "ETag": f'"{hashlib.sha256(original).hexdigest()}"'})
+    if not options.annotations:
+        records = [r for r in records if r.content.get("type") in ("pspdfkit/comment", "pspdfkit/widget")]
+    if not options.comments:
+        records = [r for r in records if r.content.get("type") != "pspdfkit/comment"]
     attachments = await run_in_threadpool(stored_attachments, ctx, document_id, [r.content for r in records])
     result = await run_in_threadpool(export_pdf, original, [r.content for r in records], attachments)
-    return Response(result.pdf, media_type="application/pdf", headers={
-        "ETag": f'"{hashlib.sha256(result.pdf).hexdigest()}"',
+    pdf = await run_in_threadpool(_flattened, result.pdf) if options.flatten else result.pdf
+    return Response(pdf, media_type="application/pdf", headers={
+        "ETag": f'"{hashlib.sha256(pdf).hexdigest()}"',
         "LayerSync-Export": f"kept={result.kept}; written={result.written}; "
                             f"removed={result.removed}; skipped={len(result.skipped)}"})
+
+
+@dataclass(frozen=True)
+class PdfOptions:
+    """Document Engine's ``download-document-pdf`` query (the options LayerSync honours)."""
+
+    source: bool = False
+    flatten: bool = False
+    annotations: bool = True
+    comments: bool = True
+
+
+def pdf_options(source: bool | None = Query(None, description="the PDF as uploaded"),
+                flatten: bool | None = Query(None, description="annotations burned into the pages"),
+                annotations: bool | None = Query(None, description="false: leave annotations out"),
+                comments: bool | None = Query(None, description="false: leave comments out"),
+                pdf_type: Literal["pdf", "pdfa"] = Query("pdf", alias="type",
+                                                         description="only pdf is produced")) -> PdfOptions:
+    """The PDF routes' query; 400 when ``source`` is combined with another option (as
+    Document Engine answers) or ``type=pdfa`` is asked."""
+    if source and (flatten is not None or annotations is not None or comments is not None):
+        raise invalid_request("source cannot be combined with flatten, annotations or comments")
+    if pdf_type != "pdf":
+        raise invalid_request("type=pdfa is not produced; ask for type=pdf")
+    return PdfOptions(bool(source), bool(flatten), annotations is not False, comments is not False)
+
+
+def _flattened(pdf: bytes) -> bytes:
+    """``pdf`` with every annotation's appearance drawn into its page and the
+    annotations removed (qpdf's flattening, through pikepdf)."""
+    with pikepdf.open(io.BytesIO(pdf)) as parsed:
+        parsed.flatten_annotations("all")
+        for page in parsed.pages:
+            if "/Annots" in page.obj:
+                del page.obj["/Annots"]
+        if "/AcroForm" in parsed.Root:
+            del parsed.Root["/AcroForm"]
+        out = io.BytesIO()
+        parsed.save(out)
+        return out.getvalue()
 
 
 _PDF_RESPONSES = {200: media("application/pdf", "the PDF (header `LayerSync-Export` says what was "
@@ -171,11 +268,13 @@ _PDF_RESPONSES = {200: media("application/pdf", "the PDF (header `LayerSync-Expo
 @router.get(DOC + "/pdf", summary="The PDF with a layer's annotations written in (?layer=)",
             response_class=Response, responses=_PDF_RESPONSES)
 async def document_pdf(document_id: str, layer: str = Query("", max_length=128),
+                       options: PdfOptions = Depends(pdf_options),
                        ctx: AppContext = Depends(require_admin)) -> Response:
-    return await layer_pdf_response(ctx, document_id, _layer_query(layer))
+    return await layer_pdf_response(ctx, document_id, _layer_query(layer), options)
 
 
 @router.get(LAYER + "/pdf", summary="The PDF with a layer's annotations written in",
             response_class=Response, responses=_PDF_RESPONSES)
-async def layer_pdf(document_id: str, layer: str, ctx: AppContext = Depends(require_admin)) -> Response:
-    return await layer_pdf_response(ctx, document_id, layer_from_segment(layer))
+async def layer_pdf(document_id: str, layer: str, options: PdfOptions = Depends(pdf_options),
+                    ctx: AppContext = Depends(require_admin)) -> Response:
+    return await layer_pdf_response(ctx, document_id, layer_from_segment(layer), options)

@@ -29,7 +29,7 @@ from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, anno
 from layersync_server.routes.admin.exports import (_layer_query, layer_instant_json_document,
                                                    put_entries, stored_attachments,
                                                    widget_value_entries)
-from layersync_server.wire_json import parse_json
+from layersync_server.wire_json import json_problem, parse_json
 
 
 router = admin_router()
@@ -186,7 +186,13 @@ def upload_attachment_records(attachment: bytes, pdf: bytes, pdf_records: list[d
     records and the attachment's embedded files. Raises ApiError 400 for a bad attachment.
     """
     if attachment.lstrip()[:1] == b"{":
-        body = parse_json(attachment)
+        try:
+            body = parse_json(attachment)
+        except ApiError:
+            raise invalid_request("attachment must be an XFDF or Instant JSON document") from None
+        problem = json_problem(body, None)
+        if problem:
+            raise invalid_request(f"attachment: {problem}")
         entries, files = instant_json_entries(body), {}
         deleted: list[str] = []
     else:
@@ -197,10 +203,5 @@ def upload_attachment_records(attachment: bytes, pdf: bytes, pdf_records: list[d
         records.pop(record_id, None)
     records.update((e["id"], e) for e in entries)
     return list(records.values()), files
-
-
-def is_true(value: str | None) -> bool:
-    """A multipart boolean field (``keep_current_annotations``)."""
-    return str(value or "").strip().lower() in ("true", "1", "yes", "on")
 
 
