@@ -1,7 +1,17 @@
 """What the admin routes share: the admin-token dependency, the router they are made
-with, and the checks of documents, JSON bodies and annotations."""
+with, the checks of documents, JSON bodies and annotations, and the response shaping
+Nutrient Document Engine's OpenAPI description (``../shared/vendor/document-engine/
+document-engine-api.yml``) gives every route: the ``{"data": ...}`` envelope, the
+annotation record (``AnnotationRecord``), the bulk answer (``AnnotationMultipleResponse``),
+422 for a body the spec refuses, cursor paging and the ``instant.json`` multipart part.
+
+The names below are used by every admin module (and by the routes added beside them);
+keep them stable."""
 
 from __future__ import annotations
+
+import base64
+import binascii
 
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
@@ -9,14 +19,14 @@ from starlette.concurrency import run_in_threadpool
 from layersync_server.auth import check_admin_token
 from layersync_server.changes import normalize_content
 from layersync_server.context import (AppContext, check_document_id, get_context, no_document,
-                                      read_body)
-from layersync_server.errors import invalid_request
+                                      read_body, replayed_request)
+from layersync_server.errors import ApiError, invalid_request
 from layersync_server.errors_http import COMMON_ERROR_RESPONSES
 from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.record_schema import record_schema_problem
-from layersync_server.storage import DocumentInfo
-from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem, parse_json
+from layersync_server.storage import DocumentInfo, StoredRecord
+from layersync_server.wire_json import MAX_JSON_DEPTH, dumps, json_problem, parse_json
 
 
 def require_admin(request: Request, ctx: AppContext = Depends(get_context)) -> AppContext:
@@ -89,3 +99,156 @@ def admin_router() -> APIRouter:
     errors, answering through :class:`WireJSONResponse`."""
     return APIRouter(prefix="/api", tags=["admin"], responses=COMMON_ERROR_RESPONSES,
                      route_class=WireRoute, default_response_class=WireJSONResponse)
+
+
+# --- response shaping (Document Engine's shapes) -------------------------------------
+
+def data_envelope(payload: object) -> dict:
+    """``{"data": payload}``: the envelope of most Document Engine answers."""
+    return {"data": payload}
+
+
+def record_authors(record: StoredRecord | None) -> dict:
+    """``createdBy``, ``updatedBy`` and ``group`` of a record as Document Engine's
+    ``AnnotationRecord`` gives them (``User`` and ``Group`` are string or null).
+
+    The one place these are filled: collaboration permissions are not built yet, so
+    ``group`` is always null and the users are the ``user_id`` the writes carried (null
+    when none did). A later change fills them from storage here."""
+    if record is None:
+        return {"createdBy": None, "updatedBy": None, "group": None}
+    return {"createdBy": record.created_by, "updatedBy": record.updated_by, "group": None}
+
+
+def annotation_record(record: StoredRecord) -> dict:
+    """A live record as Document Engine's ``AnnotationRecord``: ``{id, content, createdBy,
+    updatedBy, group}``, plus LayerSync's own ``revision``, ``createdAt``, ``updatedAt``
+    (the spec allows more fields)."""
+    return {"id": record.id, "content": record.content, **record_authors(record),
+            "revision": record.revision, "createdAt": record.created_at,
+            "updatedAt": record.updated_at}
+
+
+def bulk_result(records: list[StoredRecord], failing_paths: list[dict] | None = None) -> dict:
+    """Document Engine's ``AnnotationMultipleResponse`` for a bulk create or update:
+    ``{"data": [{id, content, user_id, group, updatedBy}], "result", "status": 200,
+    "failing_paths"}``; ``result`` is ``success``, ``partial_failure`` or ``failure``."""
+    failing = failing_paths or []
+    result = "failure" if failing and not records else "partial_failure" if failing else "success"
+    data = []
+    for record in records:
+        authors = record_authors(record)
+        data.append({"id": record.id, "content": record.content, "user_id": authors["updatedBy"],
+                     "group": authors["group"], "updatedBy": authors["updatedBy"],
+                     "revision": record.revision})
+    return {"data": data, "result": result, "status": 200, "failing_paths": failing}
+
+
+def unprocessable(message: str, **details) -> ApiError:
+    """422 ``invalid_request``: Document Engine's answer to a body that lacks a required
+    field or holds an invalid one (annotation, comment and form-field writes); nothing is
+    stored. Same error envelope as every other error."""
+    return ApiError(422, "invalid_request", message, details)
+
+
+def as_unprocessable(exc: ApiError) -> ApiError:
+    """``exc`` (a 400 ``invalid_request`` from a shared check) answered as 422."""
+    if exc.status == 400 and exc.code == "invalid_request":
+        return ApiError(422, exc.code, exc.message, exc.details, exc.headers)
+    return exc
+
+
+# --- paging (Document Engine's ``page_size`` and ``cursor``) ---------------------------
+
+#: ``page_size`` when the request gives none (Document Engine's default).
+DEFAULT_PAGE_SIZE = 10
+#: Largest ``page_size`` answered (a larger one is clamped, not refused).
+MAX_PAGE_SIZE = 1000
+
+
+def encode_cursor(position: object) -> str:
+    """An opaque, URL-safe cursor (base64url of JSON) for a position in a listing."""
+    return base64.urlsafe_b64encode(dumps(position).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> object:
+    """The position a cursor of :func:`encode_cursor` holds; None without a cursor.
+    400 ``invalid_request`` when it is not one of ours."""
+    if cursor is None or cursor == "":
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        return parse_json(raw)
+    except (ValueError, binascii.Error, UnicodeDecodeError, ApiError):
+        raise invalid_request("cursor is not a cursor this server gave") from None
+
+
+def page_window(total: int, offset: int, page_size: int) -> dict:
+    """Cursors of the page of ``page_size`` items at ``offset`` in ``total``:
+    ``next_cursor`` / ``prev_cursor`` (null at either end), ``prev_document_count`` and
+    ``next_document_count`` (items before and after the page)."""
+    page_size = max(1, min(page_size, MAX_PAGE_SIZE))
+    end = min(total, offset + page_size)
+    return {"next_cursor": encode_cursor({"offset": end}) if end < total else None,
+            "prev_cursor": encode_cursor({"offset": max(0, offset - page_size)}) if offset > 0 else None,
+            "prev_document_count": min(offset, total), "next_document_count": max(0, total - end)}
+
+
+def cursor_offset(cursor: str | None) -> int:
+    """The offset a paging cursor of :func:`page_window` holds (0 without one)."""
+    position = decode_cursor(cursor)
+    if position is None:
+        return 0
+    offset = position.get("offset") if isinstance(position, dict) else None
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise invalid_request("cursor is not a cursor this server gave")
+    return offset
+
+
+# --- request bodies: JSON or multipart with an ``instant.json`` part -------------------
+
+#: The multipart part Document Engine reads Instant JSON from.
+INSTANT_JSON_PART = "instant.json"
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+async def form_body(request: Request, ctx: AppContext):
+    """The multipart form of ``request`` (read once, bounded by ``max_request_bytes``),
+    or None when the body is not ``multipart/form-data``."""
+    if _media_type(request) != "multipart/form-data":
+        return None
+    body = await read_body(request, ctx.settings.max_request_bytes)
+    try:
+        return await replayed_request(request, body).form()
+    except Exception as exc:  # malformed multipart (python-multipart raises its own types)
+        raise invalid_request(f"malformed multipart body: {exc}") from None
+
+
+async def json_part(form, name: str) -> object:
+    """A multipart part (file or field) parsed as JSON, checked as :func:`json_body`
+    checks a body; None when the form has no such part."""
+    part = form.get(name)
+    if part is None:
+        return None
+    raw = part.encode() if isinstance(part, str) else await part.read()
+    value = parse_json(raw)
+    problem = json_problem(value, None)
+    if problem:
+        raise invalid_request(f"{name}: {problem}")
+    return value
+
+
+async def instant_json_body(request: Request, ctx: AppContext) -> object:
+    """The Instant JSON of a request: the ``instant.json`` part of a multipart body (as
+    Document Engine sends it) or the whole body as ``application/json``. 400 when a
+    multipart body has no ``instant.json`` part."""
+    form = await form_body(request, ctx)
+    if form is None:
+        return await json_body(request, ctx)
+    value = await json_part(form, INSTANT_JSON_PART)
+    if value is None:
+        raise invalid_request(f"multipart body needs an '{INSTANT_JSON_PART}' part")
+    return value
