@@ -206,6 +206,42 @@ def test_real_answers_conform_to_the_documented_schemas(server, spec):
                         json={"annotations": [dict(note("ij"), id="ij-" + aid)],
                               "formFieldValues": [{"name": "nope", "value": "x"}]}), 200)
         check(http.get(prefix + "/pdf", headers=admin), 200)
+    # admin: the Document Engine routes beside them (tests/test_document_engine_routes.py
+    # checks them against the vendor's schemas too)
+    for prefix in (f"/api/documents/{doc}", f"/api/documents/{doc}/layers/{layer}"):
+        root = {"v": 2, "type": "pspdfkit/markup/highlight", "pageIndex": 0, "bbox": [1, 1, 9, 9],
+                "rects": [[1, 1, 9, 9]], "color": "#fcee7c"}
+        rid = "r-" + uuid.uuid4().hex[:8]
+        check(http.post(prefix + "/comments", headers=admin,
+                        json={"annotation": {"id": rid, "content": root}, "comments": [{"content": {"text": "a"}}]}), 200)
+        check(http.post(prefix + f"/annotations/{rid}/comments", headers=admin,
+                        json={"comments": [{"content": {"text": "b"}}]}), 200)
+        check(http.get(prefix + f"/annotations/{rid}/comments", headers=admin), 200)
+        field = {"v": 1, "type": "pspdfkit/form-field/text", "name": "f-" + rid, "label": "F", "annotationIds": [],
+                 "doNotSpellCheck": False, "doNotScroll": False, "multiLine": False, "comb": False,
+                 "defaultValue": ""}
+        check(http.post(prefix + "/form-fields", headers=admin, json={"formFields": [{"id": "f" + rid, "content": field}]}), 200)
+        check(http.put(prefix + "/form-fields", headers=admin, json={"formFields": [{"id": "f" + rid, "content": field}]}), 200)
+        check(http.get(prefix + "/form-fields", headers=admin), 200)
+        check(http.get(prefix + f"/form-fields/f{rid}", headers=admin), 200)
+        check(http.request("DELETE", prefix + "/form-fields", headers=admin, json={"formFieldIds": "all"}), 200)
+        check(http.post(prefix + "/form-field-values", headers=admin,
+                        json={"formFieldValues": [{"name": "nope", "value": "x"}]}), 200)
+        check(http.get(prefix + "/form-field-values", headers=admin), 200)
+        check(http.get(prefix + "/pages/0/annotations", headers=admin), 200)
+        check(http.get(prefix + "/pages/0/image", headers=admin, params={"width": 50}), 200)
+        bookmark = {"type": "pspdfkit/bookmark", "v": 1, "action": {"type": "goTo", "pageIndex": 0}}
+        check(http.post(prefix + "/bookmarks", headers=admin, json={"id": "b" + rid, "content": bookmark}), 200)
+        check(http.get(prefix + "/bookmarks", headers=admin), 200)
+        check(http.put(prefix + f"/bookmarks/b{rid}", headers=admin, json={"content": bookmark}), 200)
+        check(http.delete(prefix + f"/bookmarks/b{rid}", headers=admin), 200)
+        check(http.post(prefix + "/pdf_with_instant_json", headers=admin, json={"annotations": []}), 200)
+        copied = check(http.post(prefix + "/copy_with_instant_json", headers=admin, json={}), 200).json()
+        check(http.delete(f"/api/documents/{copied['documentId']}", headers=admin), 200)
+    check(http.get(f"/api/documents/{doc}/attachments/{sha}", headers=admin), 200)
+    copy_id = check(http.post("/api/copy_document", headers=admin, json={"document_id": doc}), 200).json()
+    check(http.delete(f"/api/documents/{copy_id['data']['document_id']}", headers=admin), 200)
+    check(http.post("/api/revoke", headers=admin, json={"jwts": [server.token(doc, jti=uuid.uuid4().hex)]}), 200)
     check(http.post("/api/tokens/revoke", headers=admin, json={"jti": uuid.uuid4().hex}), 200)
     check(http.delete(f"/api/documents/{doc}/layers/{layer}", headers=admin), 200)
     check(http.delete(f"/api/documents/{doc}", headers=admin), 200)
