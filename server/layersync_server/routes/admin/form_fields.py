@@ -253,48 +253,61 @@ _VALUES_SET = {200: media("application/json", "the values set and the layer revi
         "formFieldValues": {"type": "array"}, "revision": {"type": "integer"}}}}}), **error_responses(422)}
 
 
-def _routes(prefix: str, layer_of):
-    """Register the routes under ``prefix`` (``DOC`` or ``LAYER``); ``layer_of(path
-    parameters)`` is the layer name."""
+def _routes(prefix: str):
+    """Register the routes under ``prefix`` (``DOC``, the default layer, or ``LAYER``, whose
+    ``{layer}`` path segment names the layer)."""
     where = "the default layer" if prefix == DOC else "a layer"
+    tag = "default" if prefix == DOC else "layer"
+
+    def layer_of(request: Request) -> str:
+        return "" if prefix == DOC else layer_from_segment(request.path_params["layer"])
+
+    extra = {} if prefix == DOC else {"parameters": [
+        {"name": "layer", "in": "path", "required": True, "schema": {"type": "string"}}]}
+
+    def doc(more: dict | None = None) -> dict:
+        found = {**(more or {})}
+        if extra:
+            found["parameters"] = extra["parameters"]
+        return found
 
     @router.get(prefix + "/form-fields", summary=f"Form fields of {where}", responses=_LISTED,
-                name=f"list_form_fields_{prefix == DOC}")
+                name=f"list_form_fields_{tag}", openapi_extra=doc())
     async def list_form_fields(request: Request, document_id: str, ctx: AppContext = Depends(require_admin)):
         return await _list_fields(ctx, document_id, layer_of(request))
 
     @router.post(prefix + "/form-fields", summary=f"Create form fields in {where}",
-                 responses={200: _BATCH}, openapi_extra=_FIELDS_BODY, name=f"create_form_fields_{prefix == DOC}")
+                 responses={200: _BATCH}, openapi_extra=doc(_FIELDS_BODY), name=f"create_form_fields_{tag}")
     async def create_form_fields(request: Request, document_id: str, ctx: AppContext = Depends(require_admin)):
         return await _write_fields(request, ctx, document_id, layer_of(request), update=False)
 
     @router.put(prefix + "/form-fields", summary=f"Update form fields of {where}",
-                responses={200: _BATCH}, openapi_extra=_FIELDS_BODY, name=f"update_form_fields_{prefix == DOC}")
+                responses={200: _BATCH}, openapi_extra=doc(_FIELDS_BODY), name=f"update_form_fields_{tag}")
     async def update_form_fields(request: Request, document_id: str, ctx: AppContext = Depends(require_admin)):
         return await _write_fields(request, ctx, document_id, layer_of(request), update=True)
 
     @router.delete(prefix + "/form-fields", summary=f"Delete form fields of {where} (with their widgets)",
-                   responses={200: _BATCH, **error_responses(422)}, openapi_extra=_DELETE_BODY,
-                   name=f"delete_form_fields_{prefix == DOC}")
+                   responses={200: _BATCH, **error_responses(422)}, openapi_extra=doc(_DELETE_BODY),
+                   name=f"delete_form_fields_{tag}")
     async def delete_form_fields(request: Request, document_id: str, ctx: AppContext = Depends(require_admin)):
         return await _delete_fields(request, ctx, document_id, layer_of(request))
 
     @router.get(prefix + "/form-fields/{form_field_id}", summary=f"A form field of {where}", responses=_ONE,
-                name=f"get_form_field_{prefix == DOC}")
+                name=f"get_form_field_{tag}", openapi_extra=doc())
     async def get_form_field(request: Request, document_id: str, form_field_id: str,
                              ctx: AppContext = Depends(require_admin)):
         return await _get_field(ctx, document_id, layer_of(request), form_field_id)
 
     @router.get(prefix + "/form-field-values", summary=f"Form field values of {where}", responses=_VALUES,
-                name=f"list_form_field_values_{prefix == DOC}")
+                name=f"list_form_field_values_{tag}", openapi_extra=doc())
     async def list_form_field_values(request: Request, document_id: str, ctx: AppContext = Depends(require_admin)):
         return await _list_values(ctx, document_id, layer_of(request))
 
     @router.post(prefix + "/form-field-values", summary=f"Set form field values of {where}",
-                 responses=_VALUES_SET, openapi_extra=_VALUES_BODY, name=f"set_form_field_values_{prefix == DOC}")
+                 responses=_VALUES_SET, openapi_extra=doc(_VALUES_BODY), name=f"set_form_field_values_{tag}")
     async def set_form_field_values(request: Request, document_id: str, ctx: AppContext = Depends(require_admin)):
         return await _set_values(request, ctx, document_id, layer_of(request))
 
 
-_routes(DOC, lambda request: "")
-_routes(LAYER, lambda request: layer_from_segment(request.path_params["layer"]))
+_routes(DOC)
+_routes(LAYER)
