@@ -87,11 +87,12 @@ def test_documented_errors_use_the_envelope(spec):
                     problems.append(f"{method.upper()} {path} {status}: {schema}")
     assert not problems, "\n".join(problems)
     # no FastAPI default 422 (validation errors answer 400); the 422s documented are the
-    # admin annotation writes' own (Document Engine's answer to a body it refuses)
+    # admin writes' own (Document Engine's answer to a body it refuses: annotations,
+    # comments, form fields and values), never a sync route's
     assert "HTTPValidationError" not in str(spec)
     with_422 = {(method, path) for path, method, o in _operations(spec) if "422" in o["responses"]}
-    assert with_422 and all(path.startswith("/api/documents/") and "/annotations" in path
-                            and method in ("post", "put", "delete") for method, path in with_422), with_422
+    assert with_422 and all(path.startswith("/api/") and method in ("post", "put", "delete")
+                            for method, path in with_422), with_422
 
 
 def test_routes_keep_the_stdlib_encoder():
@@ -228,6 +229,42 @@ def test_real_answers_conform_to_the_documented_schemas(server, spec):
         xfdf = check(http.get(prefix + "/document.xfdf", headers=admin), 200).content
         check(http.post(prefix + "/apply_xfdf", headers={**admin, "Content-Type": "application/vnd.adobe.xfdf"},
                         content=xfdf), 200)
+    # admin: the Document Engine routes beside them (tests/test_document_engine_routes.py
+    # checks them against the vendor's schemas too)
+    for prefix in (f"/api/documents/{doc}", f"/api/documents/{doc}/layers/{layer}"):
+        root = {"v": 2, "type": "pspdfkit/markup/highlight", "pageIndex": 0, "bbox": [1, 1, 9, 9],
+                "rects": [[1, 1, 9, 9]], "color": "#fcee7c"}
+        rid = "r-" + uuid.uuid4().hex[:8]
+        check(http.post(prefix + "/comments", headers=admin,
+                        json={"annotation": {"id": rid, "content": root}, "comments": [{"content": {"text": "a"}}]}), 200)
+        check(http.post(prefix + f"/annotations/{rid}/comments", headers=admin,
+                        json={"comments": [{"content": {"text": "b"}}]}), 200)
+        check(http.get(prefix + f"/annotations/{rid}/comments", headers=admin), 200)
+        field = {"v": 1, "type": "pspdfkit/form-field/text", "name": "f-" + rid, "label": "F", "annotationIds": [],
+                 "doNotSpellCheck": False, "doNotScroll": False, "multiLine": False, "comb": False,
+                 "defaultValue": ""}
+        check(http.post(prefix + "/form-fields", headers=admin, json={"formFields": [{"id": "f" + rid, "content": field}]}), 200)
+        check(http.put(prefix + "/form-fields", headers=admin, json={"formFields": [{"id": "f" + rid, "content": field}]}), 200)
+        check(http.get(prefix + "/form-fields", headers=admin), 200)
+        check(http.get(prefix + f"/form-fields/f{rid}", headers=admin), 200)
+        check(http.request("DELETE", prefix + "/form-fields", headers=admin, json={"formFieldIds": "all"}), 200)
+        check(http.post(prefix + "/form-field-values", headers=admin,
+                        json={"formFieldValues": [{"name": "nope", "value": "x"}]}), 200)
+        check(http.get(prefix + "/form-field-values", headers=admin), 200)
+        check(http.get(prefix + "/pages/0/annotations", headers=admin), 200)
+        check(http.get(prefix + "/pages/0/image", headers=admin, params={"width": 50}), 200)
+        bookmark = {"type": "pspdfkit/bookmark", "v": 1, "action": {"type": "goTo", "pageIndex": 0}}
+        check(http.post(prefix + "/bookmarks", headers=admin, json={"id": "b" + rid, "content": bookmark}), 200)
+        check(http.get(prefix + "/bookmarks", headers=admin), 200)
+        check(http.put(prefix + f"/bookmarks/b{rid}", headers=admin, json={"content": bookmark}), 200)
+        check(http.delete(prefix + f"/bookmarks/b{rid}", headers=admin), 200)
+        check(http.post(prefix + "/pdf_with_instant_json", headers=admin, json={"annotations": []}), 200)
+        copied = check(http.post(prefix + "/copy_with_instant_json", headers=admin, json={}), 200).json()
+        check(http.delete(f"/api/documents/{copied['documentId']}", headers=admin), 200)
+    check(http.get(f"/api/documents/{doc}/attachments/{sha}", headers=admin), 200)
+    copy_id = check(http.post("/api/copy_document", headers=admin, json={"document_id": doc}), 200).json()
+    check(http.delete(f"/api/documents/{copy_id['data']['document_id']}", headers=admin), 200)
+    check(http.post("/api/revoke", headers=admin, json={"jwts": [server.token(doc, jti=uuid.uuid4().hex)]}), 200)
     check(http.post("/api/tokens/revoke", headers=admin, json={"jti": uuid.uuid4().hex}), 200)
     check(http.delete(f"/api/documents/{doc}/layers/{layer}", headers=admin), 200)
     check(http.delete(f"/api/documents/{doc}", headers=admin), 200)

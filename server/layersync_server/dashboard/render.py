@@ -107,12 +107,19 @@ class PageImages:
         found = self._pngs.get((key, page_index))
         return None if found is None else found[0]
 
-    def png(self, key, pdf: bytes, page_index: int) -> bytes | None:
+    def png(self, key, pdf: bytes, page_index: int, width_px: int | None = None,
+            height_px: int | None = None) -> bytes | None:
         """Page ``page_index`` of ``pdf`` as PNG (None when there is no such page),
-        cached under ``(key, page_index)``. Blocking."""
-        png = self.cached_png(key, page_index)
-        if png is not None:
-            return png
+        cached under ``(key, page_index)`` (and the size asked for). Drawn at
+        :data:`SCALE` (at most :data:`MAX_SIDE_PX` on the longer side) unless
+        ``width_px`` or ``height_px`` is given: then that side has exactly that many
+        pixels and the other keeps the page's aspect ratio (Document Engine's
+        ``/pages/{pageIndex}/image?width=``). Blocking."""
+        cache_key = (key, page_index) if width_px is None and height_px is None \
+            else (key, page_index, width_px, height_px)
+        found = self._pngs.get(cache_key)
+        if found is not None:
+            return found[0]
         with _PDFIUM:
             document = _open(pdf)
             if document is None:
@@ -121,16 +128,23 @@ class PageImages:
                 if not 0 <= page_index < len(document):
                     return None
                 page = document[page_index]
-                width, height = page.get_size()
-                scale = min(SCALE, MAX_SIDE_PX / max(width, height, 1))
+                width, height = page.get_size()  # as shown (rotation applied)
+                if width_px is not None:
+                    scale, size = width_px / max(width, 1), (width_px, max(1, round(height * width_px / max(width, 1))))
+                elif height_px is not None:
+                    scale, size = height_px / max(height, 1), (max(1, round(width * height_px / max(height, 1))), height_px)
+                else:
+                    scale, size = min(SCALE, MAX_SIDE_PX / max(width, height, 1)), None
                 image = page.render(scale=scale, draw_annots=True).to_pil()
                 page.close()
             finally:
                 document.close()
+        if size is not None and image.size != size:  # PDFium rounds the bitmap size up
+            image = image.resize(size)
         out = io.BytesIO()
         image.convert("RGB").save(out, "PNG", compress_level=1)
         png = out.getvalue()
-        self._pngs.put((key, page_index), png, len(png))
+        self._pngs.put(cache_key, png, len(png))
         return png
 
     def boxes(self, sha256: str, pdf_bytes) -> list[PageBox]:
@@ -145,6 +159,15 @@ class PageImages:
             boxes = _measure(_rewritten(data)) or []
         self._boxes.put(sha256, boxes, len(boxes))
         return boxes
+
+
+def app_page_images(app) -> PageImages:
+    """The app's one :class:`PageImages` (in ``app.state``), made on first use: the
+    dashboard's page view and the admin API's ``/pages/{pageIndex}/image`` share it."""
+    images = getattr(app.state, "page_images", None)
+    if images is None:
+        images = app.state.page_images = PageImages()
+    return images
 
 
 def _open(data: bytes | None) -> pypdfium2.PdfDocument | None:

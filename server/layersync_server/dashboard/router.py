@@ -29,7 +29,7 @@ from layersync_server import __version__
 from layersync_server.context import (DEFAULT_LAYER_SEGMENT, AppContext, check_document_id,
                                       layer_from_segment, read_body, replayed_request, run_in_worker)
 from layersync_server.dashboard import backend, session
-from layersync_server.dashboard.render import PageImages
+from layersync_server.dashboard.render import PageImages, app_page_images
 from layersync_server.errors import ApiError, not_found, unauthorized
 from layersync_server.storage import DocumentInfo, LayerState, StoredRecord, is_postgres_url
 
@@ -62,15 +62,15 @@ class _State:
     """Per-app dashboard state: page image caches and the dashboard's own open
     long-polls per layer (so a layer's "connected clients" leave them out)."""
 
-    def __init__(self):
-        self.images = PageImages()
+    def __init__(self, images: PageImages):
+        self.images = images
         self.viewers: dict[tuple[str, str], int] = {}
 
 
 def _state(request: Request) -> _State:
     state = getattr(request.app.state, "dashboard", None)
     if state is None:
-        state = request.app.state.dashboard = _State()
+        state = request.app.state.dashboard = _State(app_page_images(request.app))
     return state
 
 

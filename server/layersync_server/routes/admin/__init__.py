@@ -7,12 +7,17 @@ wrap their payload in ``{"data": ...}`` where the spec does; errors use the comm
 envelope; the response shaping every module shares is in :mod:`.common`.
 
 One module per resource: :mod:`.documents`, :mod:`.layers`, :mod:`.annotations`,
-:mod:`.exports` (Instant JSON and PDF), :mod:`.xfdf` (XFDF), :mod:`.tokens`; :mod:`.common` holds what they
-share, :mod:`.acroform` the form fields of ``document.json``. :data:`ROUTERS` lists their routers in the order their routes are matched and
+from layersync_server.routes.admin import (annotations, bookmarks, comments, copies, documents, exports,
+                                           form_fields, layers, pages, tokens, xfdf)
+
+ROUTERS = tuple(resource.router for resource in (documents, layers, annotations, exports, xfdf, tokens,
+                                                 comments, form_fields, pages, bookmarks, copies))
 listed (``app.ROUTERS`` includes them).
 """
 
 # (no ``from __future__ import annotations`` here: it would shadow the submodule's name)
-from layersync_server.routes.admin import annotations, documents, exports, layers, tokens, xfdf
+from layersync_server.routes.admin import (annotations, bookmarks, comments, copies, documents, exports,
+                                           form_fields, layers, pages, tokens, xfdf)
 
-ROUTERS = tuple(resource.router for resource in (documents, layers, annotations, exports, xfdf, tokens))
+ROUTERS = tuple(resource.router for resource in (documents, layers, annotations, exports, xfdf, tokens,
+                                                 comments, form_fields, pages, bookmarks, copies))
