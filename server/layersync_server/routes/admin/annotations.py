@@ -14,15 +14,14 @@ from starlette.concurrency import run_in_threadpool
 
 from layersync_server import openapi_bodies as bodies
 from layersync_server.changes import delete_record
-from layersync_server.context import (AppContext, commit, layer_from_segment, read_body,
-                                      replayed_request)
+from layersync_server.context import AppContext, commit, layer_from_segment
 from layersync_server.errors import ApiError, not_found
 from layersync_server.errors_http import error_responses
 from layersync_server.openapi_bodies import ok
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_record,
                                                   annotation_write, bulk_result,
-                                                  check_annotation_id, find_document, json_body,
-                                                  json_part, form_body, require_admin,
+                                                  check_annotation_id, find_document,
+                                                  json_part, form_body, require_admin, required_json_body,
                                                   unprocessable)
 from layersync_server.wire_json import dumps
 
@@ -52,13 +51,7 @@ async def _list_annotations(request: Request, ctx: AppContext, document_id: str,
 
 
 async def _json_write_body(request: Request, ctx: AppContext) -> object:
-    """The JSON body of an annotation write. No body at all lacks the required
-    ``content`` and is answered 422 (as Document Engine answers a missing field); a
-    body that is not JSON is 400 ``invalid_request``, as on every route."""
-    body = await read_body(request, ctx.settings.max_request_bytes)
-    if not body.strip():
-        raise unprocessable("the body is required: {\"content\": {...}} or {\"annotations\": [...]}")
-    return await json_body(replayed_request(request, body), ctx)
+    return await required_json_body(request, ctx, '{"content": {...}} or {"annotations": [...]}')
 
 
 async def _write_body(request: Request, ctx: AppContext) -> object:

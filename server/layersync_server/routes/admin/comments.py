@@ -35,7 +35,7 @@ from layersync_server.record_schema import record_schema_problem
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_content,
                                                   annotation_record, as_unprocessable,
                                                   check_annotation_id, data_envelope,
-                                                  find_document, json_body, require_admin,
+                                                  find_document, require_admin, required_json_body,
                                                   unprocessable)
 from layersync_server.storage import StoredRecord
 from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem
@@ -137,7 +137,7 @@ async def _list_comments(ctx: AppContext, document_id: str, layer: str, annotati
 async def _add_comments(request: Request, ctx: AppContext, document_id: str, layer: str,
                         annotation_id: str) -> dict:
     root = await _root(ctx, document_id, layer, annotation_id)
-    body = await json_body(request, ctx)
+    body = await required_json_body(request, ctx, '{"comments": [...]}')
     comments = [_comment_content(item, i, root.content) for i, item in enumerate(_comments_of(body))]
     _, created = await commit(ctx, document_id, layer,
                               lambda writer: _write_thread(writer, annotation_id, comments),
@@ -147,7 +147,7 @@ async def _add_comments(request: Request, ctx: AppContext, document_id: str, lay
 
 async def _add_thread(request: Request, ctx: AppContext, document_id: str, layer: str) -> dict:
     await find_document(ctx, document_id)
-    body = await json_body(request, ctx)
+    body = await required_json_body(request, ctx, '{"annotation": {...}, "comments": [...]}')
     item = body.get("annotation") if isinstance(body, dict) else None
     if not isinstance(item, dict) or not isinstance(item.get("content"), dict):
         raise unprocessable("annotation.content is required", annotation={"content": ["is required"]})

@@ -53,6 +53,17 @@ async def json_body(request: Request, ctx: AppContext) -> object:
     return body
 
 
+async def required_json_body(request: Request, ctx: AppContext, required: str) -> object:
+    """The JSON body of an admin write whose body the spec requires. No body at all
+    lacks the required fields and is answered 422 (as Document Engine answers a missing
+    field; ``required`` names them in the message); a body that is not JSON is 400
+    ``invalid_request``, as on every route."""
+    body = await read_body(request, ctx.settings.max_request_bytes)
+    if not body.strip():
+        raise unprocessable(f"the body is required: {required}")
+    return await json_body(replayed_request(request, body), ctx)
+
+
 def instant_json_entries(body: object) -> list[dict]:
     """Annotations and comments of an Instant JSON document, validated and with ids."""
     if not isinstance(body, dict):

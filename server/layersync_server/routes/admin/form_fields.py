@@ -39,7 +39,7 @@ from layersync_server.record_schema import record_schema_problem
 from layersync_server.routes.admin import exports
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_record,
                                                   as_unprocessable, data_envelope, find_document,
-                                                  json_body, record_authors, require_admin,
+                                                  json_body, record_authors, require_admin, required_json_body,
                                                   unprocessable)
 from layersync_server.storage import StoredRecord
 from layersync_server.wire_json import MAX_JSON_DEPTH, dumps, json_problem
@@ -198,7 +198,7 @@ async def _list_values(ctx: AppContext, document_id: str, layer: str) -> dict:
 
 
 async def _set_values(request: Request, ctx: AppContext, document_id: str, layer: str) -> dict:
-    body = await json_body(request, ctx)
+    body = await required_json_body(request, ctx, '{"formFieldValues": [...]}')
     items = body.get("formFieldValues") if isinstance(body, dict) else None
     if not isinstance(items, list) or not all(isinstance(i, dict) and "name" in i and "value" in i
                                               for i in items):
