@@ -36,7 +36,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
   echo "setup: installing Python packages into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -r scripts/requirements-dev.txt
-  # formats/ first: the XFDF codec (layersync-xfdf) that server and bindings both import.
+  # formats/ first: layersync-formats (value rules of PDF and XFDF, the XFDF codec) that
+  # server and bindings both import.
   # Strict editable mode (links in formats/build/) so mypy --strict on the bindings finds
   # it; a new module in formats/ needs a re-run (touch formats/pyproject.toml).
   "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -e formats --config-settings editable_mode=strict

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from layersync_xfdf import LS_NS, XFDF_NS, XfdfError, read_xfdf, unwritable, write_xfdf
-from layersync_xfdf.values import ELEMENTS, FLAG_ORDER, LINE_CAPS, NOTE_ICONS, STAMP_TYPES
+from layersync_formats import LS_NS, XFDF_NS, XfdfError, read_xfdf, unwritable, write_xfdf
+from layersync_formats.values import LINE_CAPS, NOTE_ICONS, STAMP_TYPES
+from layersync_formats.xfdf import ELEMENTS, FLAG_ORDER
 
 #: Fields XFDF has no place for: they may (only they) travel in <ls:instant-json>.
 NOT_IN_XFDF = {"customData", "isDrawnNaturally", "isSignature", "blendMode", "title", "subtitle",

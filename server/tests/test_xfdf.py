@@ -9,7 +9,7 @@ import sys
 import uuid
 
 import pytest
-from layersync_xfdf import MEDIA_TYPE, XFDF_NS, read_xfdf
+from layersync_formats import MEDIA_TYPE, XFDF_NS, read_xfdf
 
 from conftest import ADMIN_TOKEN, CORPUS, note, synthetic_pdf
 

@@ -37,14 +37,14 @@ __all__ = ["Document", "Attachment", "SYNC_DISABLED"]
 
 
 def _xfdf_codec() -> Any:
-    """The XFDF codec (``layersync_xfdf``, the repository's formats/ package, shared with the
+    """The XFDF codec (``layersync_formats``, the repository's formats/ package, shared with the
     server); ImportError with a hint when it is not installed."""
     try:
-        import layersync_xfdf
+        import layersync_formats
     except ImportError:
-        raise ImportError("XFDF needs the layersync-xfdf package: pip install ./formats "
+        raise ImportError("XFDF needs the layersync-formats package: pip install ./formats "
                           "(or the bindings' [xfdf] extra)") from None
-    return layersync_xfdf
+    return layersync_formats
 
 #: ``sync_delay`` value that turns automatic syncing after local edits off.
 SYNC_DISABLED: float = _ffi.LAYERSYNC_SYNC_DISABLED
@@ -691,7 +691,7 @@ class Document(CallsIntoC):
         """The local layer as an XFDF document (ISO 19444-1): annotations, comments as
         replies (``inreplyto``), form field values of widgets in ``<fields>``, and the bytes
         of downloaded file attachments. Same codec and mapping as the server's
-        ``document.xfdf`` (the ``layersync-xfdf`` package; docs/protocol.md, "XFDF and
+        ``document.xfdf`` (the ``layersync-formats`` package; docs/protocol.md, "XFDF and
         Instant JSON").
 
         Args:
@@ -703,7 +703,7 @@ class Document(CallsIntoC):
             The XFDF text (encode as UTF-8 to write it).
 
         Raises:
-            ImportError (``layersync-xfdf`` not installed), NotDownloadedError.
+            ImportError (``layersync-formats`` not installed), NotDownloadedError.
         """
         codec = _xfdf_codec()
         records = self.list_annotations()
@@ -739,7 +739,7 @@ class Document(CallsIntoC):
         Raises:
             InvalidArgumentError (not XFDF, or an ``<add>`` of an existing annotation),
             NoSuchAnnotationError (a ``<modify>`` of a missing one), the errors of
-            :meth:`create_annotation`, ImportError (``layersync-xfdf`` not installed).
+            :meth:`create_annotation`, ImportError (``layersync-formats`` not installed).
         """
         codec = _xfdf_codec()
         try:

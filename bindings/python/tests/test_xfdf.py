@@ -1,9 +1,9 @@
 """XFDF for a local layer: ``Document.export_xfdf`` / ``import_xfdf`` (the server's codec,
-layersync-xfdf) and ``layersync xfdf export|import``, against the real server."""
+layersync-formats) and ``layersync xfdf export|import``, against the real server."""
 from __future__ import annotations
 
 import pytest
-from layersync_xfdf import XFDF_NS, read_xfdf
+from layersync_formats import XFDF_NS, read_xfdf
 
 from layersync import InvalidArgumentError, NoSuchAnnotationError
 

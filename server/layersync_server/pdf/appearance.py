@@ -34,6 +34,7 @@ from itertools import accumulate
 from typing import Callable
 
 import pikepdf
+from layersync_formats.values import components_to_rgb, hex_to_rgb, number_text
 from pikepdf import Array, Dictionary, Name
 
 from layersync_server.pdf.values import decode_text
@@ -79,13 +80,7 @@ _STAMP_BLUE = [0.17, 0.31, 0.66]
 _ZIGZAG_POINTS, _ZIGZAG_TOTAL_POINTS, _STAMP_CHARS = 2000, 10000, 200
 
 
-def _n(value: float) -> str:
-    """A number for a content stream: at most 4 decimals, no exponent, no ``-0``.
-    Raises ValueError for infinities and NaN, which PDF has no syntax for."""
-    if not math.isfinite(float(value)):
-        raise ValueError(f"not a finite number: {value}")
-    text = f"{float(value):.4f}".rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
+_n = number_text  # a number for a content stream
 
 
 def _numbers(value) -> list[float]:
@@ -94,15 +89,7 @@ def _numbers(value) -> list[float]:
 
 def _color(value) -> list[float] | None:
     """An annotation colour array (gray, RGB or CMYK) → RGB components, None when absent."""
-    parts = _numbers(value)
-    if len(parts) == 1:
-        return parts * 3
-    if len(parts) == 3:
-        return parts
-    if len(parts) == 4:
-        c, m, y, k = parts
-        return [(1 - c) * (1 - k), (1 - m) * (1 - k), (1 - y) * (1 - k)]
-    return None
+    return components_to_rgb(_numbers(value))
 
 
 def _pdf_string(data: bytes) -> str:
@@ -376,8 +363,8 @@ def _paint_ink(canvas, annot, content, rect, opacity):
     width = _stroke_width(annot)
     canvas.graphics_state(opacity)
     background = content.get("backgroundColor")
-    if isinstance(background, str) and re.fullmatch(r"#[0-9A-Fa-f]{6}", background):
-        canvas.fill_color([int(background[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    if (fill := hex_to_rgb(background)) is not None:
+        canvas.fill_color(fill)
         canvas.op("re", rect[0], rect[1], rect[2] - rect[0], rect[3] - rect[1]).op("f")
     canvas.stroke_color(_color(annot.get("/C")) or _BLACK).op("w", width).op("J", 1).op("j", 1)
     for path in annot.get("/InkList", []):
@@ -533,12 +520,6 @@ def _wrap_text(text: str, font: str, size: float, width: float, max_lines: int |
     return lines if max_lines is None else lines[:max_lines]
 
 
-def _hex_rgb(value) -> list[float] | None:
-    if isinstance(value, str) and re.fullmatch(r"#[0-9A-Fa-f]{6}", value):
-        return [int(value[i:i + 2], 16) / 255 for i in (1, 3, 5)]
-    return None
-
-
 def _paint_free_text(canvas, annot, content, rect, opacity):
     """Background (``/C``), border and the text in its box; the box turns by the
     record's ``rotation`` (degrees counter-clockwise, multiples of 90). Text more than
@@ -553,7 +534,7 @@ def _paint_free_text(canvas, annot, content, rect, opacity):
     background = _color(annot.get("/C"))
     border_width = content.get("borderWidth")
     border_width = float(border_width) if isinstance(border_width, (int, float)) and border_width > 0 else 0.0
-    border = _hex_rgb(content.get("borderColor")) or (_BLACK if border_width else None)
+    border = hex_to_rgb(content.get("borderColor")) or (_BLACK if border_width else None)
     if background is not None:
         canvas.fill_color(background).op("re", 0, 0, width, height).op("f")
     if border is not None and border_width:
@@ -586,7 +567,7 @@ def _paint_free_text(canvas, annot, content, rect, opacity):
         lines, free = lines[:shown], 0.0
     top = height - pad - {"center": free / 2, "bottom": free}.get(content.get("verticalAlign"), 0)
     canvas.op("q").op("re", pad / 2, pad / 2, max(0.0, width - pad), max(0.0, height - pad)).op("W").op("n")
-    canvas.op("BT").font(font, size).fill_color(_hex_rgb(content.get("fontColor")) or _BLACK)
+    canvas.op("BT").font(font, size).fill_color(hex_to_rgb(content.get("fontColor")) or _BLACK)
     align = content.get("horizontalAlign")
     for i, line in enumerate(lines):
         spare = width - 2 * pad - _text_width(line, font, size)

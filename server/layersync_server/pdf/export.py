@@ -40,9 +40,11 @@ from layersync_server.pdf.geometry import PageSpace
 from layersync_server.pdf.import_ import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT, field_node,
                                          embedded_file_bytes, indirect_key, open_pdf,
                                          read_annotations)
-from layersync_server.pdf.values import (CUSTOM_DATA_KEY, custom_data_to_pdf, decode_text,
-                                         default_appearance, default_style, encode_text, hex_to_rgb,
-                                         instant_to_rich_text, iso_to_pdf_date, strip_markup)
+from layersync_formats.richtext import css_style, instant_to_rich_text, strip_markup
+from layersync_formats.values import default_appearance, hex_to_rgb
+
+from layersync_server.pdf.values import (CUSTOM_DATA_KEY, custom_data_to_pdf, decode_text, encode_text,
+                                         pdf_date)
 
 _MARKUP_SUBTYPES = {v: k for k, v in MARKUP_TYPES.items()}
 _LINE_ENDING_NAMES = {v: k for k, v in LINE_ENDINGS.items()}
@@ -236,8 +238,8 @@ def _write(pdf: pikepdf.Pdf, content: dict, attachments: dict, original=None):
     space = PageSpace.of(page)
     annot = Dictionary(Type=Name.Annot, Rect=Array(space.bbox_to_rect(content["bbox"])),
                        NM=encode_text(content["id"]), F=_flags(content), P=page.obj)
-    _set(annot, "/M", iso_to_pdf_date(content.get("updatedAt")))
-    _set(annot, "/CreationDate", iso_to_pdf_date(content.get("createdAt")))
+    _set(annot, "/M", pdf_date(content.get("updatedAt")))
+    _set(annot, "/CreationDate", pdf_date(content.get("createdAt")))
     if content.get("creatorName"):
         annot.T = encode_text(content["creatorName"])
     opacity = content.get("opacity")
@@ -325,8 +327,8 @@ def _write_reply(pdf: pikepdf.Pdf, content: dict, objects: dict) -> bool:
     reply = Dictionary(Type=Name.Annot, Subtype=Name.Text, Rect=rect, F=REPLY_FLAGS, P=page.obj,
                        NM=encode_text(content["id"]), IRT=root, RT=Name.R, Name=Name.Comment,
                        Open=False)
-    _set(reply, "/M", iso_to_pdf_date(content.get("updatedAt")))
-    _set(reply, "/CreationDate", iso_to_pdf_date(content.get("createdAt")))
+    _set(reply, "/M", pdf_date(content.get("updatedAt")))
+    _set(reply, "/CreationDate", pdf_date(content.get("createdAt")))
     if isinstance(content.get("creatorName"), str) and content["creatorName"]:
         reply.T = encode_text(content["creatorName"])
     _set(reply, CUSTOM_DATA_KEY, custom_data_to_pdf(content.get("customData")))
@@ -389,8 +391,8 @@ def _w_note(annot, c, space, _):
 def _w_text(annot, c, space, _):
     annot.Subtype = Name.FreeText
     # /DA, /DS and /RC's body all say the record's font, size and colour
-    annot.DA = default_appearance(c.get("font"), c.get("fontSize"), c.get("fontColor"))
-    annot.DS = default_style(c.get("font"), c.get("fontSize"), c.get("fontColor"))
+    annot.DA = encode_text(default_appearance(c.get("font"), c.get("fontSize"), c.get("fontColor")))
+    annot.DS = encode_text(css_style(c.get("font"), c.get("fontSize"), c.get("fontColor")))
     _write_text(annot, c.get("text"), str(annot.DS))
     annot.Q = {"left": 0, "center": 1, "right": 2}.get(c.get("horizontalAlign"), 0)
     _set(annot, "/C", _rgb(c.get("backgroundColor")))

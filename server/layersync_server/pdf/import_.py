@@ -32,10 +32,12 @@ import pikepdf
 
 from layersync_server.ids import derived_ulid, is_valid_pdf_name_id
 from layersync_server.pdf.geometry import PageSpace
+from layersync_formats.richtext import free_text_style as resolve_free_text_style
+from layersync_formats.richtext import parse_rich_text, rich_text_to_instant
+from layersync_formats.values import LINE_CAPS, NOTE_ICONS, STAMP_TYPES
+
 from layersync_server.pdf.values import (CUSTOM_DATA_KEY, color_to_hex, custom_data_from_pdf,
-                                         decode_text, parse_css_style, parse_default_appearance,
-                                         parse_rich_text, pdf_date_to_iso, rich_text_style,
-                                         rich_text_to_instant)
+                                         decode_text, iso_date)
 
 #: Instant ``flags`` ↔ PDF annotation flag bits (PDF 32000-1 Table 165).
 FLAG_BITS = {"invisible": 1, "hidden": 2, "noZoom": 8, "noRotate": 16, "noView": 32,
@@ -43,16 +45,11 @@ FLAG_BITS = {"invisible": 1, "hidden": 2, "noZoom": 8, "noRotate": 16, "noView":
 PRINT_BIT = 4
 MARKUP_TYPES = {"/Highlight": "highlight", "/Underline": "underline",
                 "/StrikeOut": "strikeout", "/Squiggly": "squiggly"}
-LINE_ENDINGS = {"/None": "none", "/Square": "square", "/Circle": "circle", "/Diamond": "diamond",
-                "/OpenArrow": "openArrow", "/ClosedArrow": "closedArrow", "/Butt": "butt",
-                "/ROpenArrow": "reverseOpenArrow", "/RClosedArrow": "reverseClosedArrow",
-                "/Slash": "slash"}
+#: PDF line ending name (``/LE``) → Instant line cap (:data:`layersync_formats.values.LINE_CAPS`).
+LINE_ENDINGS = {"/" + name: cap for cap, name in LINE_CAPS.items()}
 EPOCH_ISO = "1970-01-01T00:00:00Z"
-#: Instant JSON's stamp types (the record schema's); another /Name imports as "Custom".
-STAMP_TYPES = ("Accepted", "Approved", "AsIs", "Completed", "Confidential", "Departmental", "Draft",
-               "Experimental", "Expired", "Final", "ForComment", "ForPublicRelease", "InformationOnly",
-               "InitialHere", "NotApproved", "NotForPublicRelease", "PreliminaryResults", "Rejected",
-               "Revised", "SignHere", "Sold", "TopSecret", "Void", "Witness", "Custom")
+# Instant JSON's note icons and stamp types (NOTE_ICONS, STAMP_TYPES: layersync_formats.values);
+# another /Name imports as "comment" / "Custom".
 
 
 class PdfImportError(ValueError):
@@ -227,7 +224,7 @@ def _document_date(pdf: pikepdf.Pdf) -> str:
     if pdf.trailer.get("/Info") is None:
         return EPOCH_ISO
     info = pdf.docinfo
-    return (pdf_date_to_iso(info.get("/ModDate")) or pdf_date_to_iso(info.get("/CreationDate"))
+    return (iso_date(info.get("/ModDate")) or iso_date(info.get("/CreationDate"))
             or EPOCH_ISO)
 
 
@@ -239,8 +236,8 @@ def _number(value, default=None):
 
 
 def _common(annot, space: PageSpace, record_id: str, page_index: int, fallback_date: str) -> dict:
-    modified = pdf_date_to_iso(annot.get("/M"))
-    created = pdf_date_to_iso(annot.get("/CreationDate")) or modified or fallback_date
+    modified = iso_date(annot.get("/M"))
+    created = iso_date(annot.get("/CreationDate")) or modified or fallback_date
     content: dict = {"v": 2, "id": record_id, "name": record_id, "pageIndex": page_index,
                      "bbox": space.rect_to_bbox(annot.get("/Rect", [0, 0, 0, 0])),
                      "opacity": min(1.0, max(0.0, _number(annot.get("/CA"), 1.0))),  # schema: 0..1
@@ -283,20 +280,15 @@ def _plain_text(annot) -> dict:
 def _rich_text(annot) -> dict:
     """Instant ``text``: ``{"format": "xhtml"}`` with the content of ``/RC``'s body when
     the annotation has usable rich text, else ``/Contents`` as plain text."""
-    rich = rich_text_to_instant(annot.get("/RC")) if "/RC" in annot else None
+    rich = rich_text_to_instant(decode_text(annot.get("/RC"))) if "/RC" in annot else None
     if rich is None:
         return _plain_text(annot)
     return {"format": "xhtml", "value": rich[0]}
 
 
 def _rich_plain(annot) -> str | None:
-    rich = rich_text_to_instant(annot.get("/RC"))
+    rich = rich_text_to_instant(decode_text(annot.get("/RC")))
     return rich[1] if rich else None
-
-
-#: Instant JSON's note icons (the record schema's NoteIcon; PDF names in lower camel case).
-NOTE_ICONS = ("comment", "rightPointer", "rightArrow", "check", "circle", "cross", "insert",
-              "newParagraph", "note", "paragraph", "help", "star", "key")
 
 
 def _icon(name) -> str:
@@ -329,13 +321,8 @@ def free_text_style(annot) -> dict:
     """``font``, ``fontSize`` and ``fontColor`` of a free text annotation the way Acrobat
     and pdf.js draw it: ``/DA``, overridden by the CSS of ``/DS``, overridden by the
     style of ``/RC`` (its body, first paragraph, first span)."""
-    style = parse_default_appearance(annot.get("/DA"))
-    style.update(parse_css_style(decode_text(annot.get("/DS"))))
-    rc = decode_text(annot.get("/RC"))
-    root = parse_rich_text(rc) if rc else None
-    if root is not None:
-        style.update(rich_text_style(root))
-    return style
+    return resolve_free_text_style(decode_text(annot.get("/DA")), decode_text(annot.get("/DS")),
+                                   parse_rich_text(decode_text(annot.get("/RC"))))
 
 
 #: A markup annotation without a usable /C (the record schema requires a color).

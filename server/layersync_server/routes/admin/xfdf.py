@@ -1,7 +1,7 @@
 """Admin API: a layer as XFDF (ISO 19444-1), export and apply, as Document Engine's
 ``document.xfdf`` routes; and the XFDF (or Instant JSON) ``attachment`` of an upload.
 
-The codec is :mod:`layersync_xfdf` (formats/, shared with the Python bindings); the
+The codec is :mod:`layersync_formats` (formats/, shared with the Python bindings); the
 mapping is in docs/protocol.md ("XFDF and Instant JSON"). XFDF positions are in PDF
 user space, so both directions read the document's page boxes (CropBox) from its PDF.
 
@@ -14,7 +14,7 @@ layer revisions, or not at all.
 from __future__ import annotations
 
 from fastapi import Depends, Query, Request, Response
-from layersync_xfdf import MEDIA_TYPE, XfdfChanges, XfdfError, read_xfdf, write_xfdf
+from layersync_formats import MEDIA_TYPE, XfdfChanges, XfdfError, read_xfdf, write_xfdf
 from starlette.concurrency import run_in_threadpool
 
 from layersync_server import openapi_bodies as bodies

@@ -12,38 +12,24 @@ import xml.etree.ElementTree as ET
 from copy import deepcopy
 from typing import Any
 
-import defusedxml
-import defusedxml.ElementTree as SafeET
-
-from layersync_xfdf.values import (FLAGS, FLAG_ORDER, JUSTIFICATION, LINE_CAPS, LS_NS, MAX_DEPTH,
-                                   NOTE_ICONS, PageBox, PageBoxes, RAW_ELEMENTS, STAMP_TYPES,
-                                   TYPES, XFDF_NS, XfdfChanges, XfdfError, DA_FONT, DA_GRAY,
-                                   DA_RGB, color_of, local_name, maybe_int, namespace_of, numbers_of,
-                                   xhtml_inner, strip_xfdf_namespace, pdf_date_to_iso)
+from layersync_formats.richtext import free_text_style, parse_css_style, xhtml_inner
+from layersync_formats.safexml import XmlRefused, local_name, namespace_of, parse_untrusted
+from layersync_formats.values import (LINE_CAPS, NOTE_ICONS, STAMP_TYPES, PageBox, PageBoxes, color_of,
+                                      maybe_int, pdf_date_to_iso)
+from layersync_formats.xfdf import (FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, RAW_ELEMENTS, TYPES, XFDF_NS,
+                                    XfdfChanges, XfdfError, numbers_of, strip_xfdf_namespace)
 
 
 def parse(data: bytes | str) -> ET.Element:
-    """Parse untrusted XFDF: no DTD (so no external or expanding entities), and the root
-    must be ``<xfdf>``. Raises :class:`XfdfError`."""
+    """Parse untrusted XFDF (:func:`~layersync_formats.safexml.parse_untrusted`: no DTD, so
+    no external or expanding entities; bounded depth); the root must be ``<xfdf>``.
+    Raises :class:`XfdfError`."""
     try:
-        root = SafeET.fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
-    except defusedxml.DTDForbidden:
-        raise XfdfError("XFDF must not have a DTD (external entities and entity expansion "
-                        "are refused)") from None
-    except defusedxml.DefusedXmlException as exc:
-        raise XfdfError(f"XFDF refused: {exc}") from None
-    except ET.ParseError as exc:
-        raise XfdfError(f"not well-formed XML: {exc}") from None
-    except (ValueError, TypeError) as exc:
-        raise XfdfError(f"not XML text: {exc}") from None
+        root = parse_untrusted(data)
+    except XmlRefused as exc:
+        raise XfdfError(f"XFDF {exc}") from None
     if local_name(root.tag) != "xfdf":
         raise XfdfError(f"the root element must be <xfdf>, not <{local_name(root.tag)}>")
-    stack = [(root, 1)]  # iteratively: the readers below recurse (rich text, raw elements)
-    while stack:
-        element, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise XfdfError(f"XFDF nests deeper than {MAX_DEPTH} elements")
-        stack.extend((child, depth + 1) for child in element)
     return root
 
 
@@ -157,7 +143,7 @@ def _raw_record(element: ET.Element, tag: str, pages: PageBoxes) -> dict:
         record["id"] = element.get("name")
     rect = numbers_of(element.get("rect"))
     if len(rect) == 4:
-        record["bbox"] = PageBox.of(pages, page).rect_to_bbox(rect)
+        record["bbox"] = PageBox.at(pages, page).rect_to_bbox(rect)
     copy.tail = None
     record["xfdf"] = ET.tostring(copy, encoding="unicode")
     return record
@@ -165,7 +151,7 @@ def _raw_record(element: ET.Element, tag: str, pages: PageBoxes) -> dict:
 
 def _mapped_record(element: ET.Element, tag: str, pages: PageBoxes, attachments: dict) -> dict:
     page = _page_index(element)
-    space = PageBox.of(pages, page)
+    space = PageBox.at(pages, page)
     is_comment = tag == "text" and bool(element.get("inreplyto")) and element.get("replyType", "reply") != "group"
     kind = "pspdfkit/comment" if is_comment else TYPES[tag]
     record: dict[str, Any] = {"v": 2, "type": kind}
@@ -219,45 +205,16 @@ def _read_note(element, record, space, attachments):
         record["color"] = color_of(element.get("color"))
 
 
-def _css(text: str) -> dict[str, str]:
-    out = {}
-    for part in text.split(";"):
-        if ":" in part:
-            key, value = part.split(":", 1)
-            out[key.strip().lower()] = value.strip()
-    return out
-
-
 def _read_free_text(element, record, space, attachments):
-    da = element.get("defaultappearance") or ""
-    if m := DA_FONT.search(da):
-        record["font"] = m.group(1)
-        record["fontSize"] = float(m.group(2))
-    if m := DA_RGB.search(da):
-        record["fontColor"] = "#" + "".join(f"{round(float(m.group(i)) * 255):02X}" for i in (1, 2, 3))
-    elif m := DA_GRAY.search(da):
-        record["fontColor"] = "#" + f"{round(float(m.group(1)) * 255):02X}" * 3
-    css = _css(element.get("defaultstyle") or "")  # what viewers draw wins over /DA
-    if "font" in css:  # Acrobat's shorthand: "Helvetica,sans-serif 12.0pt"
-        if m := re.search(r"([\d.]+)pt", css["font"]):
-            record["fontSize"] = float(m.group(1))
-        family = re.sub(r"[\d.]+pt", "", css["font"]).split(",")[0].strip().strip("'\"")
-        if family:
-            record["font"] = family
-    if css.get("font-family"):
-        record["font"] = css["font-family"].split(",")[0].strip().strip("'\"")
-    if m := re.match(r"([\d.]+)", css.get("font-size", "")):
-        record["fontSize"] = float(m.group(1))
-    if color_of(css.get("color")):
-        record["fontColor"] = color_of(css["color"])
-    styles = (["bold"] if css.get("font-weight") in ("bold", "700") else []) + \
-             (["italic"] if css.get("font-style") == "italic" else [])
-    if styles:
-        record["fontStyle"] = styles
+    # what viewers draw: defaultstyle (/DS) over defaultappearance (/DA); the rich text's own
+    # styles stay in its XHTML (the record's font fields are the annotation's, see docs/protocol.md)
+    record.update(free_text_style(element.get("defaultappearance"), element.get("defaultstyle")))
+    css = parse_css_style(element.get("defaultstyle"))
+    if css.get("fontStyle"):
+        record["fontStyle"] = css["fontStyle"]
     record["fontSize"] = round(record.get("fontSize", 12))  # the record schema: an integer
     align = {v: k for k, v in JUSTIFICATION.items()}.get(element.get("justification") or "")
-    align = align or {"left": "left", "center": "center", "right": "right"}.get(css.get("text-align", ""))
-    record["horizontalAlign"] = align or "left"
+    record["horizontalAlign"] = align or css.get("horizontalAlign") or "left"
     record["verticalAlign"] = "top"  # required by Instant JSON; XFDF free text starts at the top
     record.setdefault("opacity", 1)  # required by Instant JSON for free text; XFDF's default
     if color_of(element.get("color")):
@@ -270,11 +227,7 @@ def _read_free_text(element, record, space, attachments):
 
 
 def _read_markup(element, record, space, attachments):
-    numbers = numbers_of(element.get("coords"))
-    rects = []
-    for i in range(0, len(numbers) - 7, 8):
-        xs, ys = numbers[i:i + 8:2], numbers[i + 1:i + 8:2]
-        rects.append(space.rect_to_bbox([min(xs), min(ys), max(xs), max(ys)]))
+    rects = space.quads_to_rects(numbers_of(element.get("coords")))
     record["rects"] = rects or ([record["bbox"]] if "bbox" in record else [])
     record["color"] = color_of(element.get("color")) or "#000000"  # required by Instant JSON
 

@@ -1,21 +1,20 @@
 """Instant JSON records → XFDF: :func:`write_xfdf` (the mapping: docs/protocol.md, "XFDF
-and Instant JSON"). Each element is read back (:func:`~layersync_xfdf.reader.record_of`)
+and Instant JSON"). Each element is read back (:func:`~layersync_formats.xfdf_reader.record_of`)
 and what differs from the record goes into ``<ls:instant-json>``, so nothing is lost."""
 
 from __future__ import annotations
 
 import json
-import re
 import xml.etree.ElementTree as ET
 from typing import Any, Iterable, Mapping
 
-import defusedxml
-import defusedxml.ElementTree as SafeET
-
-from layersync_xfdf.reader import record_of
-from layersync_xfdf.values import (ELEMENTS, FLAGS, FLAG_ORDER, JUSTIFICATION, LINE_CAPS, LS_NS,
-                                   PageBox, PageBoxes, XFDF_NS, color_of, number_text, rgb_of, rich_body,
-                                   strip_xfdf_namespace, iso_to_pdf_date)
+from layersync_formats.richtext import css_style, rich_body, rich_text_plain
+from layersync_formats.safexml import XmlRefused, parse_untrusted
+from layersync_formats.values import (LINE_CAPS, PageBox, PageBoxes, color_of, default_appearance,
+                                      iso_to_pdf_date, number_text)
+from layersync_formats.xfdf import (ELEMENTS, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, XFDF_NS,
+                                    strip_xfdf_namespace)
+from layersync_formats.xfdf_reader import record_of
 
 
 def write_xfdf(records: Iterable[Mapping[str, Any]], *, pages: PageBoxes = None,
@@ -86,8 +85,8 @@ def annotation_element(record: Mapping[str, Any], pages: PageBoxes = None,
 
 def _raw_element(record: Mapping[str, Any]) -> ET.Element | None:
     try:
-        element = SafeET.fromstring(record["xfdf"], forbid_dtd=True)
-    except (ET.ParseError, defusedxml.DefusedXmlException):
+        element = parse_untrusted(record["xfdf"])
+    except XmlRefused:
         return None
     strip_xfdf_namespace(element)
     return element
@@ -97,7 +96,7 @@ def _mapped_element(record: Mapping[str, Any], pages: PageBoxes, attachments: Ma
                     by_id: Mapping[str, Mapping]) -> ET.Element:
     kind = record["type"]
     page_index = record.get("pageIndex") if isinstance(record.get("pageIndex"), int) else 0
-    space = PageBox.of(pages, page_index)
+    space = PageBox.at(pages, page_index)
     attrs: dict[str, str] = {}
     if record.get("id") is not None:
         attrs["name"] = str(record["id"])
@@ -122,7 +121,7 @@ def _mapped_element(record: Mapping[str, Any], pages: PageBoxes, attachments: Ma
     children: list[ET.Element] = []
     text = record.get("text") if kind in ("pspdfkit/note", "pspdfkit/text", "pspdfkit/comment") else None
     if isinstance(text, dict) and isinstance(text.get("value"), str):
-        children += _text_children(text)
+        children += _text_children(text, _style(record)[0] if kind == "pspdfkit/text" else "")
     elif kind not in ("pspdfkit/note", "pspdfkit/text", "pspdfkit/comment"):
         note = record.get("description") if kind == "pspdfkit/file" else record.get("note")
         if isinstance(note, str):
@@ -150,15 +149,16 @@ def _text_element(tag: str, text: str) -> ET.Element:
     return element
 
 
-def _text_children(text: Mapping[str, Any]) -> list[ET.Element]:
+def _text_children(text: Mapping[str, Any], body_style: str) -> list[ET.Element]:
+    """``<contents>`` (plain text, as ``/Contents``) and, for xhtml, ``<contents-richtext>``
+    (as ``/RC``: the fragment in a ``<body>`` styled ``body_style``)."""
     value = text["value"]
     if text.get("format") == "xhtml":
-        body = rich_body(value)
+        body = rich_body(value, body_style)
         if body is not None:
             rich = ET.Element("contents-richtext")
             rich.append(body)
-            plain = "".join(body.itertext())
-            return [_text_element("contents", plain), rich]
+            return [_text_element("contents", rich_text_plain(body)), rich]
     return [_text_element("contents", value)]
 
 
@@ -177,28 +177,14 @@ def _write_note(record, attrs, space, attachments):
 
 def _style(record: Mapping[str, Any]) -> tuple[str, str]:
     """The free text's ``defaultstyle`` (CSS, what viewers draw) and
-    ``defaultappearance`` (``/DA``, the same font, size and colour)."""
+    ``defaultappearance`` (``/DA``, the same font, size and colour), as PDF export writes
+    ``/DS`` and ``/DA`` (with the style and alignment XFDF reads back too)."""
     font = record.get("font") if isinstance(record.get("font"), str) else None
     size = record.get("fontSize") if isinstance(record.get("fontSize"), (int, float)) else None
     color = color_of(record.get("fontColor"))
-    css = []
-    if font:
-        css.append(f"font-family: {font}")
-    if size is not None:
-        css.append(f"font-size: {number_text(size)}pt")
-    if color:
-        css.append(f"color: {color}")
     styles = record.get("fontStyle") if isinstance(record.get("fontStyle"), list) else []
-    if "bold" in styles:
-        css.append("font-weight: bold")
-    if "italic" in styles:
-        css.append("font-style: italic")
-    if record.get("horizontalAlign") in JUSTIFICATION:
-        css.append(f"text-align: {record['horizontalAlign']}")
-    da_font = font if font and re.fullmatch(r"[A-Za-z0-9_.+-]+", font) else "Helv"
-    r, g, b = rgb_of(color) if color else (0.0, 0.0, 0.0)
-    da = f"/{da_font} {number_text(size if size is not None else 12)} Tf {number_text(r)} {number_text(g)} {number_text(b)} rg"
-    return "; ".join(css), da
+    align = record.get("horizontalAlign") if record.get("horizontalAlign") in JUSTIFICATION else None
+    return css_style(font, size, color, styles, align), default_appearance(font, size, color)
 
 
 def _write_free_text(record, attrs, space, attachments):
@@ -216,12 +202,7 @@ def _write_free_text(record, attrs, space, attachments):
 def _write_markup(record, attrs, space, attachments):
     _set_color(attrs, "color", record.get("color"))
     rects = record.get("rects") if isinstance(record.get("rects"), list) else []
-    coords: list[float] = []
-    for bbox in rects:
-        if _is_bbox(bbox):
-            llx, lly, urx, ury = space.bbox_to_rect(bbox)
-            coords += [llx, ury, urx, ury, llx, lly, urx, lly]  # Acrobat's order: TL, TR, BL, BR
-    attrs["coords"] = ",".join(number_text(v) for v in coords)
+    attrs["coords"] = ",".join(number_text(v) for v in space.rects_to_quads([b for b in rects if _is_bbox(b)]))
     return []
 
 
@@ -331,5 +312,3 @@ def fields_element(values: Mapping[str, Any]) -> ET.Element:
             parent.append(_text_element("value", str(item)))
     return root
 
-
-# ---------------------------------------------------------------- reading
