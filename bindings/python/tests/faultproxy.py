@@ -129,6 +129,12 @@ class FaultProxy:
         with self.lock:
             self._rule = rule or (lambda request: FORWARD)
 
+    def set_upstream(self, upstream_url: str) -> None:
+        """Points the proxy at another server address (a restarted server's new port)."""
+        parsed = urlparse(upstream_url)
+        with self.lock:
+            self.upstream = (parsed.hostname or "127.0.0.1", parsed.port or 80)
+
     def cut_all(self) -> None:
         """Resets every open connection (long-polls parked in the proxy included)."""
         with self.lock:
@@ -211,7 +217,9 @@ class FaultProxy:
         _send(conn, status, headers, body, content_length=length)
 
     def _forward(self, request: Request) -> tuple[int, dict[str, str], bytes]:
-        upstream = http.client.HTTPConnection(*self.upstream, timeout=120)
+        with self.lock:
+            address = self.upstream
+        upstream = http.client.HTTPConnection(*address, timeout=120)
         try:
             headers = {k: v for k, v in request.headers.items()
                        if k.lower() not in ("connection", "keep-alive", "content-length", "transfer-encoding")}
