@@ -21,7 +21,7 @@ package struct DeletedPage: Sendable {
     /// tombstones with `last_content`, and checks it like a ``LayerPage`` (protocol.md "What a
     /// client checks"): every key present and typed, revisions within 0..2^63-1, records above
     /// `since`, at most the layer revision, ascending, each once, paging moving forward; and
-    /// each record a tombstone (`deleted` true) whose `last_content` is `null` or an object
+    /// each record a tombstone (`deleted` true) whose `last_content` is present, `null` or an object
     /// whose `id` is the record's id. With `epoch` (the epoch of the pages before), the page
     /// must have the same epoch: a list is never stitched together from two epochs.
     /// - Parameters:
@@ -48,7 +48,10 @@ package struct DeletedPage: Sendable {
                 throw fields.invalid("records[\(index)]: record \(record.id) is not a tombstone", recordID: record.id)
             }
             var lastContent: JSONValue?
-            if let content = items[index]["last_content"], !content.isNull {
+            guard let content = items[index]["last_content"] else {
+                throw fields.invalid("records[\(index)]: \"last_content\" of \(record.id) is missing", recordID: record.id)
+            }
+            if !content.isNull {
                 guard content.objectValue != nil, content["id"]?.stringValue == record.id else {
                     throw fields.invalid("records[\(index)]: last_content of \(record.id) is not an object with that id",
                                          recordID: record.id)
