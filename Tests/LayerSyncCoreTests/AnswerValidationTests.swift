@@ -397,6 +397,7 @@ final class AnswerValidationTests {
                 r["last_content"] = .object(content)
             } } },
             .json("records: last_content a string") { o in Garble.array(&o, "records") { Garble.element(&$0, 0) { $0["last_content"] = .string("x") } } },
+            .json("records: a tombstone without last_content") { o in Garble.array(&o, "records") { Garble.element(&$0, 0) { $0["last_content"] = nil } } },
             .json("records: id missing") { o in Garble.array(&o, "records") { Garble.element(&$0, 0) { $0["id"] = nil } } },
             .json("records as object") { $0["records"] = .object(JSONObject()) },
             .json("revision negative") { $0["revision"] = Garble.negated($0["revision"]) },
