@@ -14,7 +14,7 @@ export LAYERSYNC_SHARED_DIR := $(SHARED)
 export LAYERSYNC_CORPUS ?= $(SHARED)/corpus/pdf
 export LAYERSYNC_SERVER_BIN := $(abspath $(VENV)/bin/layersync-server)
 
-.PHONY: help setup generate build demo test test-generated test-swift test-c test-python test-server clean bench bench-smoke bench-setup test-c-tsan test-c-valgrind
+.PHONY: help setup generate build demo test test-generated test-swift test-c test-python test-server clean bench bench-smoke bench-setup test-c-tsan test-c-valgrind soak
 
 help:
 	@echo "make demo   - run the main job end to end (server, two clients, real PDFs);"
@@ -22,6 +22,7 @@ help:
 	@echo "make test   - run every test suite (generated files, Swift, C/CTest, Python, server)"
 	@echo "make bench  - run the benchmarks (bench/README.md); make bench-smoke: tiny sizes"
 	@echo "make test-c-tsan / test-c-valgrind - the C suite under ThreadSanitizer / valgrind"
+	@echo "make soak   - the convergence test for SOAK_SECONDS (default 600); SOAK_SEED=N replays a seed"
 	@echo "make generate - regenerate include/layersync.h, ctypes declarations, docs/c-api.md from api/"
 
 setup:
@@ -85,6 +86,14 @@ test-c-valgrind: build
 
 test-python: build
 	$(PY) -m pytest -q bindings/python/tests
+
+# Not in `make test` (which runs the same test for 35 s of faults): 3 client processes, faults,
+# kill -9, token expiry and a server restart for SOAK_SECONDS; the seed is printed and
+# SOAK_SEED=<seed> replays its schedule (bindings/python/tests/test_convergence.py).
+SOAK_SECONDS ?= 600
+soak: build
+	SOAK_SECONDS=$(SOAK_SECONDS) $(if $(SOAK_SEED),SOAK_SEED=$(SOAK_SEED)) \
+		$(PY) -m pytest -q -s bindings/python/tests/test_convergence.py
 
 test-server: setup
 	$(PY) -m pytest -q formats/tests

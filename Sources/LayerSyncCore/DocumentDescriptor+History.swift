@@ -61,8 +61,8 @@ extension DocumentDescriptor {
             let entries = try self.context.server.deleted(documentID: self.documentID, layer: self.layerName, jwt: token,
                                                           session: self.workSession, cancellation: cancellation)
             return JSONValue.array(entries.map { entry in
-                .object(JSONObject([("id", entry["id"] ?? .null), ("revision", entry["revision"] ?? .null),
-                                    ("last_content", entry["last_content"] ?? .null)]))
+                .object(JSONObject([("id", .string(entry.id)), ("revision", .integer(entry.revision)),
+                                    ("last_content", entry.lastContent ?? .null)]))
             }).jsonText
         }
     }

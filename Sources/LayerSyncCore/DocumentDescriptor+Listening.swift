@@ -89,8 +89,26 @@ extension DocumentDescriptor {
 
     /// Applies one long-poll answer on the work queue (re-basing on a new epoch) and triggers
     /// an automatic sync when local changes are pending.
+    ///
+    /// An epoch that differs from the one held is a claim that the layer was recreated or
+    /// restored, and believing a garbled one would cost a full re-download. The decoder
+    /// already refused an ill-formed epoch (not a string, empty, over 128 characters,
+    /// control characters); a well-formed different one is confirmed before the snapshot is
+    /// downloaded, by the smallest page of the layer (`GET records?since=&limit=1`): if that
+    /// page carries the epoch held, the long-poll's epoch was garbled on the way and the answer
+    /// is `.invalidServerData` (nothing applied; the loop backs off); if it carries another
+    /// epoch too, the layer did change and is re-based (protocol.md "What a client checks").
     private func applyLongPollPage(_ page: LayerPage, token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
-        if page.epoch != (try store.epoch()) {
+        let held = try store.epoch()
+        if page.epoch != held {
+            let since = try store.since()
+            let check = try context.server.records(documentID: documentID, layer: layerName, since: since, epoch: held,
+                                                   limit: 1, jwt: token, session: workSession, cancellation: cancellation)
+            if let held, check.epoch == held {
+                throw LayerSyncError(.invalidServerData, "long-poll answer (since=\(since)): the epoch \(page.epoch) differs from "
+                                     + "the one held (\(held)) but the layer's records still carry the held one; not an epoch change",
+                                     documentID: documentID)
+            }
             try rebase(token: token, cancellation: cancellation)
         } else {
             report(try store.applyServerRecords(page.records, since: page.hasMore ? page.nextSince : page.revision))

@@ -2,8 +2,8 @@ import Dispatch
 import LayerSyncModel
 
 /// Retrying after a server answer that failed the checks of the model decoders
-/// (`.invalidServerData`, protocol.md "What a client checks"): nothing of such an answer was
-/// applied, so the sync cycle runs again by itself, after a pause that grows like the
+/// (`.invalidServerData`, protocol.md "What a client checks") or a server error (5xx): nothing
+/// of such an answer was applied, so the sync cycle runs again by itself, after a pause that grows like the
 /// long-poll's (capped exponential backoff with full jitter), until the server answers
 /// correctly again. Never a tight loop.
 extension DocumentDescriptor {
@@ -16,13 +16,24 @@ extension DocumentDescriptor {
         return Double.random(in: 0...ceiling)
     }
 
-    /// Called at the end of every sync cycle: after an answer the checks refused, schedules the
+    /// Whether a sync cycle that ended with `error` is retried by the retry timer: an answer
+    /// the checks refused (`.invalidServerData`), or a server error (HTTP 5xx, which the
+    /// transport maps to `.requestFailed` with the status). A failure without any HTTP answer
+    /// (offline, connection refused or reset) waits for the network to come back, a local
+    /// edit or a long-poll answer instead (docs/threading.md §8); auth failures wait for
+    /// reauthentication.
+    static func isRetriedWithBackoff(_ error: LayerSyncError) -> Bool {
+        if error.code == .invalidServerData { return true }
+        return error.code == .requestFailed && (error.httpStatus ?? 0) >= 500
+    }
+
+    /// Called at the end of every sync cycle: after an answer the checks refused or a 5xx, schedules the
     /// next cycle with backoff (when automatic sync is on and the token was not refused;
     /// ``stopSyncing(cancelCurrentRequest:)`` and a new edit's debounce cancel it, like the
     /// debounce timer); any other outcome resets the count of failures in a row.
     /// - Parameter error: How the cycle ended, `nil` for success.
     func noteSyncCycleEnded(_ error: LayerSyncError?) {
-        guard let error, error.code == .invalidServerData, !context.isShutDown else {
+        guard let error, Self.isRetriedWithBackoff(error), !context.isShutDown else {
             mutableState.withLock { $0.syncCycle.resetInvalidAnswers() }
             return
         }

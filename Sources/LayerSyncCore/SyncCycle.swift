@@ -23,7 +23,7 @@ struct SyncCycle: Sendable {
     /// Whether the last cycle failed because the server could not be reached
     /// (`.requestFailed`); the network coming back starts a cycle then.
     private(set) var lastFailedOffline = false
-    /// Cycles in a row that ended on an answer the checks refused (the retry's backoff).
+    /// Cycles in a row that ended on an answer the checks refused or a 5xx (the retry's backoff).
     private(set) var invalidAnswersInARow = 0
     /// The timer's current generation.
     private var debounceGeneration = 0

@@ -57,6 +57,16 @@ struct AnswerFields {
         return text
     }
 
+    /// A required layer epoch: an opaque string (the reference server's are UUIDs) of the
+    /// shape of an id (1..128 characters, no control characters), so that an empty, huge or
+    /// control-garbled epoch is refused like any ill-typed field instead of looking like an
+    /// epoch change (protocol.md "What a client checks").
+    func epoch(_ key: String) throws(LayerSyncError) -> String {
+        let epoch = try string(key)
+        guard Self.isValidID(epoch) else { throw invalid("\"\(key)\" is not a valid epoch (1..128 characters, no control characters)") }
+        return epoch
+    }
+
     /// A required bool.
     func bool(_ key: String) throws(LayerSyncError) -> Bool {
         guard let value = try required(key).boolValue else { throw invalid("\"\(key)\" is not a boolean") }

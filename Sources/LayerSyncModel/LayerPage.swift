@@ -28,7 +28,7 @@ package struct LayerPage: Sendable {
     /// - Throws: `.invalidServerData` saying what was wrong; nothing of such a page may be applied.
     package init(body: [UInt8], since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
         let fields = try AnswerFields(body: body, name: "layer page (since=\(since))")
-        let epoch = try fields.string("epoch")
+        let epoch = try fields.epoch("epoch")
         let revision = try fields.revision("revision")
         let items = try fields.array("records")
         let hasMore = try fields.bool("has_more")

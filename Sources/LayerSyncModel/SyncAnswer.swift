@@ -74,7 +74,7 @@ package struct SyncAnswer: Sendable {
     /// - Throws: `.invalidServerData` saying what was wrong; nothing of such an answer may be applied.
     package init(body: [UInt8], request: Request) throws(LayerSyncError) {
         let fields = try AnswerFields(body: body, name: "sync answer")
-        let epoch = try fields.string("epoch")
+        let epoch = try fields.epoch("epoch")
         let revision = try fields.revision("revision")
         let epochChanged = try fields.bool("epoch_changed")
         let acceptedItems = try fields.array("accepted")

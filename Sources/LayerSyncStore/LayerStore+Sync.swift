@@ -260,7 +260,8 @@ extension LayerStore {
     /// Accepted: the change leaves the queue and the record's server version becomes the
     /// sent content at the new revision — unless a newer server version arrived meanwhile,
     /// which then stands. Rejected: reported with both versions, every queued change of the
-    /// record is dropped, and the server version is adopted (first writer wins).
+    /// record is dropped, and the server version is adopted (first writer wins): the answer's,
+    /// or a newer one that arrived meanwhile, which then stands too.
     /// - Parameters:
     ///   - accepted: Accepted changes.
     ///   - rejected: Rejected changes.
@@ -367,13 +368,23 @@ extension LayerStore {
                   let row = try db.query("SELECT content FROM pending_changes WHERE record_id = ? ORDER BY seq DESC LIMIT 1",
                                          [.text(answer.recordID)]).first
             else { continue }  // not (or no longer) queued: nothing to do
+            // The winner is the newest server version known, which may be newer than the answer's:
+            // the answer to a retried change id replays the outcome of its first attempt (whose
+            // answer was lost), with the server version of back then, and a later version of the
+            // record may have arrived meanwhile (long-poll, an earlier answer's `changes`) and
+            // raised `since` past it, so it is never sent again. Adopting the older one would leave
+            // the record behind the server for good.
+            var server = answer.serverRecord
+            if let stale = server, let known = try serverVersion(db, id: answer.recordID), known.revision > stale.revision {
+                server = known
+            }
             // Every queued change of the record goes (first writer wins), including edits made while
             // the rejected one was in flight: report the newest local version, not the one sent.
             try recordRejection(db, changeID: answer.changeID, recordID: answer.recordID, reason: answer.reason,
-                                localJSON: row[0].text, serverJSON: answer.serverRecord?.contentText, into: &outcome)
+                                localJSON: row[0].text, serverJSON: server?.contentText, into: &outcome)
             try db.query("DELETE FROM pending_changes WHERE record_id = ?", [.text(answer.recordID)])
             removed += db.changes
-            try adopt(db, id: answer.recordID, server: answer.serverRecord, into: &outcome)
+            try adopt(db, id: answer.recordID, server: server, into: &outcome)
         }
         return removed
     }

@@ -176,21 +176,21 @@ package final class SyncServer: Sendable {
 
     /// `GET .../deleted?since=` pages, all of them: the layer's tombstones, each with
     /// `last_content` (the newest kept live version, or null).
-    /// - Returns: The raw entries, in revision order.
+    /// - Returns: The entries, in revision order, each page checked (``DeletedPage/init(body:since:epoch:)``).
+    /// - Throws: `.invalidServerData` for a page that fails the checks, and the other mapped errors.
     package func deleted(documentID: String, layer: String, jwt: String, session: HTTPSession,
-                 cancellation: TransferCancellation) throws(LayerSyncError) -> [JSONValue] {
-        var entries: [JSONValue] = []
+                 cancellation: TransferCancellation) throws(LayerSyncError) -> [DeletedPage.Entry] {
+        var entries: [DeletedPage.Entry] = []
         var since: Int64 = 0
+        var epoch: String?
         while true {
             let path = layerPath(documentID, layer) + "/deleted?since=\(since)"
             let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
-            guard let json = try? JSONValue.parse(bytes: response.body), let items = json["records"]?.arrayValue else {
-                throw LayerSyncError(.invalidServerData, "deleted answer without records")
-            }
-            entries += items
-            let next = json["next_since"]?.int64Value ?? since
-            guard json["has_more"]?.boolValue == true, next > since else { return entries }
-            since = next
+            let page = try DeletedPage(body: response.body, since: since, epoch: epoch)
+            entries += page.entries
+            guard page.hasMore else { return entries }
+            epoch = page.epoch
+            since = page.nextSince  // above `since`: the page checks say so
         }
     }
 

@@ -332,4 +332,109 @@ final class AnswerValidationTests {
         #expect(try eventually { try converged(document) }, "listening resumed once the server answered correctly")
         document.stopListening()
     }
+
+    // MARK: Gaps closed: the long-poll epoch, the deleted list, server errors
+
+    @Test func aGarbledButWellFormedLongPollEpochIsRefusedWithoutADownload() throws {
+        try server.upload(documentID: "doc")
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        let client = try server.makeClient("a", url: proxy.url)
+        let document = try downloaded(client)
+        #expect(try admin("POST", "/api/documents/doc/annotations", body: TestServer.note("admin one")) == 200)
+        let before = try storeState(document)
+        let snapshotsBefore = proxy.requestLines.filter { $0.contains("/records?since=0 ") }.count
+        proxy.setRule { head in
+            guard Self.isLongPoll(head) else { return .forward }
+            return .mutateResponse(Garble.json("epoch swapped") { $0["epoch"] = .string("0b0c0d0e-garbled-but-well-formed") }.change)
+        }
+        try document.startListening()
+        Thread.sleep(forTimeInterval: 5)
+        let polls = proxy.requestLines.filter { $0.hasPrefix("GET ") && $0.contains("/changes?") }.count
+        #expect(polls >= 2, "the long-poll was retried")
+        #expect(polls <= 12, "\(polls) long-polls in 5 s: a tight loop")
+        #expect(proxy.requestLines.filter { $0.contains("/records?since=0 ") }.count == snapshotsBefore,
+                "a garbled epoch made the client download the snapshot again")
+        #expect(try storeState(document) == before, "a garbled long-poll epoch changed the store")
+        let reset = client.events.all.contains { if case .didResetLayer = $0 { return true }; return false }
+        #expect(!reset, "a garbled epoch was reported as a layer reset")
+        // Ill-formed epochs are refused by the decoder itself.
+        let page = Array(#"{"epoch":"","revision":1,"records":[],"has_more":false,"next_since":1}"#.utf8)
+        #expect(throws: LayerSyncError.self) { _ = try LayerPage(body: page, since: 0, epoch: "e") }
+        let control = Array(#"{"epoch":"a\u0001b","revision":1,"records":[],"has_more":false,"next_since":1}"#.utf8)
+        #expect(throws: LayerSyncError.self) { _ = try LayerPage(body: control, since: 0, epoch: "e") }
+        proxy.setRule { _ in .forward }
+        #expect(try eventually { try converged(document) }, "listening resumed once the server answered correctly")
+        document.stopListening()
+    }
+
+    @Test func garbledDeletedPagesAreInvalidServerData() throws {
+        try server.upload(documentID: "doc")
+        let token = try server.token(documentID: "doc")
+        let ids = try server.serverAnnotations(documentID: "doc").keys.sorted()
+        #expect(ids.count >= 2, "the corpus PDF's layer has records")
+        for id in ids.prefix(2) { #expect(try admin("DELETE", "/api/documents/doc/annotations/\(id)") == 200) }
+        let session = HTTPSession(connectTimeoutSeconds: 2)
+        var request = HTTPRequest(url: server.url + "/sync/v1/documents/doc/layers/~/deleted?since=0")
+        request.headers = ["Authorization: Bearer \(token)"]
+        let body = try session.perform(request, cancellation: TransferCancellation()).body
+        let page = try DeletedPage(body: body, since: 0, epoch: nil)
+        #expect(page.entries.count == 2 && page.entries.allSatisfy { $0.lastContent?["id"]?.stringValue == $0.id })
+        let garbles: [Garble] = [
+            .json("records: ids of two records swapped") { o in
+                Garble.array(&o, "records") { items in
+                    guard items.count >= 2, let first = items[0]["id"], let second = items[1]["id"] else { return }
+                    Garble.element(&items, 0) { $0["id"] = second }
+                    Garble.element(&items, 1) { $0["id"] = first }
+                }
+            },
+            .json("records: an entry twice") { o in Garble.array(&o, "records") { if let first = $0.first { $0.append(first) } } },
+            .json("records: out of revision order") { o in Garble.array(&o, "records") { $0.reverse() } },
+            .json("records: negative revision") { o in Garble.array(&o, "records") { Garble.element(&$0, 0) { $0["revision"] = Garble.negated($0["revision"]) } } },
+            .json("records: not a tombstone") { o in Garble.array(&o, "records") { Garble.element(&$0, 0) { r in r["deleted"] = .bool(false); r["content"] = r["last_content"] } } },
+            .json("records: last_content of another record") { o in Garble.array(&o, "records") { Garble.element(&$0, 0) { r in
+                guard case .object(var content)? = r["last_content"] else { return }
+                content["id"] = .string("someone-else")
+                r["last_content"] = .object(content)
+            } } },
+            .json("records: last_content a string") { o in Garble.array(&o, "records") { Garble.element(&$0, 0) { $0["last_content"] = .string("x") } } },
+            .json("records: a tombstone without last_content") { o in Garble.array(&o, "records") { Garble.element(&$0, 0) { $0["last_content"] = nil } } },
+            .json("records: id missing") { o in Garble.array(&o, "records") { Garble.element(&$0, 0) { $0["id"] = nil } } },
+            .json("records as object") { $0["records"] = .object(JSONObject()) },
+            .json("revision negative") { $0["revision"] = Garble.negated($0["revision"]) },
+            .json("has_more without next_since moving") { $0["has_more"] = .bool(true); $0["next_since"] = .integer(0) },
+            .json("epoch as number") { $0["epoch"] = .integer(5) },
+            Garble(description: "truncated body") { Array($0.prefix($0.count / 2)) },
+        ] + ["epoch", "revision", "records", "has_more", "next_since"].map { name in .json("\(name) removed") { $0[name] = nil } }
+        for garble in garbles {
+            let garbled = garble.change(body)
+            #expect(garbled != body ? true : false, "\(garble) changed nothing")
+            #expect(throws: LayerSyncError.self, "\(garble)") {
+                do throws(LayerSyncError) {
+                    _ = try DeletedPage(body: garbled, since: 0, epoch: nil)
+                } catch {
+                    #expect(error.code == .invalidServerData && !error.message.isEmpty, "\(garble): \(error)")
+                    throw error
+                }
+            }
+        }
+        // A later page of another epoch than the first.
+        #expect(throws: LayerSyncError.self) { _ = try DeletedPage(body: body, since: 0, epoch: "another-epoch") }
+    }
+
+    @Test func aServerErrorIsRetriedWithBackoffAndSyncResumesByItself() throws {
+        try server.upload(documentID: "doc")
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        let client = try server.makeClient("a", url: proxy.url, syncDelay: 0.1)
+        let document = try downloaded(client)
+        proxy.setRule { head in Self.isSync(head) ? .reply(503) : .forward }
+        let created = try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("mine")))["id"]?.stringValue)
+        Thread.sleep(forTimeInterval: 5)
+        let attempts = proxy.requestLines.filter { $0.hasPrefix("POST ") && $0.contains("/sync ") }.count
+        #expect(attempts >= 2, "the sync that got 503 was retried by itself")
+        #expect(attempts <= 12, "\(attempts) sync requests in 5 s after 503s: a tight loop")
+        #expect(document.hasUnsyncedChanges)
+        proxy.setRule { _ in .forward }
+        #expect(try eventually { try server.serverAnnotations(documentID: "doc")[created] != nil && !document.hasUnsyncedChanges },
+                "the sync resumed by itself once the server answered again; events: \(client.events.all.suffix(6))")
+    }
 }

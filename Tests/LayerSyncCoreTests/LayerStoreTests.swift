@@ -302,6 +302,28 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(try store.pendingCount() == 0)
     }
 
+    @Test func aReplayedRejectionDoesNotTakeARecordBackToAnOlderServerVersion() throws {
+        // The answer to a sync request was lost after the server rejected its change (conflict
+        // with "theirs" at revision 2); meanwhile the long-poll brought a newer version (revision
+        // 3) and raised `since` past it. The retry under the same change id replays the stored
+        // outcome, with revision 2 as the server record. The record must stay at revision 3: no
+        // later answer carries it again (the convergence test's divergence).
+        let store = try downloadedStore(serverRecords: "r")
+        try store.updateRecord(id: "r", content: #"{"n":"mine"}"#)
+        let sent = try store.nextBatch(maxBytes: 10_000).batch
+        let later = ServerRecord(id: "r", revision: 3, deleted: false, content: try JSONValue.parse(#"{"n":"theirs, later"}"#))
+        #expect(try store.applyServerRecords([later], since: 3).rejections.isEmpty)
+        let replayed = ServerRecord(id: "r", revision: 2, deleted: false, content: try JSONValue.parse(#"{"n":"theirs"}"#))
+        let outcome = try store.applyAnswers(accepted: [], rejected: [.init(changeID: sent[0].changeID, recordID: "r",
+                                                                            reason: "conflict", serverRecord: replayed)], sent: sent)
+        #expect(outcome.rejections.map { [$0.recordID, $0.localJSON, $0.serverJSON] }
+                == [["r", #"{"n":"mine"}"#, #"{"n":"theirs, later"}"#]])
+        #expect(try store.record(id: "r") == #"{"n":"theirs, later"}"#)
+        #expect(try store.knownServerRevision(id: "r") == 3)
+        #expect(try store.pendingCount() == 0)
+        #expect(try store.since() == 3)
+    }
+
     @Test func aNewEpochKeepsAndRebasesPendingChanges() throws {
         let store = try LayerStore.open(directory: temporaryDirectory())
         _ = try store.applySnapshot([ServerRecord(id: "a", revision: 5, deleted: false, content: try JSONValue.parse(#"{"n":0}"#)),

@@ -187,6 +187,51 @@ final class SyncIntegrationTests {
         #expect(try server.serverAnnotations(documentID: "doc")[id]?["note"] == .string("A wins"))
     }
 
+    @Test func aRetriedRejectionKeepsTheNewerVersionThatArrivedMeanwhile() throws {
+        // The answer rejecting B's change is lost; A writes the record again and B's long-poll
+        // brings that newer version (raising B's since past it). B's retry under the same change
+        // id gets the server's stored outcome of the first attempt, whose server record is A's
+        // first version: B must end on A's second version, like the server.
+        try server.upload(documentID: "doc")
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let a = try makeClient("a")
+        let b = try makeClient("b", url: proxy.url)
+        let first = try downloaded(a, documentID: "doc")
+        let second = try downloaded(b, documentID: "doc", userID: "bob")
+        var record = try #require(try JSONValue.parse(try first.listAnnotations(filterJSON: nil)).arrayValue?.first?.objectValue)
+        let id = try #require(record["id"]?.stringValue)
+        record["note"] = .string("A first")
+        _ = try first.updateAnnotation(json: JSONValue.object(record).jsonText)
+        #expect(try sync(a, first) == nil)
+        record["note"] = .string("B loses")
+        _ = try second.updateAnnotation(json: JSONValue.object(record).jsonText)
+        proxy.setRule { head in head.hasPrefix("POST ") && head.contains("/sync ") ? .dropResponse : .forward }
+        #expect(try sync(b, second) != nil, "the answer was lost")
+        proxy.setRule { _ in .forward }
+        record["note"] = .string("A second")
+        let newest = try first.updateAnnotation(json: JSONValue.object(record).jsonText)
+        #expect(try sync(a, first) == nil)
+        let revision = try #require(try first.store.knownServerRevision(id: id))
+        try second.startListening()
+        let deadline = Date().addingTimeInterval(20)
+        while try second.store.since() < revision, Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        second.stopListening()
+        #expect(try second.store.knownServerRevision(id: id) == revision, "the long-poll brought A's second version")
+        #expect(try sync(b, second) == nil)
+        let rejected = try #require(b.events.wait { event -> [RejectedChange]? in
+            if case .didRejectChanges(let d, let list) = event, d === second { return list }
+            return nil
+        })
+        #expect(rejected.map(\.recordID) == [id])
+        #expect(try rejected.first?.serverJSON.map { try JSONValue.parse($0)["note"] } == .string("A second"))
+        #expect(try JSONValue.parse(try second.annotation(id: id)) == JSONValue.parse(newest))
+        #expect(try server.serverAnnotations(documentID: "doc")[id]?["note"] == .string("A second"))
+        #expect(try second.store.knownServerRevision(id: id) == revision)
+        try a.client.shutdown()
+        try b.client.shutdown()
+    }
+
     @Test func offlineEditsStayPendingAndSyncLater() throws {
         try server.upload(documentID: "doc")
         let a = try makeClient("a")
