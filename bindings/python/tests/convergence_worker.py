@@ -5,7 +5,8 @@ Run by the test, never by hand: ``python convergence_worker.py DIR URL DOCUMENT_
 In ``DIR`` it keeps its store (``DIR/store``) and appends JSON lines, each fsynced:
 ``acks.jsonl`` (``{"id", "text", "incarnation"}``, ``text`` "" for a delete: written after the
 call returned, so a kill -9 in between loses the line, never a line for an unacknowledged
-write), ``reports.jsonl`` (the ids of every ``did_reject_changes``, with the incarnation).
+write), ``reports.jsonl`` (the ids of every ``did_reject_changes``, with the incarnation),
+and at the end ``stored_reports.json`` (the record ids of the store's durable conflict reports).
 It quiesces when ``DIR/quiesce`` appears (stops editing, syncs until nothing is pending, writes
 ``DIR/quiesced``) and ends when ``DIR/final`` appears (syncs once more, writes its records to
 ``DIR/records.json`` and exits 0). Tokens live 6 s; the ``request_token`` callback mints a new
@@ -106,6 +107,10 @@ def main() -> int:
     settle(doc, token)
     doc.stop_listening()
     records = sorted(doc.list_annotations(), key=lambda r: r["id"])
+    # the durable conflict reports (stored with the adopted server version, so a kill -9 of
+    # an earlier incarnation lost none of them), written before records.json
+    stored = doc.rejected_changes()
+    (directory_path / "stored_reports.json").write_text(json.dumps(sorted({r["id"] for r in stored})))
     (directory_path / "records.json").write_text(json.dumps(records, sort_keys=True))
     client.close()
     return 0

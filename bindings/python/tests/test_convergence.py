@@ -34,18 +34,18 @@ WORKER = Path(__file__).with_name("convergence_worker.py")
 CLIENTS = 3
 
 
-def reported_ids(worker_dir: Path, *, killed: set[str]) -> set[str]:
-    """The record ids this worker's ``did_reject_changes`` reported, from processes that were
-    not killed. The one place the accounting reads reports: once conflict reports are durable
-    (branch conflict-reports: stored with the adopted server version, re-delivered after a
-    restart with a stable id), this reads that list instead and ``killed`` no longer matters."""
-    path = worker_dir / "reports.jsonl"
+def reported_ids(worker_dir: Path) -> set[str]:
+    """The record ids whose conflicts this worker's host was told of: every
+    ``did_reject_changes`` of every incarnation (killed ones included: a report is stored
+    in the transaction that adopts the server version and delivered again at the next
+    open, so a kill -9 loses none), plus the store's durable reports read at the end
+    (``Document.rejected_changes``). The one place the accounting reads reports."""
     out: set[str] = set()
+    path = worker_dir / "reports.jsonl"
     if path.exists():
         for line in path.read_text().splitlines():
-            entry = json.loads(line)
-            if entry["incarnation"] not in killed:
-                out.update(entry["ids"])
+            out.update(json.loads(line)["ids"])
+    out.update(json.loads((worker_dir / "stored_reports.json").read_text()))
     return out
 
 
@@ -201,9 +201,9 @@ def test_three_clients_converge_through_faults_kills_expiry_and_a_restart(tmp_pa
         for index, entries in writes.items():
             for entry in entries:
                 by_record[entry["id"]].append((index, entry))
-        lost, lost_to_kill = [], []
+        lost = []
         for index, entries in writes.items():
-            reported = reported_ids(workers.dir(index), killed=workers.killed[index])
+            reported = reported_ids(workers.dir(index))
             for entry in entries:
                 record = on_server.get(entry["id"])
                 state = record["text"]["value"] if record else ""
@@ -213,15 +213,10 @@ def test_three_clients_converge_through_faults_kills_expiry_and_a_restart(tmp_pa
                 # (processes' clocks do not order writes; the server's final state does).
                 if any(other is not entry and other["text"] == state for _, other in by_record[entry["id"]]):
                     continue
-                if workers.killed[index]:
-                    # XFAIL until conflict reports are durable (branch conflict-reports): a report
-                    # made just before a kill -9 is lost with the process.
-                    lost_to_kill.append(entry)
-                    continue
                 lost.append(entry)
         total = sum(len(e) for e in writes.values())
-        print(f"convergence: {total} acknowledged writes, {len(on_server)} records, "
-              f"{len(lost_to_kill)} unaccounted after a kill -9 (reports not yet durable)")
+        kills = sum(len(pids) for pids in workers.killed.values())
+        print(f"convergence: {total} acknowledged writes, {len(on_server)} records, {kills} kill -9")
         assert not lost, f"acknowledged writes neither on the server nor superseded nor reported: {lost[:5]}"
         assert total > 20, "too few writes to mean anything"
     finally:
