@@ -34,6 +34,8 @@ def parse_untrusted(data: bytes | str, max_depth: int = MAX_DEPTH) -> ET.Element
         raise XmlRefused(f"is not well-formed XML: {exc}") from None
     except (ValueError, TypeError) as exc:
         raise XmlRefused(f"is not XML text: {exc}") from None
+    except LookupError as exc:  # an encoding declaration Python has no codec for
+        raise XmlRefused(f"declares an encoding that is not known: {exc}") from None
     stack = [(root, 1)]  # iteratively: the readers of the tree recurse
     while stack:
         element, depth = stack.pop()

@@ -95,13 +95,24 @@ class XfdfChanges:
 
 # -- values only XFDF has ---------------------------------------------------------------
 
+#: The largest magnitude of a number read (PDF's own limit for reals, PDF 32000-1 Annex C):
+#: so coordinates stay finite after conversion (a width of 1e308 - -1e308 would not).
+MAX_NUMBER = 3.403e38
+
+
 def numbers_of(text: str | None) -> list[float]:
+    """The numbers of an XFDF list attribute (``rect``, ``coords``, ``width``, …). Raises
+    :class:`XfdfError` for anything that is not a finite number within :data:`MAX_NUMBER`
+    (``NaN``, ``inf``, ``1e400``): no record may hold a number JSON cannot carry."""
     if not text:
         return []
     try:
-        return [round4(float(v)) for v in re.split(r"[\s,;]+", text.strip()) if v]
+        numbers = [float(v) for v in re.split(r"[\s,;]+", text.strip()) if v]
     except ValueError:
         raise XfdfError(f"not a list of numbers: {text[:60]!r}") from None
+    if not all(abs(v) <= MAX_NUMBER for v in numbers):  # False for NaN too
+        raise XfdfError(f"numbers must be finite, at most {MAX_NUMBER:g} in magnitude: {text[:60]!r}")
+    return [round4(v) for v in numbers]
 
 
 def strip_xfdf_namespace(element: ET.Element) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 import xml.etree.ElementTree as ET
 from copy import deepcopy
@@ -30,6 +31,9 @@ def parse(data: bytes | str) -> ET.Element:
         raise XfdfError(f"XFDF {exc}") from None
     if local_name(root.tag) != "xfdf":
         raise XfdfError(f"the root element must be <xfdf>, not <{local_name(root.tag)}>")
+    if namespace_of(root.tag) not in ("", XFDF_NS):
+        raise XfdfError(f"<xfdf> must be in the XFDF namespace {XFDF_NS} (or none), "
+                        f"not {namespace_of(root.tag)[:100]}")
     return root
 
 
@@ -53,8 +57,24 @@ def read_xfdf(data: bytes | str, *, pages: PageBoxes = None) -> XfdfChanges:
                                 and (i.text or "").strip()]
         elif name == "fields":
             _read_fields(child, (), changes.form_field_values)
+    seen: set[str] = set()
+    for record in changes.added + changes.modified:
+        _page_index_in_range(record, pages)
+        if isinstance(record.get("id"), str):
+            if record["id"] in seen:  # which one would win is a guess: refused
+                raise XfdfError(f"annotation name {record['id'][:128]!r} is used twice")
+            seen.add(record["id"])
     _thread_comments(changes.records)
     return changes
+
+
+def _page_index_in_range(record: dict, pages: PageBoxes) -> None:
+    """A page the document does not have cannot place an annotation (its coordinates are
+    in that page's box): refused when the pages are known as a list."""
+    page = record.get("pageIndex", 0)
+    if isinstance(pages, (list, tuple)) and pages and isinstance(page, int) and page >= len(pages):
+        raise XfdfError(f"page {record['pageIndex']} is past the document's last page "
+                        f"({len(pages) - 1})")
 
 
 def _records(container: ET.Element, pages: PageBoxes, attachments: dict) -> list[dict]:
@@ -78,6 +98,8 @@ def _thread_comments(records: list[dict]) -> None:
         while root in parent and root not in seen:
             seen.add(root)
             root = parent[root]
+        if root in parent:  # the chain came back to a reply: no annotation heads it
+            raise XfdfError(f"reply {record.get('id')!r} is in a cycle of replies (inreplyto)")
         record["rootId"] = root
 
 
@@ -110,7 +132,7 @@ def record_of(element: ET.Element, pages: PageBoxes = None,
         return None
     if extension is not None:
         try:
-            ext = json.loads(extension.text or "{}")
+            ext = json.loads(extension.text or "{}", parse_constant=_no_constant, parse_float=_finite_float)
         except (ValueError, RecursionError):
             raise XfdfError("<ls:instant-json> must hold a JSON object") from None
         if not isinstance(ext, dict) or not isinstance(ext.get("set", {}), dict):
@@ -119,6 +141,17 @@ def record_of(element: ET.Element, pages: PageBoxes = None,
         for key in ext.get("unset", []) if isinstance(ext.get("unset", []), list) else []:
             record.pop(key, None)
     return record
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]} is out of the range of a double")
+    return value
 
 
 def _page_index(element: ET.Element) -> int:

@@ -243,6 +243,46 @@ def test_untrusted_xml_is_refused(document):
         read_xfdf(document.encode("utf-8"))
 
 
+def _annots(inner: str) -> str:
+    return f'<xfdf xmlns="{XFDF_NS}"><annots>{inner}</annots></xfdf>'
+
+
+HOSTILE = {  # found by trying the server as an attacker would; each was stored or a 500 before
+    "unknown-encoding": ('<?xml version="1.0" encoding="x-nonsense"?>'
+                         + _annots('<square name="s" page="0" rect="0,0,1,1"/>')),
+    "foreign-namespace": '<xfdf xmlns="http://example.com/"><annots><square name="s" page="0" rect="0,0,1,1"/>'
+                         "</annots></xfdf>",
+    "nan-rect": _annots('<square name="s" page="0" rect="NaN,0,1,1"/>'),
+    "inf-rect": _annots('<square name="s" page="0" rect="0,0,inf,1"/>'),
+    "rect-overflowing-a-width": _annots('<square name="s" page="0" rect="-1e308,0,1e308,1"/>'),
+    "huge-width": _annots('<square name="s" page="0" rect="0,0,1,1" width="1e400"/>'),
+    "nan-coords": _annots('<highlight name="h" page="0" rect="0,0,9,9" coords="NaN,1,2,3,4,5,6,7"/>'),
+    "nan-in-extension": _annots(f'<square name="s" page="0" rect="0,0,1,1"><ls:instant-json xmlns:ls="{LS_NS}">'
+                                '{"set": {"opacity": NaN}}</ls:instant-json></square>'),
+    "infinity-in-extension": _annots(f'<square name="s" page="0" rect="0,0,1,1"><ls:instant-json '
+                                     f'xmlns:ls="{LS_NS}">{{"set": {{"strokeWidth": 1e999}}}}</ls:instant-json>'
+                                     "</square>"),
+    "page-past-the-last": _annots('<square name="s" page="3" rect="0,0,1,1"/>'),
+    "page-past-int64": _annots('<square name="s" page="99999999999999999999" rect="0,0,1,1"/>'),
+    "duplicate-names": _annots('<square name="s" page="0" rect="0,0,1,1"/><circle name="s" page="0" rect="0,0,1,1"/>'),
+    "reply-cycle": f'<xfdf xmlns="{XFDF_NS}"><add><text name="a" page="0" inreplyto="b" rect="0,0,1,1"/>'
+                   '<text name="b" page="0" inreplyto="a" rect="0,0,1,1"/></add></xfdf>',
+    "reply-to-itself": _annots('<text name="a" page="0" inreplyto="a" rect="0,0,1,1"/>'),
+}
+
+
+@pytest.mark.parametrize("document", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_values_are_refused_not_stored(document):
+    with pytest.raises(XfdfError):
+        read_xfdf(document.encode("utf-8"), pages=[(0, 0, 612, 792)])
+
+
+def test_pages_bound_only_when_known_and_an_xfdf_without_namespace_reads():
+    document = _annots('<square name="s" page="3" rect="0,0,1,1"/>').replace(f' xmlns="{XFDF_NS}"', "")
+    assert read_xfdf(document).records[0]["pageIndex"] == 3  # no PDF at hand: Letter, no bound
+    assert read_xfdf(document, pages=[(0, 0, 612, 792)] * 4).records[0]["pageIndex"] == 3
+
+
 def test_refusal_says_why():
     with pytest.raises(XfdfError, match="DTD"):
         read_xfdf(XXE)

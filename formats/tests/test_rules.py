@@ -93,9 +93,10 @@ EXTERNAL = '<!DOCTYPE b [<!ENTITY x SYSTEM "file:///etc/passwd">]><body>&x;</bod
 
 
 @pytest.mark.parametrize("document", [BOMB, EXTERNAL, "<body>" * 65 + "</body>" * 65, "<body><p></body>",
-                                      "<body>&nbsp;</body>"],
+                                      "<body>&nbsp;</body>",
+                                      b'<?xml version="1.0" encoding="x-nonsense"?><body/>'],
                          ids=["entity-expansion", "external-entity", "too-deep", "not-well-formed",
-                              "undefined-entity"])
+                              "undefined-entity", "unknown-encoding"])
 def test_untrusted_xml_is_refused_for_rich_text_and_xfdf_alike(document):
     with pytest.raises(XmlRefused):
         parse_untrusted(document)

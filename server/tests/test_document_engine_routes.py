@@ -21,7 +21,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import CORPUS, note
+from conftest import CORPUS, note, synthetic_pdf
 
 VENDOR_SPEC = CORPUS.parent.parent / "vendor" / "document-engine" / "document-engine-api.yml"
 
@@ -217,6 +217,22 @@ def test_page_image_is_a_png_of_the_size_asked(server, vendor):
                                                params={"width": 10, "height": 10}, headers=admin), 400)
     conforms(vendor, t, "get", server.http.get(f"/api/documents/{doc}/pages/99/image",
                                                params={"width": 10}, headers=admin), 404)
+
+
+def test_page_image_of_a_narrow_page_is_refused_not_rendered_gigapixel(server, vendor):
+    """width=8000 of a 3 × 14400 pt page (PDF's limits) would make the other side 38 million
+    pixels (a bitmap of terabytes for PDFium): 400, and the server renders the next page."""
+    document_id = "doc-" + uuid.uuid4().hex
+    assert server.upload(synthetic_pdf([([0, 0, 3, 14400], 0)]), document_id).status_code == 200
+    t = D + "/pages/{pageIndex}/image"
+    for params in ({"width": 8000}, {"height": 4000}):
+        answer = server.http.get(f"/api/documents/{document_id}/pages/0/image", params=params,
+                                 headers=server.admin())
+        if "height" in params:  # the long side asked: the short one is small, rendered
+            assert answer.status_code == 200 and Image.open(io.BytesIO(answer.content)).size[1] == 4000
+        else:
+            conforms(vendor, t, "get", answer, 400)
+            assert "8000" in answer.json()["error"]["message"]
 
 
 def test_attachment_bytes(server, vendor):

@@ -181,6 +181,25 @@ def test_custom_data_survives_export_and_garbage_is_ignored():
     assert all("customData" not in r for r in import_pdf(data.getvalue()).records)
 
 
+def test_custom_data_no_record_may_hold_is_ignored_and_the_upload_stored(server):
+    """``/LSYN_CustomData`` is untrusted JSON: a lone surrogate (the upload answered 500 and
+    stored nothing), a number out of a double's range, or nesting past ``max_json_depth`` in the
+    record is ignored as other garbage is, by the wire rules; the rest of the annotation imports."""
+    values = ['{"a": "\\ud800"}', '{"a": 1e999}', '{"a": ' + "[" * 63 + "]" * 63 + "}", '{"ok": [1]}']
+    pdf = pikepdf.new()
+    pdf.add_blank_page(page_size=(612, 792))
+    pdf.pages[0].Annots = pdf.make_indirect(pikepdf.Array([pdf.make_indirect(pikepdf.Dictionary(
+        Type=pikepdf.Name.Annot, Subtype=pikepdf.Name.Text, Rect=[10, 10, 30, 30], NM=f"cd{i}", Contents="x",
+        LSYN_CustomData=pikepdf.String(value))) for i, value in enumerate(values)]))
+    data = io.BytesIO()
+    pdf.save(data)
+    assert [r.get("customData") for r in import_pdf(data.getvalue()).records] == [None, None, None, {"ok": [1]}]
+    uploaded = server.http.post("/api/documents", headers={**server.admin(), "Content-Type": "application/pdf"},
+                                content=data.getvalue())
+    assert uploaded.status_code == 200, uploaded.text
+    assert uploaded.json()["data"]["annotationCount"] == 4
+
+
 # --- 4. replies and replace-text groups -----------------------------------------------------
 
 def _thread(records: list[dict]) -> dict[str, list[tuple]]:

@@ -180,9 +180,17 @@ DEEP = (f'<xfdf xmlns="{XFDF_NS}"><annots><freetext name="d" page="0" rect="0,0,
 
 
 @pytest.mark.parametrize("bad", [XXE, LAUGHS, "<xfdf><annots>", "<html/>", DEEP,
-                                 f'<xfdf xmlns="{XFDF_NS}"><annots><ink name="i" page="-1"/></annots></xfdf>'],
+                                 f'<xfdf xmlns="{XFDF_NS}"><annots><ink name="i" page="-1"/></annots></xfdf>',
+                                 '<?xml version="1.0" encoding="x-nonsense"?><xfdf/>',
+                                 '<xfdf xmlns="http://example.com/"><annots><square name="s" page="0" '
+                                 'rect="0,0,9,9"/></annots></xfdf>',
+                                 f'<xfdf xmlns="{XFDF_NS}"><annots><square name="s" page="0" rect="NaN,0,9,9"/>'
+                                 '</annots></xfdf>',
+                                 f'<xfdf xmlns="{XFDF_NS}"><annots><square name="s" page="7" rect="0,0,9,9"/>'
+                                 '</annots></xfdf>'],
                          ids=["external-entity", "billion-laughs", "not-well-formed", "not-xfdf", "deep-nesting",
-                              "bad-page"])
+                              "bad-page", "unknown-encoding (was a 500)", "foreign-namespace (was applied as "
+                              "nothing)", "nan-rect (was stored as null)", "page-past-the-last (was stored)"])
 def test_untrusted_xml_is_refused_and_nothing_stored(server, bad):
     doc = server.new_document("pdfjs-issue13447.pdf")
     before = server.records(doc)
@@ -193,6 +201,27 @@ def test_untrusted_xml_is_refused_and_nothing_stored(server, bad):
     document_id, upload = _upload_with(server, (CORPUS / "pdfjs-issue13447.pdf").read_bytes(), bad.encode())
     assert upload.status_code == 400, upload.text
     assert server.http.get(f"/api/documents/{document_id}", headers=server.admin()).status_code == 404
+
+
+def test_a_reply_needs_its_root_in_the_xfdf_or_the_layer(server):
+    """``inreplyto`` naming nothing (or another reply) would store a comment no thread shows:
+    409 ``conflict``, nothing applied; a reply to an annotation of the layer applies."""
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    before = server.records(doc)
+    root = next(r["id"] for r in _records(server, doc) if r["type"] == "pspdfkit/note")
+    reply = ('<text name="{name}" page="0" inreplyto="{to}" rect="0,0,9,9"><contents>re</contents></text>')
+    for to in ("no-such-annotation", "other-reply"):
+        refused = _apply(server, doc, f'<xfdf xmlns="{XFDF_NS}"><add><square name="sq" page="0" rect="0,0,9,9"/>'
+                                      + reply.format(name="other-reply", to=root)
+                                      + reply.format(name="orphan", to=to) + "</add></xfdf>")
+        if to == "other-reply":  # a reply to a reply joins its root's thread
+            assert refused.status_code == 200, refused.text
+            break
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "conflict" and "inreplyto" in refused.json()["error"]["message"]
+        assert server.records(doc) == before
+    by_id = {r["id"]: r for r in _records(server, doc)}
+    assert by_id["orphan"]["rootId"] == by_id["other-reply"]["rootId"] == root
 
 
 def test_status_codes(server):

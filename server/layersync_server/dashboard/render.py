@@ -25,6 +25,16 @@ MAX_SIDE_PX = 2400
 _PDFIUM = threading.Lock()
 
 
+#: Largest side of an image asked for by size (``width_px``/``height_px``): the other side
+#: follows the page's aspect ratio, so without this bound a narrow page would ask PDFium for
+#: a bitmap of gigabytes.
+MAX_ASKED_SIDE_PX = 8000
+
+
+class ImageTooLarge(ValueError):
+    """The asked size makes the page's other side larger than :data:`MAX_ASKED_SIDE_PX`."""
+
+
 @dataclass(frozen=True)
 class PageBox:
     """A page as shown: ``width`` x ``height`` points after ``rotation`` (0/90/180/270)."""
@@ -134,6 +144,12 @@ class PageImages:
                 elif height_px is not None:
                     scale, size = height_px / max(height, 1), (max(1, round(width * height_px / max(height, 1))), height_px)
                 else:
+                    size = None
+                if size is not None and max(size) > MAX_ASKED_SIDE_PX:  # a 3 × 14400 pt page at width=8000
+                    page.close()
+                    raise ImageTooLarge(f"page {page_index} at {size[0]}×{size[1]} pixels: no side may "
+                                        f"exceed {MAX_ASKED_SIDE_PX}")
+                if size is None:
                     scale, size = min(SCALE, MAX_SIDE_PX / max(width, height, 1)), None
                 image = page.render(scale=scale, draw_annots=True).to_pil()
                 page.close()

@@ -86,16 +86,18 @@ def custom_data_to_pdf(value) -> pikepdf.String | None:
 
 def custom_data_from_pdf(value) -> dict | None:
     """The ``customData`` object in :data:`CUSTOM_DATA_KEY`; None for anything else
-    (missing, not a string, too long, not JSON, not an object, NaN/Infinity)."""
-    import json
+    (missing, not a string, too long, not JSON, not an object, or a value no record may
+    hold: NaN/Infinity, a number out of a double's range, a lone surrogate, nesting
+    past ``max_json_depth`` once in the record, as the wire rules say)."""
+    from layersync_server.errors import ApiError
+    from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem, parse_json
     text = decode_text(value)
     if not text or len(text) > CUSTOM_DATA_MAX_CHARS:
         return None
-
-    def no_constants(name):
-        raise ValueError(name)
     try:
-        data = json.loads(text, parse_constant=no_constants)
-    except (ValueError, RecursionError):
+        data = parse_json(text)
+    except ApiError:
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict) or json_problem(data, MAX_JSON_DEPTH - 1):  # the record is level 1
+        return None
+    return data

@@ -21,7 +21,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from layersync_server.context import AppContext, layer_from_segment
-from layersync_server.dashboard.render import app_page_images
+from layersync_server.dashboard.render import ImageTooLarge, app_page_images
 from layersync_server.errors import invalid_request, not_found
 from layersync_server.openapi_bodies import media
 from layersync_server.routes.admin import exports
@@ -103,7 +103,10 @@ async def _page_image(request: Request, ctx: AppContext, document_id: str, layer
         pdf = (await exports.layer_pdf_response(ctx, document_id, layer)).body
         if await run_in_threadpool(ctx.storage.get_layer, document_id, layer) == state:
             images.keep_exported(key, pdf)  # nothing was written meanwhile: it shows ``state``
-    png = await run_in_threadpool(images.png, key, pdf, page_index, width_px, height_px)
+    try:
+        png = await run_in_threadpool(images.png, key, pdf, page_index, width_px, height_px)
+    except ImageTooLarge as exc:
+        raise invalid_request(str(exc)) from None
     if png is None:
         raise not_found(f"page {page_index} could not be rendered")
     return Response(png, media_type="image/png",

@@ -114,6 +114,24 @@ async def _xfdf_bytes(request: Request, ctx: AppContext) -> bytes:
     return body
 
 
+def _check_reply_roots(writer, entries: list[dict]) -> None:
+    """Every reply (``inreplyto``) needs its thread's root: an annotation of the XFDF or a
+    live one of the layer, not a comment; else 409 ``conflict`` (a reply to nothing would be
+    a comment no thread shows)."""
+    here = {e["id"]: e for e in entries}
+    for entry in entries:
+        if entry.get("type") != "pspdfkit/comment":
+            continue
+        root_id = entry.get("rootId")
+        root = here.get(root_id) if isinstance(root_id, str) else None
+        if root is None and isinstance(root_id, str):
+            stored = writer.get_record(root_id)
+            root = stored.content if stored is not None and not stored.deleted else None
+        if not isinstance(root, dict) or root.get("type") == "pspdfkit/comment":
+            raise ApiError(409, "conflict", f"reply {entry['id']!r}: its inreplyto {root_id!r} is not an "
+                                            "annotation of the XFDF or the layer; nothing was applied")
+
+
 async def apply_xfdf(ctx: AppContext, document_id: str, layer: str, data: bytes) -> dict:
     """Apply XFDF to a layer in one transaction. A plain XFDF creates or replaces each
     annotation by its ``name``; a command document's ``<add>`` must be new (409
@@ -140,6 +158,7 @@ async def apply_xfdf(ctx: AppContext, document_id: str, layer: str, data: bytes)
                 if current is None or current.deleted:
                     raise ApiError(409, "conflict",
                                    f"<modify>: no annotation {content['id']!r}; nothing was applied")
+        _check_reply_roots(writer, added + modified)
         created, updated = put_entries(writer, added + modified + values)
         deleted = 0
         for record_id in changes.deleted:
