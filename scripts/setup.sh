@@ -30,8 +30,10 @@ stamp="$VENV/.layersync-setup"
 # (scripts/refresh-constraints.sh does that to refresh the pins).
 CONSTRAINTS=(-c scripts/constraints.txt)
 [ "${LAYERSYNC_UNPINNED:-}" = 1 ] && CONSTRAINTS=()
+# (the module names of formats/ count too: its strict editable install links each module)
 req_hash=$( (cat formats/pyproject.toml server/pyproject.toml bindings/python/pyproject.toml scripts/requirements-dev.txt \
-             scripts/constraints.txt 2>/dev/null || true; echo "unpinned=${LAYERSYNC_UNPINNED:-}") | sha256sum | cut -d" " -f1)
+             scripts/constraints.txt 2>/dev/null || true; ls formats/layersync_formats;
+             echo "unpinned=${LAYERSYNC_UNPINNED:-}") | sha256sum | cut -d" " -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
   echo "setup: installing Python packages into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
@@ -39,7 +41,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
   # formats/ first: layersync-formats (value rules of PDF and XFDF, the XFDF codec) that
   # server and bindings both import.
   # Strict editable mode (links in formats/build/) so mypy --strict on the bindings finds
-  # it; a new module in formats/ needs a re-run (touch formats/pyproject.toml).
+  # it; a new module in formats/ changes req_hash, so the next setup links it.
   "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -e formats --config-settings editable_mode=strict
   for pkg in server bindings/python; do
     if [ -f "$pkg/pyproject.toml" ]; then "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -e "$pkg"; fi

@@ -6,6 +6,8 @@ library and defusedxml only (no pikepdf), so the Python bindings can use it too.
   colours ↔ ``"#RRGGBB"``, ``/DA`` text, Instant enums PDF and XFDF name.
 * :mod:`.richtext` — Adobe rich text (``/RC``, ``<contents-richtext>``) ↔ Instant
   ``xhtml``, its plain text, CSS (``/DS``, ``defaultstyle``), free-text style.
+* :mod:`.threads` — a reply's thread root (a reply to a reply joins its root's thread),
+  for ``/IRT`` and ``inreplyto``.
 * :mod:`.safexml` — the one parser of untrusted XML (defusedxml: no DTD, no entities,
   bounded depth).
 * XFDF (ISO 19444-1) ↔ Instant JSON records, for the server (``GET .../document.xfdf``,

@@ -15,6 +15,7 @@ from typing import Any
 
 from layersync_formats.richtext import free_text_style, parse_css_style, xhtml_inner
 from layersync_formats.safexml import XmlRefused, local_name, namespace_of, parse_untrusted
+from layersync_formats.threads import MAX_REPLY_DEPTH, thread_root
 from layersync_formats.values import (LINE_CAPS, NOTE_ICONS, STAMP_TYPES, PageBox, PageBoxes, color_of,
                                       maybe_int, pdf_date_to_iso)
 from layersync_formats.xfdf import (FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, RAW_ELEMENTS, TYPES, XFDF_NS,
@@ -89,18 +90,21 @@ def _records(container: ET.Element, pages: PageBoxes, attachments: dict) -> list
 
 
 def _thread_comments(records: list[dict]) -> None:
-    """A reply to a reply (Acrobat threads that way) joins its thread's root."""
+    """A reply to a reply (Acrobat threads that way) joins its thread's root
+    (:func:`~layersync_formats.threads.thread_root`); a root in the same document is marked
+    ``isCommentThreadRoot``."""
     parent = {r["id"]: r.get("rootId") for r in records if r.get("type") == "pspdfkit/comment" and "id" in r}
+    by_id = {r["id"]: r for r in records if "id" in r}
     for record in records:
         if record.get("type") != "pspdfkit/comment":
             continue
-        root, seen = record.get("rootId"), set()
-        while root in parent and root not in seen:
-            seen.add(root)
-            root = parent[root]
-        if root in parent:  # the chain came back to a reply: no annotation heads it
-            raise XfdfError(f"reply {record.get('id')!r} is in a cycle of replies (inreplyto)")
+        root = thread_root(record.get("rootId"), parent.get)
+        if root is None:
+            raise XfdfError(f"reply {record.get('id')!r} is in a cycle of replies (inreplyto) "
+                            f"or more than {MAX_REPLY_DEPTH} deep")
         record["rootId"] = root
+        if root in by_id and by_id[root].get("type") != "pspdfkit/comment":
+            by_id[root]["isCommentThreadRoot"] = True
 
 
 def _read_fields(element: ET.Element, path: tuple[str, ...], out: dict) -> None:

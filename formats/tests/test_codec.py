@@ -17,7 +17,9 @@ from layersync_formats.xfdf import ELEMENTS, FLAG_ORDER
 
 #: Fields XFDF has no place for: they may (only they) travel in <ls:instant-json>.
 NOT_IN_XFDF = {"customData", "isDrawnNaturally", "isSignature", "blendMode", "title", "subtitle",
-               "pdfObjectId", "callout", "isFitting", "intensities"}
+               "pdfObjectId", "callout", "isFitting", "intensities",
+               # implied by replies in XFDF; kept in the extension for a root written without them
+               "isCommentThreadRoot"}
 
 # numbers with at most 2 decimals (what PDF import writes has 4; the codec keeps 4)
 coord = st.integers(0, 60000).map(lambda n: n / 100)
@@ -138,6 +140,9 @@ def test_records_round_trip_through_xfdf_each_field_in_its_place(items):
        st.lists(st.tuples(ident, st.sampled_from([None, "one"]) | st.lists(word, min_size=2, max_size=3)),
                 max_size=3, unique_by=lambda t: t[0]))
 def test_comments_threads_and_form_field_values_round_trip(roots, fields):
+    # an annotation with replies is its thread's root (Instant's isCommentThreadRoot; the
+    # reader marks it from the replies, as the PDF import does)
+    roots = [dict(r, isCommentThreadRoot=True) for r in roots]
     comments = [{"v": 2, "type": "pspdfkit/comment", "id": f"c{i}-{r['id']}", "rootId": r["id"],
                  "pageIndex": r["pageIndex"], "text": {"format": "plain", "value": f"reply {i}"},
                  "creatorName": "bob", "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-02T00:00:00Z"}
@@ -202,6 +207,7 @@ def test_acrobat_style_xfdf_reads_as_the_records_it_says():
     assert by_id["hl1"]["rects"] == [[10, 80, 100, 12]] and by_id["hl1"]["note"] == "look"
     # replies are comments of the thread's root, a reply to a reply included
     assert [(by_id[c]["type"], by_id[c]["rootId"]) for c in ("r1", "r2")] == [("pspdfkit/comment", "hl1")] * 2
+    assert by_id["hl1"]["isCommentThreadRoot"] is True and "isCommentThreadRoot" not in by_id["ink1"]
     # a caret (no Instant type) is kept as the element itself and written back unchanged
     assert by_id["ca1"]["type"] == "xfdf/caret"
     again = read_xfdf(write_xfdf([by_id["ca1"]]))

@@ -34,6 +34,7 @@ from layersync_server.ids import derived_ulid, is_valid_pdf_name_id
 from layersync_server.pdf.geometry import PageSpace
 from layersync_formats.richtext import free_text_style as resolve_free_text_style
 from layersync_formats.richtext import parse_rich_text, rich_text_to_instant
+from layersync_formats.threads import thread_root
 from layersync_formats.values import LINE_CAPS, NOTE_ICONS, STAMP_TYPES
 
 from layersync_server.pdf.values import (CUSTOM_DATA_KEY, color_to_hex, custom_data_from_pdf,
@@ -160,10 +161,6 @@ def read_annotations(pdf: pikepdf.Pdf, sha256: str) -> list[ImportedAnnotation]:
     return result
 
 
-#: How far an ``/IRT`` chain (reply to a reply to ...) is followed to its root.
-MAX_REPLY_DEPTH = 64
-
-
 def _threads_and_groups(result: list[ImportedAnnotation], space_of: dict) -> None:
     """Turn replies into comments of their root's thread, and fold each "replace text"
     group's Caret into its StrikeOut record (docs/protocol.md, "PDF annotation fields").
@@ -179,14 +176,15 @@ def _threads_and_groups(result: list[ImportedAnnotation], space_of: dict) -> Non
         return (str(a.obj.get("/Subtype")) == "/Text" and isinstance(irt, pikepdf.Dictionary)
                 and str(a.obj.get("/RT", "/R")) == "/R" and indirect_key(irt) in by_obj)
 
+    def answers(a: ImportedAnnotation) -> ImportedAnnotation | None:
+        return by_obj[indirect_key(a.obj.IRT)] if is_reply(a) else None
+
     for a in result:
         if not is_reply(a):
             continue
-        node, depth = a, 0
-        while is_reply(node) and depth < MAX_REPLY_DEPTH:
-            node, depth = by_obj[indirect_key(node.obj.IRT)], depth + 1
-        if node is a or is_reply(node):
-            continue  # a cycle of replies: leave them notes
+        node = thread_root(a, answers)
+        if node is None:
+            continue  # a cycle of replies (or one too long): leave them notes
         node.content["isCommentThreadRoot"] = True
         c = a.content
         comment = {"v": 2, "id": c["id"], "type": "pspdfkit/comment", "rootId": node.id,
