@@ -201,6 +201,8 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
     perms, user = grant.collaboration, grant.user_id
     new_type = _type(content)
     if op == "create":
+        if "write" not in grant.permissions:
+            return "token lacks the 'write' permission, which creating a record needs"
         group_of_new = group if group_given else grant.default_group
         if new_type == COMMENT_TYPE and root is not None and not allows(
                 perms, user, "reply", COMMENT_TYPE, root.created_by, root.group):
@@ -233,3 +235,27 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
             and allows(perms, user, "set-group", new_type, current.created_by, group)):
         return f"may not move this record to group {group!r}"
     return None
+
+
+def regranted_records(storage, document_id: str, layer: str, up_to: int, grant,
+                      previous: Permissions | None, previous_user_id: str | None) -> list[dict]:
+    """What a reauthentication changes for records at revisions ``1..up_to`` (a client at
+    ``since = up_to`` gets later ones in its delta, already filtered for ``grant``): the
+    live records ``grant`` may view and the previous grant (``previous``,
+    ``previous_user_id``) could not, whole, and bare tombstones of those the previous grant
+    could view and ``grant`` cannot. Reads the layer's live records once (blocking)."""
+    out = []
+    if previous is None and grant.collaboration is None:
+        return out
+    for record in storage.iter_records(document_id, layer):
+        if record.revision > up_to:
+            break
+        record_type = _type(record.content)
+        was = allows(previous, previous_user_id, "view", record_type, record.created_by,
+                     record.group)
+        now = may(grant, "view", record)
+        if now and not was:
+            out.append(record.to_wire())
+        elif was and not now:
+            out.append(bare_tombstone(record.id, record.revision))
+    return out

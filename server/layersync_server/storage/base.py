@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import json
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -363,6 +364,12 @@ class Storage(abc.ABC):
             if not page.has_more:
                 return
             since = page.next_since
+
+    def records_mentioning(self, document_id: str, layer: str, text: str) -> list[StoredRecord]:
+        """Live records of a layer whose content's JSON text contains ``text`` (an
+        attachment's hash: which records use it). Default: every record, filtered."""
+        return [r for r in self.iter_records(document_id, layer)
+                if text in json.dumps(r.content, ensure_ascii=False)]
 
     def change_feed(self):
         """An object with ``async run(callback, on_gap=None, on_reset=None)`` that calls

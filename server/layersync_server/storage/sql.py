@@ -922,6 +922,17 @@ class SqlStorage(Storage):
             return int(self.execute(conn, "SELECT COUNT(*) AS n FROM records WHERE document_id=? "
                                     "AND layer=? AND deleted=0", (document_id, layer)).fetchone()["n"])
 
+    def records_mentioning(self, document_id: str, layer: str, text: str) -> list[StoredRecord]:
+        """:meth:`Storage.records_mentioning` in one query (``text`` is hex: no LIKE
+        wildcards in it)."""
+        if not text.isalnum():
+            return super().records_mentioning(document_id, layer, text)
+        with self.connection() as conn:
+            rows = self.execute(conn, f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? "
+                                "AND layer=? AND deleted=0 AND content LIKE ?",
+                                (document_id, layer, f"%{text}%")).fetchall()
+        return [_record(r) for r in rows]
+
     @contextlib.contextmanager
     def write_layer(self, document_id: str, layer: str) -> Iterator[LayerWriter]:
         with self.transaction(write=True) as conn:
