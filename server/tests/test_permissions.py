@@ -334,3 +334,108 @@ def test_wider_and_narrower_grants_make_records_appear_and_disappear(srv):
                        params={"since": 2, "previous_permissions": '["annotations:see:all"]'},
                        headers=srv.auth(srv.doc, layer, collaboration_permissions=narrow))
     assert bad.status_code == 400 and "annotations:see:all" in bad.json()["error"]["message"]
+
+
+# -- the property: nothing outside the view grant leaves the server -----------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+USERS = ("u1", "u2", "u3")
+GROUPS = ("g1", "g2")
+ENTRY = st.builds(lambda kind, action, scope: f"{kind}:{action}:{scope}",
+                  st.sampled_from(("annotations", "comments", "form-fields")),
+                  st.sampled_from(("view", "edit", "delete", "set-group", "*")),
+                  st.sampled_from(("all", "self", "group=g1", "group=g2", "createdBy=u1",
+                                   "createdBy=u2")))
+
+
+def _oracle_view(claim: list, user: str, record_type, created_by, group) -> bool:
+    """What the docs say a view grant covers, written apart from permissions.py."""
+    kind = ("comments" if record_type == "pspdfkit/comment" else "form-fields"
+            if str(record_type).startswith(("pspdfkit/form-field", "pspdfkit/widget"))
+            else "annotations")
+    for entry in claim:
+        ct, action, scope = entry.split(":", 2)
+        if ct == kind and action in ("view", "*") and (
+                scope == "all" or (scope == "self" and created_by == user)
+                or scope == f"group={group}" or scope == f"createdBy={created_by}"):
+            return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def seeded(srv):
+    """A layer of records of every kind, owner and group, some deleted, one image that
+    uses an attachment: ``(layer, {id: (type, createdBy, group)}, attachment hash)``."""
+    import hashlib
+    layer = "prop-" + uuid.uuid4().hex[:8]
+    data = b"\x89PNG fake image bytes"
+    sha = hashlib.sha256(data).hexdigest()
+    put = srv.http.put(f"/sync/v1/documents/{srv.doc}/attachments/{sha}", content=data,
+                       headers=srv.auth(srv.doc, None))
+    assert put.status_code in (200, 201), put.text
+    owners, since = {}, 0
+    for n, (user, group) in enumerate((u, g) for u in USERS for g in (*GROUPS, None)):
+        image = {"v": 2, "type": "pspdfkit/image", "pageIndex": 0, "bbox": [0, 0, 10, 10],
+                 "imageAttachmentId": sha, "contentType": "image/png",
+                 "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z"}
+        made = {f"a{n}": note(), f"c{n}": comment(f"a{n}"), f"w{n}": widget(f"f{n}"),
+                f"v{n}": value(f"f{n}"), f"gone{n}": note("deleted")}
+        if n in (1, 7):
+            made[f"img{n}"] = image
+        answer = sync(srv, layer, [grouped("create", i, c, group=group) for i, c in made.items()],
+                      since=10 ** 6, user_id=user)
+        for i, c in made.items():
+            owners[i] = (c["type"], user, group)
+        revision = next(a["revision"] for a in answer["accepted"] if a["id"] == f"gone{n}")
+        sync(srv, layer, [change("delete", f"gone{n}", base=revision)], since=10 ** 6, user_id=user)
+    return layer, owners, sha
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(claim=st.lists(ENTRY, max_size=4), user=st.sampled_from(USERS))
+def test_no_endpoint_sends_a_record_outside_the_view_grant(srv, seeded, claim, user):
+    layer, owners, sha = seeded
+    headers = srv.auth(srv.doc, layer, user_id=user, collaboration_permissions=claim)
+    url = srv.layer_url(srv.doc, layer)
+
+    def check(wire: dict, where: str):
+        if wire.get("content") is None:
+            assert set(wire) == {"id", "revision", "deleted", "content"}, (where, wire)
+            return
+        record_type, by, group = owners[wire["id"]]
+        assert _oracle_view(claim, user, record_type, by, group), (where, wire, claim, user)
+
+    seen = {}
+    for since in (0, 1):
+        for r in srv.http.get(url + "/records", params={"since": since}, headers=headers).json()["records"]:
+            check(r, "records")
+            seen[r["id"]] = r
+    for r in srv.http.get(url + "/changes", params={"since": 0, "wait": 0.05},
+                          headers=headers).json()["records"]:
+        check(r, "changes")
+    answer = srv.http.post(url + "/sync", headers=headers, json={"since": 0, "changes": [
+        change("update", i, note(), base=0) for i in owners]}).json()
+    for r in answer["changes"]:
+        check(r, "sync changes")
+    for r in answer["rejected"]:
+        if r["server_record"] is not None:
+            check(r["server_record"], "sync rejected")
+    for record_id, (record_type, by, group) in owners.items():
+        history = srv.http.get(f"{url}/records/{record_id}/history", headers=headers)
+        assert history.status_code == (200 if _oracle_view(claim, user, record_type, by, group)
+                                       else 404), (record_id, claim, user, history.text)
+    deleted = srv.http.get(url + "/deleted", headers=headers).json()["records"]
+    for r in deleted:
+        record_type, by, group = owners[r["id"]]
+        assert _oracle_view(claim, user, record_type, by, group)
+    assert len(deleted) == sum(_oracle_view(claim, user, *owners[i]) for i in owners
+                               if i.startswith("gone"))
+    attachment = srv.http.get(f"/sync/v1/documents/{srv.doc}/attachments/{sha}",
+                              headers=srv.auth(srv.doc, layer, user_id=user,
+                                               collaboration_permissions=claim))
+    images = [i for i in owners if i.startswith("img") and _oracle_view(claim, user, *owners[i])]
+    assert attachment.status_code == (200 if images else 404)
+    assert {i for i, r in seen.items() if r["content"] is not None} == {
+        i for i in owners if not i.startswith("gone") and _oracle_view(claim, user, *owners[i])}

@@ -243,6 +243,7 @@ async def record_history(document_id: str, layer: str, record_id: str, request: 
         current = await run_in_threadpool(ctx.storage.get_record, document_id, name, record_id)
         if current is None or not _may_view_kept(grant, current, versions):
             versions = []  # as if it never existed
+    if state is None or not versions:
         raise not_found(f"no history for record {record_id!r}")
     return {"epoch": state.epoch, "revision": state.revision, "id": record_id,
             "versions": [v.to_wire() for v in versions]}
