@@ -439,3 +439,45 @@ def test_no_endpoint_sends_a_record_outside_the_view_grant(srv, seeded, claim, u
     assert attachment.status_code == (200 if images else 404)
     assert {i for i, r in seen.items() if r["content"] is not None} == {
         i for i in owners if not i.startswith("gone") and _oracle_view(claim, user, *owners[i])}
+
+
+# -- admin API and mint-token ------------------------------------------------------------------
+
+def test_the_admin_annotation_routes_set_and_show_the_group(srv):
+    layer = "admin-" + uuid.uuid4().hex[:8]
+    base = f"/api/documents/{srv.doc}/layers/{layer}/annotations"
+    srv.http.post(f"/api/documents/{srv.doc}/layers", json={"name": layer}, headers=srv.admin())
+    created = srv.http.post(base, json={"id": "adm", "content": note("x"), "user_id": "lead",
+                                        "group": "review"}, headers=srv.admin())
+    assert created.status_code == 200, created.text
+    assert created.json()["data"]["group"] == "review" and created.json()["data"]["createdBy"] == "lead"
+    moved = srv.http.put(f"{base}/adm", json={"content": note("y"), "user_id": "ed", "group": "public"},
+                         headers=srv.admin())
+    assert moved.status_code == 200, moved.text
+    assert {k: moved.json()["data"][k] for k in ("createdBy", "updatedBy", "group")} == \
+        {"createdBy": "lead", "updatedBy": "ed", "group": "public"}
+    kept = srv.http.put(f"{base}/adm", json={"content": note("z")}, headers=srv.admin())
+    assert kept.json()["data"]["group"] == "public"
+    guest = {"collaboration_permissions": ["annotations:view:group=public"]}
+    assert [r["group"] for r in records(srv, layer, **guest)["records"]] == ["public"]
+
+
+def test_mint_token_takes_the_collaboration_claims(keys, tmp_path):
+    import subprocess
+    import sys
+
+    import jwt
+    private = tmp_path / "private.pem"
+    private.write_bytes(keys[0])
+    command = [sys.executable, "-m", "layersync_server", "mint-token", "--private-key", str(private),
+               "--document-id", "d", "--user-id", "u", "--default-group", "team",
+               "--creator-name", "U. Ser", "--collaboration-permissions",
+               "annotations:view:all,annotations:edit:self", "--collaboration-permissions",
+               "comments:*:group=team"]
+    minted = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+    claims = jwt.decode(minted, options={"verify_signature": False})
+    assert claims["collaboration_permissions"] == ["annotations:view:all", "annotations:edit:self",
+                                                   "comments:*:group=team"]
+    assert claims["default_group"] == "team" and claims["creator_name"] == "U. Ser"
+    bad = subprocess.run(command[:-1] + ["comments:peek:all"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "'comments:peek:all'" in bad.stderr
