@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from layersync_server.errors import invalid_request
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
 from layersync_server.permissions import (COMMENT_TYPE, VALUE_TYPE, content_type_of,
-                                          forbidden_change, may_view_wire, wire_records)
+                                          forbidden_change, may, may_view_wire,
+                                          wire_records)
 from layersync_server.record_schema import record_schema_problem
 from layersync_server.storage.base import (KEEP_GROUP, LayerState, LayerWriter, RecordPage,
                                            StoredRecord, WriteWouldWait)
@@ -165,7 +166,7 @@ def _stored_text(record_id: str, content: dict, text: str | None) -> str | None:
 def _forbidden(change: dict, message: str, current: StoredRecord | None, grant) -> dict:
     """A ``forbidden`` rejection: the server's version when the user may view it (the
     local copy reverts to it), else none."""
-    visible = current is not None and may_view_wire(grant, current.to_wire())
+    visible = current is not None and may(grant, "view", current)
     return _rejected(change, "forbidden", message, current if visible else None)
 
 

@@ -194,7 +194,8 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
     """Why ``grant`` may not make this change, or None (it may). ``current``: the stored
     record (None for a create); ``content``: the new content (create/update); ``group``:
     the group the change asks for when ``group_given``; ``root``: for a comment, the
-    thread's root record (its reply scope); ``children``: for a delete, the live replies
+    thread's root record (None: not there; a reply needs to view the root and ``reply``
+    matched against the root's ownership); ``children``: for a delete, the live replies
     the delete takes with it."""
     if grant.collaboration is None:
         return None
@@ -204,8 +205,9 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
         if "write" not in grant.permissions:
             return "token lacks the 'write' permission, which creating a record needs"
         group_of_new = group if group_given else grant.default_group
-        if new_type == COMMENT_TYPE and root is not None and not allows(
-                perms, user, "reply", COMMENT_TYPE, root.created_by, root.group):
+        if new_type == COMMENT_TYPE and (root is None or root.deleted or not may(grant, "view", root)
+                                         or not allows(perms, user, "reply", COMMENT_TYPE,
+                                                       root.created_by, root.group)):
             return "may not reply to this thread"
         if new_type == VALUE_TYPE and not allows(perms, user, "fill", new_type, user, group_of_new):
             return "may not fill this form field"
