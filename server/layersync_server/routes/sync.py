@@ -199,6 +199,7 @@ async def get_attachment(document_id: str, sha256: str, request: Request,
     if found is not None and grant.collaboration is not None and not await run_in_threadpool(
             _attachment_visible, ctx, grant, sha256):
         found = None  # as if absent: it belongs to no record this token may view
+    if found is None:
         raise not_found(f"no attachment {sha256} in document {document_id!r}")
     return Response(found.data, media_type=found.content_type, headers={"ETag": f'"{sha256}"'})
 
