@@ -38,7 +38,8 @@ def main() -> int:
     private, public = generate_keypair("ES256")
     (tmp / "public.pem").write_bytes(public)
     process, srv = start_server(tmp, str(tmp / "db.sqlite"), private, tmp / "public.pem",
-                                "--max-request-bytes", "64000000")
+                                "--max-request-bytes", "64000000",
+                                env={"LAYERSYNC_SERVER_MAX_PAGE_RECORDS": "100000"})
     try:
         doc = srv.new_document()
         modes = {"without claim": {}, "with claim": CLAIM}

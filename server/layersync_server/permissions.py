@@ -178,14 +178,27 @@ def bare_tombstone(record_id: str, revision: int) -> dict:
 def wire_records(grant, records: list, as_delta: bool) -> list[dict]:
     """The wire shapes of ``records`` for ``grant``: the records it may view as they are;
     the others as :func:`bare_tombstone` in a delta (``as_delta``), left out of a snapshot."""
-    if grant is None or grant.collaboration is None:
+    perms = grant.collaboration if grant is not None else None
+    if perms is None:
         return [r.to_wire() for r in records]
-    out = []
+    # :func:`may` ``view``, inlined (a page of thousands: ~1 us a record instead of ~3)
+    views = {content_type: perms.scope(content_type, "view") for content_type in CONTENT_TYPES}
+    if all(scope.all for scope in views.values()):
+        return [r.to_wire() for r in records]
+    user, kinds, out = grant.user_id, {}, []
     for record in records:
-        if record.deleted or may(grant, "view", record):
-            out.append(record.to_wire())
-        elif as_delta:
-            out.append(bare_tombstone(record.id, record.revision))
+        if not record.deleted:
+            record_type = record.content.get("type")
+            scope = kinds.get(record_type) if type(record_type) is str else None
+            if scope is None:
+                scope = views[content_type_of(record_type)]
+                if type(record_type) is str:
+                    kinds[record_type] = scope
+            if not (scope.all or scope.covers(record.created_by, record.group, user)):
+                if as_delta:
+                    out.append(bare_tombstone(record.id, record.revision))
+                continue
+        out.append(record.to_wire())
     return out
 
 
