@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from layersync_server.errors import access_denied, unauthorized
+from layersync_server.permissions import ClaimError, Permissions, parse_claim
 
 ALL_PERMISSIONS = ("read-document", "write", "download")
 _ALGORITHMS_BY_KEY = {rsa.RSAPublicKey: ["RS256", "RS512"], ec.EllipticCurvePublicKey: ["ES256", "ES512"]}
@@ -29,13 +30,20 @@ _ADMIN_HEADER = re.compile(r'^\s*Token\s+token="?([^"]*)"?\s*$', re.IGNORECASE)
 
 @dataclass(frozen=True)
 class Grant:
-    """What a verified JWT allows: one document, one layer, a set of permissions."""
+    """What a verified JWT allows: one document, one layer, a set of permissions, and
+    (``collaboration``) the parsed ``collaboration_permissions`` claim, None when absent
+    (full access; :mod:`layersync_server.permissions` decides with it).
+    ``default_group``: the group of the records it creates; ``creator_name``: forced as
+    their ``creatorName``."""
 
     document_id: str
     layer: str
     user_id: str | None
     permissions: frozenset[str]
     jti: str | None = None
+    collaboration: Permissions | None = None
+    default_group: str | None = None
+    creator_name: str | None = None
 
     def require(self, document_id: str, layer: str | None, permission: str) -> None:
         """Raise 403 unless the grant covers ``document_id``, ``layer`` (None = any)
@@ -137,7 +145,15 @@ def _grant_from_claims(claims: dict) -> Grant:
         raise access_denied("claim user_id must be a string")
     if not isinstance(permissions, list) or not all(isinstance(p, str) for p in permissions):
         raise access_denied("claim permissions must be an array of strings")
-    return Grant(document_id, layer, user_id, frozenset(permissions), jti)
+    for name in ("default_group", "creator_name"):
+        if claims.get(name) is not None and not isinstance(claims[name], str):
+            raise access_denied(f"claim {name} must be a string")
+    try:
+        collaboration = parse_claim(claims.get("collaboration_permissions"))
+    except ClaimError as exc:
+        raise access_denied(f"invalid token: {exc}") from None
+    return Grant(document_id, layer, user_id, frozenset(permissions), jti, collaboration,
+                 claims.get("default_group"), claims.get("creator_name"))
 
 
 def check_admin_token(authorization: str | None, secret: str | None) -> None:

@@ -16,8 +16,12 @@ from dataclasses import dataclass, field
 
 from layersync_server.errors import invalid_request
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
+from layersync_server.permissions import (COMMENT_TYPE, VALUE_TYPE, content_type_of,
+                                          forbidden_change, may, may_view_wire,
+                                          wire_records)
 from layersync_server.record_schema import record_schema_problem
-from layersync_server.storage.base import LayerState, LayerWriter, RecordPage, StoredRecord, WriteWouldWait
+from layersync_server.storage.base import (KEEP_GROUP, LayerState, LayerWriter, RecordPage,
+                                           StoredRecord, WriteWouldWait)
 from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_REVISION, BadNumber, json_problem,
                                         parse_sync_json)
 
@@ -66,6 +70,15 @@ def _content_to_store(record_id: str, content: dict) -> dict:
     return normalize_content(record_id, content)
 
 
+#: A change without a ``group`` sibling (it keeps the record's; a create gets the default).
+_NO_GROUP = object()
+
+
+def _group_of(change: dict) -> object:
+    """The change's ``group`` sibling: a string, None, or :data:`_NO_GROUP`."""
+    return change.get("group", _NO_GROUP)
+
+
 def _rejected(change: dict, reason: str, message: str, server: StoredRecord | None) -> dict:
     record_id = change.get("id")  # echoed only when valid: the outcome is stored as JSON
     return {"change_id": change["change_id"],
@@ -92,6 +105,9 @@ def _validation_problem(change: dict, content_ok: bool = False) -> str | None:
         problem = record_schema_problem(content)  # fields Instant JSON defines (docs/protocol.md)
         if problem:
             return problem
+    group = _group_of(change)
+    if group is not _NO_GROUP and group is not None and not isinstance(group, str):
+        return "group must be a string or null"
     if op in ("update", "delete"):
         base = change.get("base_revision")
         if isinstance(base, BadNumber):
@@ -101,12 +117,44 @@ def _validation_problem(change: dict, content_ok: bool = False) -> str | None:
     return None
 
 
-def _tombstone_with_children(writer: LayerWriter, record_id: str, user_id: str | None) -> int:
-    """Tombstone a record, then every live record whose ``content.rootId`` is its id."""
+def _tombstone_with_children(writer: LayerWriter, record_id: str, user_id: str | None,
+                             children: list | None = None) -> int:
+    """Tombstone a record, then every live record whose ``content.rootId`` is its id
+    (``children``, when the caller read them already)."""
     revision = writer.put_record(record_id, None, user_id)
-    for child in writer.live_children(record_id):
+    for child in writer.live_children(record_id) if children is None else children:
         writer.put_record(child.id, None, user_id)
     return revision
+
+
+def _forced_creator(grant, content: dict) -> dict:
+    """``content`` with ``creatorName`` forced to the token's ``creator_name`` (an
+    annotation or comment; form fields and bookmarks have no author)."""
+    name = grant.creator_name if grant is not None else None
+    record_type = content.get("type")
+    if (name is None or content.get("creatorName") == name or record_type == "pspdfkit/bookmark"
+            or content_type_of(record_type) == "form-fields"):
+        return content
+    return {**content, "creatorName": name}
+
+
+def _fast_create_group(grant, change: dict, content: dict) -> object:
+    """The group of a create that the fast path may write as sent, or :data:`_NO_GROUP`
+    when the general rules must decide (a permission to check, a name to force)."""
+    group = _group_of(change)
+    if grant is None:
+        return None if group is _NO_GROUP else group
+    default = grant.default_group
+    if group is _NO_GROUP:
+        group = default
+    elif group is not None and not isinstance(group, str):
+        return _NO_GROUP
+    if grant.creator_name is not None and _forced_creator(grant, content) is not content:
+        return _NO_GROUP
+    if grant.collaboration is not None and (group != default or content.get("type") in (
+            COMMENT_TYPE, VALUE_TYPE) or "write" not in grant.permissions):
+        return _NO_GROUP
+    return group
 
 
 def _stored_text(record_id: str, content: dict, text: str | None) -> str | None:
@@ -115,22 +163,46 @@ def _stored_text(record_id: str, content: dict, text: str | None) -> str | None:
     return text if text is not None and _stored_as_sent(record_id, content) else None
 
 
+def _forbidden(change: dict, message: str, current: StoredRecord | None, grant) -> dict:
+    """A ``forbidden`` rejection: the server's version when the user may view it (the
+    local copy reverts to it), else none."""
+    visible = current is not None and may(grant, "view", current)
+    return _rejected(change, "forbidden", message, current if visible else None)
+
+
 def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
-               result: ApplyResult, content_ok: bool = False, text: str | None = None) -> dict:
+               result: ApplyResult, content_ok: bool = False, text: str | None = None,
+               grant=None) -> dict:
     """Apply one validated-or-not change; return its outcome entry (not yet recorded).
-    ``text``: the stored text of ``change["content"]`` as sent, if known."""
+    ``text``: the stored text of ``change["content"]`` as sent, if known. ``grant``: the
+    token's (its collaboration permissions, default group and creator name), or None
+    (full access, no defaults: the admin API and the tests of the rules)."""
     problem = _validation_problem(change, content_ok)
     if problem:
         return _rejected(change, "invalid", problem, None)
     op, record_id = change["op"], change["id"]
     current = writer.get_record(record_id)
+    group = _group_of(change)
+    given = group is not _NO_GROUP
+    checked = grant is not None and grant.collaboration is not None
 
     if op == "create":
         if current is not None:
             return _rejected(change, "exists", f"record {record_id} already exists", current)
         content = change["content"]
+        if checked:
+            root_id = content.get("rootId")
+            root = writer.get_record(root_id) if isinstance(root_id, str) else None
+            why = forbidden_change(grant, "create", None, content, group, given, root=root)
+            if why:
+                return _forbidden(change, why, None, grant)
+        forced = _forced_creator(grant, content)
+        if forced is not content:
+            content, text = forced, None
+        if not given:
+            group = grant.default_group if grant is not None else None
         revision = writer.put_record(record_id, _content_to_store(record_id, content), user_id,
-                                     _stored_text(record_id, content, text))
+                                     _stored_text(record_id, content, text), group)
     elif current is None:
         return _rejected(change, "not_found", f"record {record_id} does not exist", None)
     elif current.deleted:
@@ -138,12 +210,18 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
             return {"change_id": change["change_id"], "id": record_id, "revision": current.revision}
         return _rejected(change, "conflict",
                          f"record was deleted at revision {current.revision}", current)
+    elif checked and (why := forbidden_change(
+            grant, op, current, _content_to_store(record_id, change["content"]) if op == "update"
+            else None, group, given,
+            children=writer.live_children(record_id) if op == "delete" else ())):
+        return _forbidden(change, why, current, grant)
     elif current.revision != change["base_revision"]:
         return _rejected(change, "conflict", f"record changed at revision {current.revision}", current)
     elif op == "update":
         content = change["content"]
         revision = writer.put_record(record_id, _content_to_store(record_id, content), user_id,
-                                     _stored_text(record_id, content, text))
+                                     _stored_text(record_id, content, text),
+                                     group if given else KEEP_GROUP)
     else:
         revision = _tombstone_with_children(writer, record_id, user_id)
     result.own_revisions.add(revision)
@@ -151,7 +229,8 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
 
 
 def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
-                  checked: bool = False, content_texts: list | None = None) -> ApplyResult:
+                  checked: bool = False, content_texts: list | None = None,
+                  grant=None) -> ApplyResult:
     """Apply ``changes`` in order inside ``writer``'s transaction.
 
     Each change must be a dict with a valid string ``change_id``
@@ -173,6 +252,10 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
     :meth:`LayerWriter.prefetch`), goes to :meth:`LayerWriter.accept_create` in one
     call; anything else (or when the writer can not tell) takes the general rules.
     Both give the same outcome (tests/test_push_fast_path.py).
+
+    ``grant``: the token's :class:`~layersync_server.auth.Grant`: its collaboration
+    permissions reject a change alone as ``forbidden``, its ``default_group`` and
+    ``creator_name`` stamp new records (:mod:`layersync_server.permissions`).
     """
     result = ApplyResult()
     record_ids = [c.get("id") for c in changes]
@@ -192,17 +275,19 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
             record_id = change.get("id")
             content = change["content"]  # an object: it has a text
             if _stored_as_sent(record_id, content) and (ids_valid or is_valid_record_id(record_id)) \
-                    and record_schema_problem(content) is None:  # else rejected below
+                    and record_schema_problem(content) is None \
+                    and (group := _fast_create_group(grant, change, content)) is not _NO_GROUP:
                 root_id = content.get("rootId")
                 revision = accept_create(change_id, record_id, text,
-                                         root_id if isinstance(root_id, str) else None, user_id)
+                                         root_id if isinstance(root_id, str) else None, user_id,
+                                         group)
                 if revision is not None:
                     own.add(revision)
                     accepted.append({"change_id": change_id, "id": record_id, "revision": revision})
                     continue
         outcome = writer.recorded_outcome(change_id)
         if outcome is None:
-            outcome = _apply_one(writer, change, user_id, result, checked, text)
+            outcome = _apply_one(writer, change, user_id, result, checked, text, grant)
             writer.record_outcome(change_id, outcome)
         (rejected if "reason" in outcome else accepted).append(outcome)
     return result
@@ -277,7 +362,7 @@ def _check_change_ids(changes: list) -> None:
 
 
 def push(writer: LayerWriter, request: SyncRequest, user_id: str | None, page_size: int,
-         inline_max_records: int | None = None) -> tuple[ApplyResult, RecordPage] | None:
+         inline_max_records: int | None = None, grant=None) -> tuple[ApplyResult, RecordPage] | None:
     """The push of ``request`` in ``writer``'s transaction: None when the client's epoch
     is not the layer's (nothing applied: the client resets, docs/protocol.md), else the
     :class:`ApplyResult` and the answer's page (:func:`answer_page`), read in the same
@@ -285,7 +370,7 @@ def push(writer: LayerWriter, request: SyncRequest, user_id: str | None, page_si
     if request.epoch is not None and request.epoch != writer.layer.epoch:
         return None
     result = apply_changes(writer, request.changes, user_id, request.checked,
-                           request.content_texts)
+                           request.content_texts, grant)
     return result, answer_page(writer, request.since, page_size,
                                frozenset(result.own_revisions), inline_max_records)
 
@@ -308,14 +393,20 @@ def answer_page(writer: LayerWriter, since: int, limit: int, exclude: frozenset[
 
 
 def sync_answer(layer: LayerState,
-                pushed: tuple[ApplyResult, RecordPage] | None) -> dict:
-    """The answer's body for :func:`push`'s result and the layer state after the commit."""
+                pushed: tuple[ApplyResult, RecordPage] | None, grant=None) -> dict:
+    """The answer's body for :func:`push`'s result and the layer state after the commit;
+    ``grant``'s collaboration permissions filter the server changes (a delta) and the
+    rejections' server records (replayed outcomes were stored for whoever sent them)."""
     if pushed is None:
         return {"epoch": layer.epoch, "revision": layer.revision, "accepted": [],
                 "rejected": [], "changes": [], "has_more": False, "next_since": 0,
                 "epoch_changed": True}
     result, page = pushed
+    rejected = result.rejected
+    if grant is not None and grant.collaboration is not None and rejected:
+        rejected = [r if r.get("server_record") is None or may_view_wire(grant, r["server_record"])
+                    else {**r, "server_record": None} for r in rejected]
     return {"epoch": page.layer.epoch, "revision": page.layer.revision,
-            "accepted": result.accepted, "rejected": result.rejected,
-            "changes": [r.to_wire() for r in page.records],
+            "accepted": result.accepted, "rejected": rejected,
+            "changes": wire_records(grant, page.records, True),
             "has_more": page.has_more, "next_since": page.next_since, "epoch_changed": False}

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from layersync_server import __version__
+from layersync_server.permissions import ClaimError, parse_claim
 from layersync_server.settings import ENV_PREFIX, Settings
 from layersync_server.tokens import SUPPORTED_ALGORITHMS, generate_keypair, mint_token
 
@@ -77,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     mint.add_argument("--permissions", nargs="*", help="e.g. read-document write download")
     mint.add_argument("--expires-in", type=int, default=3600, help="seconds (default 3600)")
     mint.add_argument("--alg", choices=SUPPORTED_ALGORITHMS)
+    mint.add_argument("--collaboration-permissions", action="append", metavar="ENTRIES",
+                      help="collaboration_permissions entries <content-type>:<action>:<scope>, "
+                           "repeatable or comma-separated (e.g. annotations:view:all,"
+                           "annotations:edit:self); checked before signing")
+    mint.add_argument("--default-group", help="default_group claim: the group of new records")
+    mint.add_argument("--creator-name", help="creator_name claim: forced as their creatorName")
 
     upload = sub.add_parser("upload", help="upload a PDF through the admin API")
     upload.add_argument("file", type=Path)
@@ -135,9 +142,20 @@ def _keygen(args) -> int:
 
 
 def _mint(args) -> int:
-    token = mint_token(args.private_key.read_bytes(), args.document_id, layer=args.layer,
-                       user_id=args.user_id, permissions=args.permissions,
-                       expires_in_s=args.expires_in, alg=args.alg)
+    collaboration = None
+    if args.collaboration_permissions is not None:
+        collaboration = [entry.strip() for value in args.collaboration_permissions
+                         for entry in value.split(",") if entry.strip()]
+    try:
+        parse_claim(collaboration)
+        token = mint_token(args.private_key.read_bytes(), args.document_id, layer=args.layer,
+                           user_id=args.user_id, permissions=args.permissions,
+                           expires_in_s=args.expires_in, alg=args.alg,
+                           collaboration_permissions=collaboration,
+                           default_group=args.default_group, creator_name=args.creator_name)
+    except ClaimError as exc:
+        print(f"layersync-server mint-token: {exc}", file=sys.stderr)
+        return 2
     print(token)
     return 0
 

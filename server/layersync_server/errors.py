@@ -84,6 +84,12 @@ def access_denied(message: str) -> ApiError:
     return ApiError(403, "access_denied", message)
 
 
+def forbidden(message: str) -> ApiError:
+    """403 ``forbidden``: the token is valid but its collaboration permissions do not
+    allow this action on this record (docs/protocol.md, "Collaboration permissions")."""
+    return ApiError(403, "forbidden", message)
+
+
 def unauthorized(message: str) -> ApiError:
     """401 ``unauthorized``."""
     return ApiError(401, "unauthorized", message)

@@ -46,12 +46,25 @@ def default_algorithm(private_pem: bytes) -> str:
 
 def mint_token(private_pem: bytes, document_id: str, layer: str | None = None,
                user_id: str | None = None, permissions: list[str] | None = None,
-               expires_in_s: int | None = 3600, alg: str | None = None, **extra_claims) -> str:
+               expires_in_s: int | None = 3600, alg: str | None = None,
+               collaboration_permissions: list[str] | None = None,
+               default_group: str | None = None, creator_name: str | None = None,
+               **extra_claims) -> str:
     """Sign a client JWT granting ``document_id`` (and ``layer``, default layer if None).
 
     ``expires_in_s`` is relative to now (negative = already expired; None = no ``exp``).
+    ``collaboration_permissions`` (``<content-type>:<action>:<scope>`` entries; None =
+    no claim, full access), ``default_group``, ``creator_name``: the collaboration
+    claims (docs/protocol.md, "Collaboration permissions"), signed as given, malformed
+    or not (tests sign malformed ones; ``layersync-server mint-token`` checks its entries
+    with :func:`~layersync_server.permissions.parse_claim` first).
     """
     claims: dict = {"document_id": document_id, **extra_claims}
+    if collaboration_permissions is not None:
+        claims["collaboration_permissions"] = collaboration_permissions
+    for name, value in (("default_group", default_group), ("creator_name", creator_name)):
+        if value is not None:
+            claims[name] = value
     if layer is not None:
         claims["layer"] = layer
     if user_id is not None:

@@ -20,6 +20,7 @@ RULE_MODULES = [
     "layersync_server.ids",
     "layersync_server.wire_json",
     "layersync_server.changes",
+    "layersync_server.permissions",
     "layersync_server.auth",
     "layersync_server.tokens",
     "layersync_server.settings",

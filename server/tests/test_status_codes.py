@@ -49,6 +49,14 @@ def _conflict(server, doc):
     return server.http.post(server.layer_url(doc) + "/records/sc/restore", headers=server.auth(doc))
 
 
+def _forbidden(server, doc):
+    first = server.sync(doc, [change("create", "sf", note("v1"))]).json()["accepted"][0]["revision"]
+    server.sync(doc, [change("update", "sf", note("v2"), base=first)], since=first)
+    viewer = server.auth(doc, collaboration_permissions=["annotations:view:all"])
+    return server.http.post(server.layer_url(doc) + "/records/sf/rollback", json={"revision": first},
+                            headers=viewer)
+
+
 def _hash_mismatch(server, doc):
     return server.http.put(f"/sync/v1/documents/{doc}/attachments/{'0' * 64}", content=b"x",
                            headers=server.auth(doc))
@@ -67,6 +75,7 @@ CASES = {
     (400, "invalid_request"): _invalid_request,
     (401, "unauthorized"): lambda s, d: s.http.get(s.layer_url(d) + "/records"),
     (403, "access_denied"): lambda s, d: s.http.get(s.layer_url(d) + "/records", headers=s.auth("other")),
+    (403, "forbidden"): _forbidden,
     (404, "not_found"): lambda s, d: s.http.get(s.layer_url("missing-doc") + "/records",
                                                 headers=s.auth("missing-doc")),
     (409, "document_exists"): _document_exists,

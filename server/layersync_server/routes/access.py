@@ -7,6 +7,7 @@ from layersync_server.auth import Grant
 from layersync_server.context import (INLINE_MAX_RECORDS, AppContext, check_document_id,
                                       deleted_layer, read_inline_first, run_in_worker)
 from layersync_server.errors import access_denied, not_found
+from layersync_server.permissions import wire_records
 from layersync_server.storage import DocumentNotFound, LayerDeleted, RecordPage
 
 
@@ -33,10 +34,12 @@ def page_size(ctx: AppContext, limit: int | None) -> int:
     return min(limit or ctx.settings.max_page_records, ctx.settings.max_page_records)
 
 
-def page_json(page: RecordPage) -> dict:
-    """``{"epoch", "revision", "records", "has_more", "next_since"}`` of a page."""
+def page_json(page: RecordPage, grant: Grant | None = None, as_delta: bool = True) -> dict:
+    """``{"epoch", "revision", "records", "has_more", "next_since"}`` of a page, as
+    ``grant`` may see it (:func:`~layersync_server.permissions.wire_records`: a record it
+    may not view is a bare tombstone in a delta, absent from a snapshot)."""
     return {"epoch": page.layer.epoch, "revision": page.layer.revision,
-            "records": [r.to_wire() for r in page.records],
+            "records": wire_records(grant, page.records, as_delta),
             "has_more": page.has_more, "next_since": page.next_since}
 
 

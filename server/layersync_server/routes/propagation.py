@@ -151,7 +151,7 @@ class LayerChanges(_HotEndpoint):
                                revoked_jti=found.jti, inline=True)
         wait_s = min(wait, ctx.settings.max_wait_s)
         if page.records or wait_s <= 0:
-            return WireJSONResponse(page_json(page))
+            return WireJSONResponse(page_json(page, found))
         woke, handed = await ctx.notifier.wait_for_change(document_id, name, since, page.layer,
                                                           wait_s, page_size(ctx, limit), resets)
         if handed is not None:  # the page the commit that woke us read for us (notify.py)
@@ -159,7 +159,7 @@ class LayerChanges(_HotEndpoint):
         elif woke:
             page = await list_page(ctx, document_id, name, since, limit, include_tombstones=True,
                                    inline=True)
-        return WireJSONResponse(page_json(page))
+        return WireJSONResponse(page_json(page, found))
 
 
 # -- POST .../sync --------------------------------------------------------------------------
@@ -205,7 +205,9 @@ class LayerSync(_HotEndpoint):
                             "read-document")
         raw = await read_body(request, ctx.settings.max_request_bytes)
         body = parse_sync_request(raw)
-        if body.changes:
+        if body.changes and found.collaboration is None:
+            # (with collaboration permissions each change is checked alone: creating needs
+            # ``write``, the rest what the claim grants; docs/protocol.md)
             found.require(document_id, name, "write")
         bounded = _bounded_size(raw, body.changes)
         size = page_size(ctx, None)
@@ -214,10 +216,10 @@ class LayerSync(_HotEndpoint):
             # commit() may run this on the event loop thread (a small push), where the
             # answer's page is read only if small, or in a worker
             inline = INLINE_MAX_RECORDS if bounded is not None and _on_event_loop() else None
-            return push(writer, body, found.user_id, size, inline)
+            return push(writer, body, found.user_id, size, inline, found)
 
         state, pushed = await commit(ctx, document_id, name, work, bounded)
-        return WireJSONResponse(sync_answer(state, pushed))
+        return WireJSONResponse(sync_answer(state, pushed, found))
 
 
 # -- mounting -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ storage calls are blocking and run in worker threads.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -18,12 +19,14 @@ from layersync_server.auth import Grant
 from layersync_server.changes import is_revision
 from layersync_server.context import (AppContext, commit, get_context, layer_from_segment,
                                       no_document, read_body)
-from layersync_server.errors import ApiError, invalid_request, not_found
+from layersync_server.errors import ApiError, forbidden, invalid_request, not_found
 from layersync_server.errors_http import COMMON_ERROR_RESPONSES, error_responses
 from layersync_server.ids import is_sha256_hex, is_valid_record_id
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.routes.access import grant, list_page, page_json
+from layersync_server.permissions import (ClaimError, forbidden_change, may, parse_claim,
+                                          regranted_records)
 from layersync_server.storage import DocumentNotFound
 from layersync_server.wire_json import MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION, parse_json
 
@@ -112,12 +115,41 @@ def _parse_range(header: str, size: int) -> tuple[int, int]:
 @router.get(_LAYER_PATH + "/records", responses=ok(bodies.RecordPageOut, "a page of records"))
 async def layer_records(document_id: str, layer: str, request: Request,
                         since: int = Query(0, ge=0, le=MAX_REVISION), limit: int | None = Query(None, ge=1),
+                        previous_permissions: str | None = Query(None),
+                        previous_user_id: str | None = Query(None),
                         ctx: AppContext = Depends(get_context)) -> WireJSONResponse:
-    """Snapshot (``since=0``: no tombstones) or delta (tombstones included), paged."""
+    """Snapshot (``since=0``: no tombstones) or delta (tombstones included), paged, as the
+    token's collaboration permissions let it see them.
+
+    ``previous_permissions`` (after a reauthentication): the previous token's
+    ``collaboration_permissions`` as a JSON array, or ``null`` when it had none;
+    ``previous_user_id`` its ``user_id`` (default: this token's). The answer then also
+    has ``regranted``: the records at revisions up to ``since`` that this token may view
+    and the previous one could not (whole), and bare tombstones of those the previous one
+    could view and this one cannot (docs/protocol.md, "Reauthentication")."""
     name = layer_from_segment(layer)
-    await _grant(request, ctx, document_id, name, "read-document")
+    found = await _grant(request, ctx, document_id, name, "read-document")
+    previous = None
+    if previous_permissions is not None:
+        previous = _previous_permissions(previous_permissions)
     page = await list_page(ctx, document_id, name, since, limit, include_tombstones=since > 0)
-    return WireJSONResponse(page_json(page))
+    body = page_json(page, found, as_delta=since > 0)
+    if previous_permissions is not None:
+        previous_user = previous_user_id if previous_user_id is not None else found.user_id
+        body["regranted"] = await run_in_threadpool(
+            regranted_records, ctx.storage, document_id, name, min(since, page.layer.revision),
+            found, previous, previous_user)
+    return WireJSONResponse(body)
+
+
+def _previous_permissions(text: str):
+    """The ``previous_permissions`` parameter parsed (400 when malformed)."""
+    try:
+        return parse_claim(parse_json(text))
+    except ClaimError as exc:
+        raise invalid_request(f"previous_permissions: {exc}") from None
+    except ApiError:
+        raise invalid_request("previous_permissions must be a JSON array of strings or null") from None
 
 
 # -- attachments ---------------------------------------------------------------------------
@@ -162,11 +194,21 @@ async def get_attachment(document_id: str, sha256: str, request: Request,
     """The attachment's bytes with its content type and ``ETag`` (quoted SHA-256).
     Needs ``read-document`` (any layer). 404 when unknown."""
     _check_sha256(sha256)
-    await _grant(request, ctx, document_id, None, "read-document")
+    grant = await _grant(request, ctx, document_id, None, "read-document")
     found = await run_in_threadpool(ctx.storage.get_attachment, document_id, sha256)
+    if found is not None and grant.collaboration is not None and not await run_in_threadpool(
+            _attachment_visible, ctx, grant, sha256):
+        found = None  # as if absent: it belongs to no record this token may view
     if found is None:
         raise not_found(f"no attachment {sha256} in document {document_id!r}")
     return Response(found.data, media_type=found.content_type, headers={"ETag": f'"{sha256}"'})
+
+
+def _attachment_visible(ctx: AppContext, grant: Grant, sha256: str) -> bool:
+    """Whether a live record of the grant's layer that the grant may view names the
+    attachment (its content mentions the hash, e.g. ``imageAttachmentId``)."""
+    return any(may(grant, "view", record) for record in
+               ctx.storage.records_mentioning(grant.document_id, grant.layer, sha256))
 
 
 # -- history, rollback, deleted list, restore ------------------------------------------------
@@ -195,9 +237,13 @@ async def record_history(document_id: str, layer: str, record_id: str, request: 
     Needs ``read-document``. 404 when the record never existed."""
     name = layer_from_segment(layer)
     _check_record_id(record_id)
-    await _grant(request, ctx, document_id, name, "read-document")
+    grant = await _grant(request, ctx, document_id, name, "read-document")
     state = await run_in_threadpool(ctx.storage.get_layer, document_id, name)
     versions = await run_in_threadpool(ctx.storage.record_history, document_id, name, record_id)
+    if versions and grant.collaboration is not None:
+        current = await run_in_threadpool(ctx.storage.get_record, document_id, name, record_id)
+        if current is None or not _may_view_kept(grant, current, versions):
+            versions = []  # as if it never existed
     if state is None or not versions:
         raise not_found(f"no history for record {record_id!r}")
     return {"epoch": state.epoch, "revision": state.revision, "id": record_id,
@@ -212,7 +258,7 @@ async def deleted_records(document_id: str, layer: str, request: Request,
     the content of its newest kept live version (``null`` when none is kept), which
     ``restore`` brings back. Needs ``read-document``."""
     name = layer_from_segment(layer)
-    await _grant(request, ctx, document_id, name, "read-document")
+    grant = await _grant(request, ctx, document_id, name, "read-document")
     page_size = min(limit or ctx.settings.max_page_records, ctx.settings.max_page_records)
     try:
         page = await run_in_threadpool(ctx.storage.list_records, document_id, name, since,
@@ -228,9 +274,41 @@ async def deleted_records(document_id: str, layer: str, request: Request,
             out.append(live[0].content if live else None)
         return out
 
-    for entry, content in zip(body["records"], await run_in_threadpool(last_contents)):
+    records = []
+    for record, entry, content in zip(page.records, body["records"],
+                                      await run_in_threadpool(last_contents)):
+        if grant.collaboration is not None and not may(
+                grant, "view", replace(record, content=content)):
+            continue  # classified by its last content; its ownership is kept on the tombstone
         entry["last_content"] = content
+        records.append(entry)
+    body["records"] = records
     return body
+
+
+def _may_view_kept(grant: Grant, current, versions: list) -> bool:
+    """View of a record whose current row is ``current`` (a tombstone is classified by
+    its newest kept live version)."""
+    if current.deleted:
+        live = [v for v in versions if not v.deleted]
+        current = replace(current, content=live[0].content if live else None)
+    return may(grant, "view", current)
+
+
+def _check_may_write_version(grant: Grant, current, history: list, content: dict) -> None:
+    """403 ``forbidden`` unless the grant may write ``content`` over ``current``: a
+    deleted record comes back only with ``delete`` on it (it undoes a delete), a live one
+    changes only with ``edit`` (``fill`` for a form field value) on it and on what it
+    becomes."""
+    if current.deleted:
+        live = [v for v in history if not v.deleted]
+        was = replace(current, content=live[0].content if live else None)
+        if not may(grant, "delete", was):
+            raise forbidden("may not bring back this deleted record")
+        return
+    why = forbidden_change(grant, "update", current, content, None, False)
+    if why:
+        raise forbidden(why)
 
 
 def _conflict(message: str, server_record) -> ApiError:
@@ -248,11 +326,15 @@ async def _write_version(ctx: AppContext, document_id: str, layer: str, record_i
 
     def work(writer):
         current = writer.get_record(record_id)
-        if current is None:
+        history = writer.history(record_id) if current is not None else []
+        if current is None or (grant.collaboration is not None
+                               and not _may_view_kept(grant, current, history)):
             raise not_found(f"no record {record_id!r}")
         if base is not None and current.revision != base:
             raise _conflict(f"record changed at revision {current.revision}", current)
-        content = pick(current, writer.history(record_id))
+        content = pick(current, history)
+        if grant.collaboration is not None:
+            _check_may_write_version(grant, current, history, content)
         revision = writer.put_record(record_id, content, grant.user_id)
         return writer.get_record(record_id) if revision else None
 

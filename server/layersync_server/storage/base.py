@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import json
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -47,6 +48,10 @@ class LayerDeleted(LookupError):
     brings it back by itself (docs/protocol.md, "When a layer is created")."""
 
 
+#: :meth:`LayerWriter.put_record`'s default ``group``: keep the record's.
+KEEP_GROUP = object()
+
+
 @dataclass(frozen=True)
 class Attachment:
     """An attachment's bytes, addressed by the SHA-256 hex of those bytes."""
@@ -68,11 +73,17 @@ class StoredRecord:
     updated_by: str | None = None
     created_at: str | None = None
     updated_at: str | None = None
+    group: str | None = None
 
     def to_wire(self) -> dict:
-        """The protocol's record shape ``{"id", "revision", "deleted", "content"}``."""
-        return {"id": self.id, "revision": self.revision, "deleted": self.deleted,
-                "content": self.content}
+        """The protocol's record shape ``{"id", "revision", "deleted", "content"}``; a
+        live record also carries its ownership ``createdBy``, ``updatedBy``, ``group``
+        (docs/protocol.md, "Record shape"); a tombstone carries nothing more."""
+        if self.deleted:
+            return {"id": self.id, "revision": self.revision, "deleted": True, "content": None}
+        return {"id": self.id, "revision": self.revision, "deleted": False,
+                "content": self.content, "createdBy": self.created_by,
+                "updatedBy": self.updated_by, "group": self.group}
 
 
 @dataclass(frozen=True)
@@ -145,11 +156,12 @@ class LayerWriter(abc.ABC):
 
     @abc.abstractmethod
     def put_record(self, record_id: str, content: dict | None, user_id: str | None,
-                   content_text: str | None = None) -> int:
+                   content_text: str | None = None, group: object = KEEP_GROUP) -> int:
         """Write ``content`` (``None`` = tombstone) at a new revision and return it.
 
         Increments the layer revision by one. Keeps ``created_by``/``created_at`` of an
-        existing row; sets ``updated_by``/``updated_at``. ``content_text``: when given,
+        existing row; sets ``updated_by``/``updated_at``. ``group``: the record's group
+        (a string or None); :data:`KEEP_GROUP` keeps an existing row's (a new row: None). ``content_text``: when given,
         ``content`` encoded as the backend stores it (``storage.sql.dump_json``), which
         the caller already has; the backend may store it instead of encoding again.
         """
@@ -187,12 +199,13 @@ class LayerWriter(abc.ABC):
         """Remember the outcome (an ``accepted`` or ``rejected`` entry) of a change id."""
 
     def accept_create(self, change_id: str, record_id: str, content_text: str,
-                      root_id: str | None, user_id: str | None) -> int | None:
+                      root_id: str | None, user_id: str | None,
+                      group: str | None = None) -> int | None:
         """Fast path of a create (``layersync_server.changes.apply_changes``): when this
         writer knows without a read that ``change_id`` is not logged and record
         ``record_id`` does not exist, write the record (``content_text``: its content as
         stored, whose ``id`` is ``record_id`` and whose ``rootId`` is ``root_id``) at a
-        new revision, log the change's ``accepted`` outcome, and return the revision:
+        new revision in ``group``, log the change's ``accepted`` outcome, and return the revision:
         what :meth:`put_record` and :meth:`record_outcome` would do. Otherwise write
         nothing and return None (the caller applies the general rules). Default: None.
         """
@@ -351,6 +364,12 @@ class Storage(abc.ABC):
             if not page.has_more:
                 return
             since = page.next_since
+
+    def records_mentioning(self, document_id: str, layer: str, text: str) -> list[StoredRecord]:
+        """Live records of a layer whose content's JSON text contains ``text`` (an
+        attachment's hash: which records use it). Default: every record, filtered."""
+        return [r for r in self.iter_records(document_id, layer)
+                if text in json.dumps(r.content, ensure_ascii=False)]
 
     def change_feed(self):
         """An object with ``async run(callback, on_gap=None, on_reset=None)`` that calls

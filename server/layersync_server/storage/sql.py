@@ -23,12 +23,12 @@ import orjson
 from layersync_server.storage.base import (Attachment, DocumentExists, DocumentInfo,
                                            DocumentNotFound, LayerDeleted, LayerExists,
                                            LayerState, LayerWriter, NewDocument, RecordPage,
-                                           Storage, StoredRecord)
+                                           KEEP_GROUP, Storage, StoredRecord)
 from layersync_server.wire_json import fast_dumps, loads
 
 #: Versioned schema migrations: ``(version, statements)``. ``{blob}`` / ``{bigint}`` are
 #: filled in by the dialect. Never edit a released entry; append a new one.
-MIGRATIONS: list[tuple[int, list[str]]] = [
+MIGRATIONS: list[tuple[int, list]] = [
     (1, [
         """CREATE TABLE IF NOT EXISTS documents (
             document_id TEXT PRIMARY KEY,
@@ -113,12 +113,20 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             deleted_at TEXT NOT NULL,
             PRIMARY KEY (document_id, name))""",
     ]),
+    # Collaboration permissions: each record's mutable group (docs/protocol.md,
+    # "Collaboration permissions"); created_by/updated_by were there from the start.
+    # (An added column is a callable: a database whose version was set back, as the
+    # migration tests do, may have it already, and SQLite has no ADD COLUMN IF NOT EXISTS.)
+    (5, [
+        lambda storage, conn: storage.add_column(conn, "records", "group_name", "TEXT"),
+    ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 #: Not in a cache (distinct from None, "known absent").
 _UNKNOWN = object()
-_RECORD_COLUMNS = "id, revision, deleted, content, created_by, updated_by, created_at, updated_at"
+_RECORD_COLUMNS = ("id, revision, deleted, content, created_by, updated_by, created_at, updated_at, "
+                   "group_name")
 _DOCUMENT_COLUMNS = "document_id, title, sha256, size_bytes, page_count, annotation_count, created_at"
 
 
@@ -151,10 +159,11 @@ def dump_json(content: dict) -> str:
 
 def _row_of_create(values: tuple, now: str) -> dict:
     """The cached row (columns of ``_RECORD_COLUMNS``) of a pending create
-    (:meth:`SqlLayerWriter.accept_create`: ``(id, revision, content, root_id, user_id)``)."""
-    record_id, revision, content, _, user_id = values
+    (:meth:`SqlLayerWriter.accept_create`: ``(id, revision, content, root_id, user_id, group)``)."""
+    record_id, revision, content, _, user_id, group = values
     return {"id": record_id, "revision": revision, "deleted": 0, "content": content,
-            "created_by": user_id, "created_at": now, "updated_by": user_id, "updated_at": now}
+            "created_by": user_id, "created_at": now, "updated_by": user_id, "updated_at": now,
+            "group_name": group}
 
 
 def _not_in(keys: dict, cache: dict) -> dict:
@@ -167,7 +176,8 @@ def _record(row) -> StoredRecord:
     return StoredRecord(id=row["id"], revision=row["revision"], deleted=bool(row["deleted"]),
                         content=None if row["content"] is None else loads(row["content"]),
                         created_by=row["created_by"], updated_by=row["updated_by"],
-                        created_at=row["created_at"], updated_at=row["updated_at"])
+                        created_at=row["created_at"], updated_at=row["updated_at"],
+                        group=row["group_name"])
 
 
 def _version(row) -> StoredRecord:
@@ -221,14 +231,15 @@ def _document(row) -> DocumentInfo:
 
 
 _INSERT_RECORD = ("INSERT INTO records (document_id, layer, id, revision, deleted, content, root_id,"
-                  " created_by, updated_by, created_at, updated_at)")
-#: A pending create's row, from its ``(id, revision, content, root_id, user_id)`` (the
-#: columns of ``VALUES``) and ``(document_id, layer, created_at, updated_at)``.
-_CREATED_RECORD = "?, ?, column1, column2, 0, column3, column4, column5, column5, ?, ?"
+                  " created_by, updated_by, created_at, updated_at, group_name)")
+#: A pending create's row, from its ``(id, revision, content, root_id, user_id, group)``
+#: (the columns of ``VALUES``) and ``(document_id, layer, created_at, updated_at)``.
+_CREATED_RECORD = "?, ?, column1, column2, 0, column3, column4, column5, column5, ?, ?, column6"
 _INSERT_OUTCOME = "INSERT INTO change_log (document_id, layer, change_id, outcome)"
 _UPSERT_RECORD = ("ON CONFLICT (document_id, layer, id) DO UPDATE SET revision=excluded.revision,"
                   " deleted=excluded.deleted, content=excluded.content, root_id=excluded.root_id,"
-                  " updated_by=excluded.updated_by, updated_at=excluded.updated_at")
+                  " updated_by=excluded.updated_by, updated_at=excluded.updated_at,"
+                  " group_name=excluded.group_name")
 
 
 class SqlLayerWriter(LayerWriter):
@@ -354,7 +365,7 @@ class SqlLayerWriter(LayerWriter):
                 # ON CONFLICT DO UPDATE that meets its own row)
                 self._s.insert_rows(self._conn, _INSERT_RECORD, records, _UPSERT_RECORD)
             else:
-                many(self._conn, f"{_INSERT_RECORD} VALUES (?,?,?,?,?,?,?,?,?,?,?) {_UPSERT_RECORD}",
+                many(self._conn, f"{_INSERT_RECORD} VALUES (?,?,?,?,?,?,?,?,?,?,?,?) {_UPSERT_RECORD}",
                      records)
             self._pending_records = []
         if self._pending_versions:
@@ -422,7 +433,7 @@ class SqlLayerWriter(LayerWriter):
         return children
 
     def put_record(self, record_id: str, content: dict | None, user_id: str | None,
-                   content_text: str | None = None) -> int:
+                   content_text: str | None = None, group: object = KEEP_GROUP) -> int:
         if content is None:
             text = None
         else:
@@ -431,10 +442,13 @@ class SqlLayerWriter(LayerWriter):
         revision = self._revision = self._revision + 1
         now = self._now
         deleted = int(content is None)
+        if group is KEEP_GROUP:
+            group = old["group_name"] if old is not None else None
         if old is None:
             self._rows[record_id] = {
                 "id": record_id, "revision": revision, "deleted": deleted, "content": text,
-                "created_by": user_id, "created_at": now, "updated_by": user_id, "updated_at": now}
+                "created_by": user_id, "created_at": now, "updated_by": user_id, "updated_at": now,
+                "group_name": group}
         else:
             if self._s.history_versions > 1:
                 self._pending_versions.append((*self._key_tuple, record_id, old["revision"], old["deleted"],
@@ -443,16 +457,17 @@ class SqlLayerWriter(LayerWriter):
             self._rows[record_id] = {
                 "id": record_id, "revision": revision, "deleted": deleted, "content": text,
                 "created_by": old["created_by"], "created_at": old["created_at"],
-                "updated_by": user_id, "updated_at": now}
+                "updated_by": user_id, "updated_at": now, "group_name": group}
         root_id = content.get("rootId") if content else None
         document_id, layer = self._key_tuple
         self._pending_records.append((document_id, layer, record_id, revision, deleted, text,
                                       root_id if isinstance(root_id, str) else None,
-                                      user_id, user_id, now, now))
+                                      user_id, user_id, now, now, group))
         return revision
 
     def accept_create(self, change_id: str, record_id: str, content_text: str,
-                      root_id: str | None, user_id: str | None) -> int | None:
+                      root_id: str | None, user_id: str | None,
+                      group: str | None = None) -> int | None:
         """:meth:`LayerWriter.accept_create`: the caches say (after :meth:`prefetch`)
         whether the record and the change id are absent; the row and the outcome are
         those :meth:`put_record` and :meth:`record_outcome` write."""
@@ -460,7 +475,7 @@ class SqlLayerWriter(LayerWriter):
         if rows.get(record_id, _UNKNOWN) is not None or outcomes.get(change_id, _UNKNOWN) is not None:
             return None
         revision = self._revision = self._revision + 1
-        rows[record_id] = values = (record_id, revision, content_text, root_id, user_id)
+        rows[record_id] = values = (record_id, revision, content_text, root_id, user_id, group)
         self._pending_creates.append(values)
         text = outcomes[change_id] = orjson.dumps(
             {"change_id": change_id, "id": record_id, "revision": revision}).decode("utf-8")
@@ -637,8 +652,17 @@ class SqlStorage(Storage):
                 if self.schema_version(conn) >= version:  # another process got there first
                     continue
                 for statement in statements:
-                    self.execute(conn, statement.format(**self.TYPES))
+                    if callable(statement):
+                        statement(self, conn)
+                    else:
+                        self.execute(conn, statement.format(**self.TYPES))
                 self.set_schema_version(conn, version)
+
+    def add_column(self, conn, table: str, column: str, column_type: str) -> None:
+        """``ALTER TABLE table ADD COLUMN column column_type`` unless it is there."""
+        columns = [d[0] for d in self.execute(conn, f"SELECT * FROM {table} LIMIT 0").description]
+        if column not in columns:
+            self.execute(conn, f"ALTER TABLE {table} ADD COLUMN {column} {column_type}")
 
     @contextlib.contextmanager
     def transaction(self, write: bool) -> Iterator[Any]:
@@ -897,6 +921,17 @@ class SqlStorage(Storage):
         with self.connection() as conn:
             return int(self.execute(conn, "SELECT COUNT(*) AS n FROM records WHERE document_id=? "
                                     "AND layer=? AND deleted=0", (document_id, layer)).fetchone()["n"])
+
+    def records_mentioning(self, document_id: str, layer: str, text: str) -> list[StoredRecord]:
+        """:meth:`Storage.records_mentioning` in one query (``text`` is hex: no LIKE
+        wildcards in it)."""
+        if not text.isalnum():
+            return super().records_mentioning(document_id, layer, text)
+        with self.connection() as conn:
+            rows = self.execute(conn, f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? "
+                                "AND layer=? AND deleted=0 AND content LIKE ?",
+                                (document_id, layer, f"%{text}%")).fetchall()
+        return [_record(r) for r in rows]
 
     @contextlib.contextmanager
     def write_layer(self, document_id: str, layer: str) -> Iterator[LayerWriter]:

@@ -107,16 +107,16 @@ async def _create_annotations(request: Request, ctx: AppContext, document_id: st
     items = _bulk_items(body, "annotations") if bulk else [body]
     writes = [annotation_write(item, None, f"$.annotations[{i}]" if bulk else "body")
               for i, item in enumerate(items)]
-    ids = [content["id"] for content, _ in writes]
+    ids = [content["id"] for content, _, _ in writes]
     if len(set(ids)) != len(ids):
         raise unprocessable("two annotations of the request have the same id")
 
     def work(writer):
-        for content, _ in writes:
+        for content, _, _ in writes:
             if writer.get_record(content["id"]) is not None:
                 raise ApiError(409, "annotation_exists", f"annotation {content['id']!r} exists")
-        for content, user_id in writes:
-            writer.put_record(content["id"], content, user_id)
+        for content, user_id, group in writes:
+            writer.put_record(content["id"], content, user_id, group=group)
         return [writer.get_record(record_id) for record_id in ids]
 
     _, records = await commit(ctx, document_id, layer, work)
@@ -138,13 +138,13 @@ async def _update_annotation(request: Request, ctx: AppContext, document_id: str
                              annotation_id: str):
     check_annotation_id(annotation_id)
     await find_document(ctx, document_id)
-    content, user_id = annotation_write(await _json_write_body(request, ctx), annotation_id)
+    content, user_id, group = annotation_write(await _json_write_body(request, ctx), annotation_id)
 
     def work(writer):
         current = writer.get_record(annotation_id)
         if current is None or current.deleted:
             raise not_found(f"no annotation {annotation_id!r}")
-        writer.put_record(annotation_id, content, user_id)
+        writer.put_record(annotation_id, content, user_id, group=group)
         return writer.get_record(annotation_id)
 
     _, record = await commit(ctx, document_id, layer, work)
@@ -167,13 +167,13 @@ async def _update_annotations(request: Request, ctx: AppContext, document_id: st
 
     def work(writer):
         updated, failing = [], []
-        for i, content, user_id in writes:
+        for i, content, user_id, group in writes:
             current = writer.get_record(content["id"])
             if current is None or current.deleted:
                 failing.append({"path": f"$.annotations[{i}]", "error": "Annotation not found.",
                                 "details": f"no annotation {content['id']!r} in this layer"})
                 continue
-            writer.put_record(content["id"], content, user_id)
+            writer.put_record(content["id"], content, user_id, group=group)
             updated.append(content["id"])
         return [writer.get_record(record_id) for record_id in updated], failing
 

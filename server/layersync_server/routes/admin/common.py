@@ -26,6 +26,7 @@ from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.record_schema import record_schema_problem
 from layersync_server.storage import DocumentInfo, StoredRecord
+from layersync_server.storage.base import KEEP_GROUP
 from layersync_server.wire_json import MAX_JSON_DEPTH, dumps, json_problem, parse_json
 
 
@@ -93,11 +94,13 @@ def annotation_content(item: object, record_id: str | None) -> dict:
     return normalize_content(record_id, item)
 
 
-def annotation_write(item: object, record_id: str | None = None, where: str = "body") -> tuple[dict, str | None]:
-    """Record content and ``user_id`` of one Document Engine annotation write
+def annotation_write(item: object, record_id: str | None = None,
+                     where: str = "body") -> tuple[dict, str | None, object]:
+    """Record content, ``user_id`` and ``group`` of one Document Engine annotation write
     (``AnnotationCreateSingle`` / ``AnnotationUpdate`` or an item of the bulk forms:
     ``{"content": {...}, "id"?, "user_id"?, "group"?}``); ``record_id`` (a path id) wins
-    over the body's. 422 ``invalid_request`` when ``content`` is missing or is not an
+    over the body's. The group is :data:`~layersync_server.storage.base.KEEP_GROUP` when
+    the body has none (an update keeps the record's, a create makes it null). 422 ``invalid_request`` when ``content`` is missing or is not an
     annotation the record schema accepts, or ``user_id`` / ``group`` is not a string or
     null; nothing is stored then. ``where`` names the item in messages (``$.annotations[2]``)."""
     if not isinstance(item, dict):
@@ -117,7 +120,7 @@ def annotation_write(item: object, record_id: str | None = None, where: str = "b
                                         exc.details)) from None
     if record_id is not None:
         content["id"] = record_id
-    return content, item.get("user_id")
+    return content, item.get("user_id"), item["group"] if "group" in item else KEEP_GROUP
 
 
 def check_annotation_id(record_id: object) -> None:
@@ -150,12 +153,12 @@ def record_authors(record: StoredRecord | None) -> dict:
     """``createdBy``, ``updatedBy`` and ``group`` of a record as Document Engine's
     ``AnnotationRecord`` gives them (``User`` and ``Group`` are string or null).
 
-    The one place these are filled: collaboration permissions are not built yet, so
-    ``group`` is always null and the users are the ``user_id`` the writes carried (null
-    when none did). A later change fills them from storage here."""
+    The one place these are filled, from storage: the users are the ``user_id`` the
+    writes carried (the JWT's on the sync API, the body's here; null when none did), the
+    group the record's (docs/protocol.md, "Collaboration permissions")."""
     if record is None:
         return {"createdBy": None, "updatedBy": None, "group": None}
-    return {"createdBy": record.created_by, "updatedBy": record.updated_by, "group": None}
+    return {"createdBy": record.created_by, "updatedBy": record.updated_by, "group": record.group}
 
 
 def annotation_record(record: StoredRecord) -> dict:

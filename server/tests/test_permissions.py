@@ -1,0 +1,485 @@
+"""Collaboration permissions (docs/protocol.md, "Collaboration permissions"), end to end
+on a real server over loopback, on SQLite and PostgreSQL: the claim's syntax (a malformed
+entry is 403 naming it), ownership on the wire, the permission matrix content type x
+action x scope, a forbidden change alone in a batch of 1,000, group changes, and the
+records a reauthentication with wider or narrower grants makes appear and disappear."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from conftest import change, note, start_server, stop_server
+from layersync_server.permissions import ClaimError, allows, content_type_of, parse_claim
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def srv(request, tmp_path_factory, keys):
+    """A server of its own per backend."""
+    tmp = tmp_path_factory.mktemp("perm")
+    db = str(tmp / "db.sqlite") if request.param == "sqlite" else \
+        request.getfixturevalue("pg_cluster").create_database("perm_" + uuid.uuid4().hex[:12])
+    process, instance = start_server(tmp, db, *keys, "--max-request-bytes", "4000000")
+    instance.doc = instance.new_document()
+    yield instance
+    stop_server(process, instance)
+
+
+def comment(root_id: str, text: str = "reply") -> dict:
+    return {"v": 2, "type": "pspdfkit/comment", "rootId": root_id, "pageIndex": 0,
+            "text": {"format": "plain", "value": text},
+            "createdAt": "2025-01-02T00:00:00Z", "updatedAt": "2025-01-02T00:00:00Z"}
+
+
+def widget(name: str = "f1") -> dict:
+    return {"v": 2, "type": "pspdfkit/widget", "pageIndex": 0, "bbox": [0, 0, 10, 10],
+            "formFieldName": name}
+
+
+def value(name: str = "f1", text: str = "x") -> dict:
+    return {"v": 1, "type": "pspdfkit/form-field-value", "name": name, "value": text}
+
+
+def sync(srv, layer: str, changes: list, since: int = 0, **claims):
+    response = srv.http.post(srv.layer_url(srv.doc, layer) + "/sync",
+                             json={"epoch": None, "since": since, "changes": changes},
+                             headers=srv.auth(srv.doc, layer, **claims))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def records(srv, layer: str, since: int = 0, **claims) -> dict:
+    response = srv.http.get(srv.layer_url(srv.doc, layer) + "/records", params={"since": since},
+                            headers=srv.auth(srv.doc, layer, **claims))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def grouped(op: str, record_id: str, content: dict | None = None, base: int | None = None,
+            group: object = None) -> dict:
+    entry = change(op, record_id, content, base)
+    entry["group"] = group
+    return entry
+
+
+# -- the claim -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("entry", ["annotations:view", "widgets:view:all", "annotations:fill:all",
+                                   "form-fields:reply:all", "comments:read:all",
+                                   "annotations:view:group=", "annotations:view:owner=x",
+                                   "annotations:view:everyone", ""])
+def test_a_malformed_entry_is_refused_naming_it(entry):
+    with pytest.raises(ClaimError) as raised:
+        parse_claim(["annotations:view:all", entry])
+    assert repr(entry) in str(raised.value)
+
+
+def test_the_claim_parses_scopes_and_star():
+    perms = parse_claim(["comments:*:self", "annotations:view:group=public",
+                         "form-fields:fill:createdBy=lead"])
+    assert allows(perms, "u", "reply", "pspdfkit/comment", "u", None)
+    assert not allows(perms, "u", "reply", "pspdfkit/comment", "v", None)
+    assert allows(perms, "u", "view", "pspdfkit/ink", "v", "public")
+    assert not allows(perms, "u", "edit", "pspdfkit/ink", "v", "public")
+    assert not allows(perms, "u", "fill", "pspdfkit/form-field-value", "lead", None)  # no view
+    assert parse_claim(None) is None and allows(None, None, "delete", None, None, None)
+    assert [content_type_of(t) for t in ("pspdfkit/comment", "pspdfkit/widget",
+                                         "pspdfkit/form-field/text", "pspdfkit/form-field-value",
+                                         "pspdfkit/comment-marker", "pspdfkit/bookmark",
+                                         "xfdf/square", "acme/thing", None)] == \
+        ["comments", "form-fields", "form-fields", "form-fields", "annotations", "annotations",
+         "annotations", "annotations", "annotations"]
+
+
+def test_a_malformed_claim_is_403_with_the_entry_on_every_route(srv):
+    headers = srv.auth(srv.doc, "", collaboration_permissions=["annotations:view:all",
+                                                                "annotations:peek:all"])
+    for method, path in (("GET", "/records"), ("POST", "/sync"), ("GET", "/changes")):
+        response = srv.http.request(method, srv.layer_url(srv.doc, "~") + path, headers=headers,
+                                    json={"changes": []} if method == "POST" else None)
+        assert response.status_code == 403, response.text
+        assert "'annotations:peek:all'" in response.json()["error"]["message"]
+    bad_type = srv.auth(srv.doc, "", collaboration_permissions="annotations:view:all")
+    assert srv.http.get(srv.layer_url(srv.doc) + "/records", headers=bad_type).status_code == 403
+    bad_group = srv.auth(srv.doc, "", default_group=7)
+    assert srv.http.get(srv.layer_url(srv.doc) + "/records", headers=bad_group).status_code == 403
+
+
+# -- ownership ----------------------------------------------------------------------------------
+
+def test_ownership_is_stamped_and_sent_and_creator_name_forced(srv):
+    layer = "own-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [change("create", "a", note("a")), grouped("create", "b", note("b"), group="g9")],
+         user_id="alice", default_group="team", creator_name="Alice A.")
+    sync(srv, layer, [change("update", "a", note("a2"), base=1)], user_id="bob")
+    got = {r["id"]: r for r in records(srv, layer)["records"]}
+    assert {k: got["a"][k] for k in ("createdBy", "updatedBy", "group")} == \
+        {"createdBy": "alice", "updatedBy": "bob", "group": "team"}
+    assert got["b"]["group"] == "g9" and got["b"]["content"]["creatorName"] == "Alice A."
+    assert "creatorName" not in got["a"]["content"]  # bob's update replaced it; bob has no name
+    deleted = sync(srv, layer, [change("delete", "b", base=2)], since=3, user_id="carol")
+    assert deleted["accepted"][0]["revision"] == 4
+
+
+# -- the matrix ---------------------------------------------------------------------------------
+
+SCOPES = {"all": lambda by, group: True, "self": lambda by, group: by == "alice",
+          "group=g1": lambda by, group: group == "g1", "createdBy=bob": lambda by, group: by == "bob"}
+KINDS = {"annotations": note, "comments": lambda: comment("root-a"), "form-fields": widget}
+OWNERS = (("alice", "g1"), ("bob", "g2"))
+
+
+def _seed(srv, layer: str) -> dict:
+    """Per owner: an annotation, a comment, a widget, a form field value (and the roots).
+    Returns id -> (kind, createdBy, group, revision)."""
+    made = {}
+    for user, group in OWNERS:
+        entries = [("ann-" + user, "annotations", note(user)),
+                   ("com-" + user, "comments", comment("ann-" + user)),
+                   ("wid-" + user, "form-fields", widget("f-" + user)),
+                   ("val-" + user, "form-fields", value("f-" + user))]
+        answer = sync(srv, layer, [grouped("create", i, c, group=group) for i, _, c in entries],
+                      user_id=user)
+        for (record_id, kind, _), accepted in zip(entries, answer["accepted"]):
+            made[record_id] = (kind, user, group, accepted["revision"])
+    return made
+
+
+def _content(record_id: str) -> dict:
+    kind, user = record_id.split("-", 1)
+    return {"ann": lambda: note("edited"), "com": lambda: comment("ann-" + user, "edited"),
+            "wid": lambda: {**widget("f-" + user), "bbox": [1, 1, 9, 9]},
+            "val": lambda: value("f-" + user, "edited")}[kind]()
+
+
+@pytest.mark.parametrize("scope", sorted(SCOPES))
+@pytest.mark.parametrize("content_type,action", [
+    (kind, action) for kind in sorted(KINDS) for action in ("view", "edit", "delete", "set-group")]
+    + [("comments", "reply"), ("form-fields", "fill")])
+def test_permission_matrix(srv, content_type, action, scope):
+    layer = f"m-{content_type}-{action}-{scope}-{uuid.uuid4().hex[:6]}"
+    made = _seed(srv, layer)
+    claim = [f"{content_type}:{action}:{scope}"]
+    if action != "view":
+        claim.append(f"{content_type}:view:all")
+    if action == "reply":  # a reply also needs to see the thread's root (an annotation)
+        claim.append("annotations:view:all")
+    me = {"user_id": "alice", "collaboration_permissions": claim, "permissions": ["read-document",
+                                                                                   "write"]}
+    covers = SCOPES[scope]
+
+    def expected(record_id: str, act: str) -> bool:
+        kind, by, group, _ = made[record_id]
+        if kind != content_type:
+            return False
+        if act == "fill" and not record_id.startswith("val-"):
+            return False
+        if act == "edit" and record_id.startswith("val-"):
+            return False  # a value changes by fill
+        return covers(by, group)
+
+    if action == "view":
+        seen = {r["id"] for r in records(srv, layer, **me)["records"]}
+        assert seen == {i for i in made if expected(i, "view")}
+        delta = {r["id"]: r for r in records(srv, layer, since=1, **me)["records"]}
+        for record_id in made:  # a delta: what is not visible is a bare tombstone
+            if not expected(record_id, "view") and record_id in delta:
+                assert delta[record_id] == {"id": record_id, "revision": made[record_id][3],
+                                            "deleted": True, "content": None}
+        return
+    if action == "reply":
+        targets = ["ann-alice", "ann-bob"]
+        changes = [change("create", "new-" + t, comment(t)) for t in targets]
+        answer = sync(srv, layer, changes, since=10 ** 6, **me)
+        ok = {a["id"] for a in answer["accepted"]}
+        for t in targets:
+            kind, by, group, _ = made[t]
+            assert ("new-" + t in ok) == covers(by, group), (t, answer)
+        return
+    targets = sorted(made)
+    changes, new_group = [], {}
+    current = {r["id"]: r for r in records(srv, layer)["records"]}
+    for record_id in targets:
+        base = made[record_id][3]
+        if action == "delete":
+            changes.append(change("delete", record_id, base=base))
+        elif action == "set-group":
+            new_group[record_id] = "g2" if made[record_id][2] == "g1" else "g1"
+            changes.append(grouped("update", record_id, current[record_id]["content"], base=base,
+                                   group=new_group[record_id]))
+        else:
+            changes.append(change("update", record_id, _content(record_id), base=base))
+    answer = sync(srv, layer, changes, since=10 ** 6, **me)
+    assert {a["id"] for a in answer["accepted"]} | {r["id"] for r in answer["rejected"]} == set(targets)
+    assert all(r["reason"] == "forbidden" for r in answer["rejected"]), answer["rejected"]
+    accepted = {a["id"] for a in answer["accepted"]}
+    for record_id in targets:
+        kind, by, group, _ = made[record_id]
+        want = expected(record_id, action)
+        if action == "set-group":  # Instant's set-group scope covers both ends of the move
+            want = want and covers(by, new_group[record_id])
+        if action == "delete" and record_id.startswith("ann-"):
+            want = False  # the root takes its thread: a delete on its replies (comments) too
+        assert (record_id in accepted) == want, (record_id, claim, answer)
+    for rejected in answer["rejected"]:
+        if made[rejected["id"]][0] == content_type:  # viewable: the server's version, to revert
+            assert rejected["server_record"]["id"] == rejected["id"]
+        else:  # not viewable: nothing of it is sent
+            assert rejected["server_record"] is None
+
+
+def test_fill_is_the_action_of_a_value_and_edit_of_a_field(srv):
+    layer = "fill-" + uuid.uuid4().hex[:8]
+    made = _seed(srv, layer)
+    filler = {"user_id": "alice", "collaboration_permissions": ["form-fields:view:all",
+                                                                "form-fields:fill:all"]}
+    answer = sync(srv, layer, [change("update", "val-bob", value("f-bob", "v2"), base=made["val-bob"][3]),
+                               change("update", "wid-bob", _content("wid-bob"), base=made["wid-bob"][3])],
+                  since=10 ** 6, **filler)
+    assert [a["id"] for a in answer["accepted"]] == ["val-bob"]
+    assert [(r["id"], r["reason"]) for r in answer["rejected"]] == [("wid-bob", "forbidden")]
+
+
+# -- batches and groups -------------------------------------------------------------------------
+
+def test_a_forbidden_change_in_a_batch_of_1000_is_rejected_alone(srv):
+    layer = "batch-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [change("create", "bobs", note("bob's"))], user_id="bob")
+    me = {"user_id": "alice", "collaboration_permissions": ["annotations:view:all",
+                                                            "annotations:edit:self"]}
+    changes = [change("create", f"n{i:04}", note(str(i))) for i in range(999)]
+    changes.insert(500, change("update", "bobs", note("mine now"), base=1))
+    answer = sync(srv, layer, changes, **me)
+    assert len(answer["accepted"]) == 999
+    assert [(r["id"], r["reason"]) for r in answer["rejected"]] == [("bobs", "forbidden")]
+    assert answer["rejected"][0]["server_record"]["content"]["text"]["value"] == "bob's"
+    assert len(records(srv, layer)["records"]) == 1000
+
+
+def test_group_changes_need_set_group_at_both_ends(srv):
+    layer = "grp-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [grouped("create", "r", note("r"), group="draft")], user_id="alice")
+    base = ["annotations:view:all", "annotations:edit:all"]
+    plain = {"user_id": "alice", "collaboration_permissions": base}
+    mover = {"user_id": "alice", "collaboration_permissions": base + [
+        "annotations:set-group:group=draft", "annotations:set-group:group=public"]}
+    content = records(srv, layer)["records"][0]["content"]
+    refused = sync(srv, layer, [grouped("update", "r", content, base=1, group="public")], **plain)
+    assert refused["rejected"][0]["reason"] == "forbidden"
+    assert refused["rejected"][0]["server_record"]["group"] == "draft"
+    nowhere = sync(srv, layer, [grouped("update", "r", content, base=1, group="secret")], **mover)
+    assert nowhere["rejected"][0]["reason"] == "forbidden"
+    moved = sync(srv, layer, [grouped("update", "r", content, base=1, group="public")], **mover)
+    assert moved["accepted"][0]["revision"] == 2
+    assert records(srv, layer)["records"][0]["group"] == "public"
+    edited = sync(srv, layer, [change("update", "r", note("edit keeps the group"), base=2)], **plain)
+    assert edited["accepted"] and records(srv, layer)["records"][0]["group"] == "public"
+    # creating into a group other than the default needs set-group for it
+    denied = sync(srv, layer, [grouped("create", "x", note(), group="secret")], default_group="mine",
+                  **plain)
+    assert denied["rejected"][0]["reason"] == "forbidden" and denied["rejected"][0]["server_record"] is None
+    # and creating needs the plain write permission
+    reader = {**plain, "permissions": ["read-document"]}
+    assert sync(srv, layer, [change("create", "y", note())], **reader)["rejected"][0]["reason"] == "forbidden"
+    # the guest's view: a group change out of its view reaches it as a bare tombstone
+    guest = {"user_id": "guest", "collaboration_permissions": ["annotations:view:group=public"]}
+    assert [r["id"] for r in records(srv, layer, **guest)["records"]] == ["r"]
+    sync(srv, layer, [grouped("update", "r", records(srv, layer)["records"][0]["content"],
+                              base=3, group="draft")], **mover)
+    delta = records(srv, layer, since=3, **guest)["records"]
+    assert delta == [{"id": "r", "revision": 4, "deleted": True, "content": None}]
+
+
+def test_deleting_a_root_needs_delete_on_every_reply(srv):
+    layer = "root-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [change("create", "root", note("root")), change("create", "mine", comment("root"))],
+         user_id="alice")
+    sync(srv, layer, [change("create", "theirs", comment("root"))], user_id="bob")
+    own = {"user_id": "alice", "collaboration_permissions": [
+        "annotations:view:all", "annotations:delete:self", "comments:view:all", "comments:delete:self"]}
+    refused = sync(srv, layer, [change("delete", "root", base=1)], **own)
+    assert refused["rejected"][0]["reason"] == "forbidden"
+    assert "theirs" in refused["rejected"][0]["message"]
+    lead = {"user_id": "alice", "collaboration_permissions": ["annotations:*:all", "comments:*:all"]}
+    assert sync(srv, layer, [change("delete", "root", base=1)], **lead)["accepted"]
+    assert records(srv, layer)["records"] == []
+
+
+# -- reauthentication ---------------------------------------------------------------------------
+
+def test_wider_and_narrower_grants_make_records_appear_and_disappear(srv):
+    layer = "reauth-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [grouped("create", "pub", note("p"), group="public"),
+                      grouped("create", "priv", note("q"), group="private")], user_id="lead")
+    narrow = ["annotations:view:group=public"]
+    wide = ["annotations:view:all"]
+
+    def regrant(now: list | None, before: list | None) -> list:
+        claims = {} if now is None else {"collaboration_permissions": now}
+        response = srv.http.get(srv.layer_url(srv.doc, layer) + "/records",
+                                params={"since": 2, "previous_permissions": json.dumps(before)},
+                                headers=srv.auth(srv.doc, layer, user_id="guest", **claims))
+        assert response.status_code == 200, response.text
+        assert response.json()["records"] == []
+        return response.json()["regranted"]
+
+    widened = regrant(wide, narrow)
+    assert [(r["id"], r["deleted"], r["group"]) for r in widened] == [("priv", False, "private")]
+    narrowed = regrant(narrow, wide)
+    assert narrowed == [{"id": "priv", "revision": 2, "deleted": True, "content": None}]
+    assert regrant(narrow, None) == narrowed  # the previous token had no claim: it saw all
+    assert regrant(narrow, narrow) == []
+    assert [r["id"] for r in regrant(None, narrow)] == ["priv"]
+    bad = srv.http.get(srv.layer_url(srv.doc, layer) + "/records",
+                       params={"since": 2, "previous_permissions": '["annotations:see:all"]'},
+                       headers=srv.auth(srv.doc, layer, collaboration_permissions=narrow))
+    assert bad.status_code == 400 and "annotations:see:all" in bad.json()["error"]["message"]
+
+
+# -- the property: nothing outside the view grant leaves the server -----------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+USERS = ("u1", "u2", "u3")
+GROUPS = ("g1", "g2")
+ENTRY = st.builds(lambda kind, action, scope: f"{kind}:{action}:{scope}",
+                  st.sampled_from(("annotations", "comments", "form-fields")),
+                  st.sampled_from(("view", "edit", "delete", "set-group", "*")),
+                  st.sampled_from(("all", "self", "group=g1", "group=g2", "createdBy=u1",
+                                   "createdBy=u2")))
+
+
+def _oracle_view(claim: list, user: str, record_type, created_by, group) -> bool:
+    """What the docs say a view grant covers, written apart from permissions.py."""
+    kind = ("comments" if record_type == "pspdfkit/comment" else "form-fields"
+            if str(record_type).startswith(("pspdfkit/form-field", "pspdfkit/widget"))
+            else "annotations")
+    for entry in claim:
+        ct, action, scope = entry.split(":", 2)
+        if ct == kind and action in ("view", "*") and (
+                scope == "all" or (scope == "self" and created_by == user)
+                or scope == f"group={group}" or scope == f"createdBy={created_by}"):
+            return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def seeded(srv):
+    """A layer of records of every kind, owner and group, some deleted, one image that
+    uses an attachment: ``(layer, {id: (type, createdBy, group)}, attachment hash)``."""
+    import hashlib
+    layer = "prop-" + uuid.uuid4().hex[:8]
+    data = b"\x89PNG fake image bytes"
+    sha = hashlib.sha256(data).hexdigest()
+    put = srv.http.put(f"/sync/v1/documents/{srv.doc}/attachments/{sha}", content=data,
+                       headers=srv.auth(srv.doc, None))
+    assert put.status_code in (200, 201), put.text
+    owners, since = {}, 0
+    for n, (user, group) in enumerate((u, g) for u in USERS for g in (*GROUPS, None)):
+        image = {"v": 2, "type": "pspdfkit/image", "pageIndex": 0, "bbox": [0, 0, 10, 10],
+                 "imageAttachmentId": sha, "contentType": "image/png",
+                 "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z"}
+        made = {f"a{n}": note(), f"c{n}": comment(f"a{n}"), f"w{n}": widget(f"f{n}"),
+                f"v{n}": value(f"f{n}"), f"gone{n}": note("deleted")}
+        if n in (1, 7):
+            made[f"img{n}"] = image
+        answer = sync(srv, layer, [grouped("create", i, c, group=group) for i, c in made.items()],
+                      since=10 ** 6, user_id=user)
+        for i, c in made.items():
+            owners[i] = (c["type"], user, group)
+        revision = next(a["revision"] for a in answer["accepted"] if a["id"] == f"gone{n}")
+        sync(srv, layer, [change("delete", f"gone{n}", base=revision)], since=10 ** 6, user_id=user)
+    return layer, owners, sha
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(claim=st.lists(ENTRY, max_size=4), user=st.sampled_from(USERS))
+def test_no_endpoint_sends_a_record_outside_the_view_grant(srv, seeded, claim, user):
+    layer, owners, sha = seeded
+    headers = srv.auth(srv.doc, layer, user_id=user, collaboration_permissions=claim)
+    url = srv.layer_url(srv.doc, layer)
+
+    def check(wire: dict, where: str):
+        if wire.get("content") is None:
+            assert set(wire) == {"id", "revision", "deleted", "content"}, (where, wire)
+            return
+        record_type, by, group = owners[wire["id"]]
+        assert _oracle_view(claim, user, record_type, by, group), (where, wire, claim, user)
+
+    seen = {}
+    for since in (0, 1):
+        for r in srv.http.get(url + "/records", params={"since": since}, headers=headers).json()["records"]:
+            check(r, "records")
+            seen[r["id"]] = r
+    for r in srv.http.get(url + "/changes", params={"since": 0, "wait": 0.05},
+                          headers=headers).json()["records"]:
+        check(r, "changes")
+    answer = srv.http.post(url + "/sync", headers=headers, json={"since": 0, "changes": [
+        change("update", i, note(), base=0) for i in owners]}).json()
+    for r in answer["changes"]:
+        check(r, "sync changes")
+    for r in answer["rejected"]:
+        if r["server_record"] is not None:
+            check(r["server_record"], "sync rejected")
+    for record_id, (record_type, by, group) in owners.items():
+        history = srv.http.get(f"{url}/records/{record_id}/history", headers=headers)
+        assert history.status_code == (200 if _oracle_view(claim, user, record_type, by, group)
+                                       else 404), (record_id, claim, user, history.text)
+    deleted = srv.http.get(url + "/deleted", headers=headers).json()["records"]
+    for r in deleted:
+        record_type, by, group = owners[r["id"]]
+        assert _oracle_view(claim, user, record_type, by, group)
+    assert len(deleted) == sum(_oracle_view(claim, user, *owners[i]) for i in owners
+                               if i.startswith("gone"))
+    attachment = srv.http.get(f"/sync/v1/documents/{srv.doc}/attachments/{sha}",
+                              headers=srv.auth(srv.doc, layer, user_id=user,
+                                               collaboration_permissions=claim))
+    images = [i for i in owners if i.startswith("img") and _oracle_view(claim, user, *owners[i])]
+    assert attachment.status_code == (200 if images else 404)
+    assert {i for i, r in seen.items() if r["content"] is not None} == {
+        i for i in owners if not i.startswith("gone") and _oracle_view(claim, user, *owners[i])}
+
+
+# -- admin API and mint-token ------------------------------------------------------------------
+
+def test_the_admin_annotation_routes_set_and_show_the_group(srv):
+    layer = "admin-" + uuid.uuid4().hex[:8]
+    base = f"/api/documents/{srv.doc}/layers/{layer}/annotations"
+    srv.http.post(f"/api/documents/{srv.doc}/layers", json={"name": layer}, headers=srv.admin())
+    created = srv.http.post(base, json={"id": "adm", "content": note("x"), "user_id": "lead",
+                                        "group": "review"}, headers=srv.admin())
+    assert created.status_code == 200, created.text
+    assert created.json()["data"]["group"] == "review" and created.json()["data"]["createdBy"] == "lead"
+    moved = srv.http.put(f"{base}/adm", json={"content": note("y"), "user_id": "ed", "group": "public"},
+                         headers=srv.admin())
+    assert moved.status_code == 200, moved.text
+    assert {k: moved.json()["data"][k] for k in ("createdBy", "updatedBy", "group")} == \
+        {"createdBy": "lead", "updatedBy": "ed", "group": "public"}
+    kept = srv.http.put(f"{base}/adm", json={"content": note("z")}, headers=srv.admin())
+    assert kept.json()["data"]["group"] == "public"
+    guest = {"collaboration_permissions": ["annotations:view:group=public"]}
+    assert [r["group"] for r in records(srv, layer, **guest)["records"]] == ["public"]
+
+
+def test_mint_token_takes_the_collaboration_claims(keys, tmp_path):
+    import subprocess
+    import sys
+
+    import jwt
+    private = tmp_path / "private.pem"
+    private.write_bytes(keys[0])
+    command = [sys.executable, "-m", "layersync_server", "mint-token", "--private-key", str(private),
+               "--document-id", "d", "--user-id", "u", "--default-group", "team",
+               "--creator-name", "U. Ser", "--collaboration-permissions",
+               "annotations:view:all,annotations:edit:self", "--collaboration-permissions",
+               "comments:*:group=team"]
+    minted = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+    claims = jwt.decode(minted, options={"verify_signature": False})
+    assert claims["collaboration_permissions"] == ["annotations:view:all", "annotations:edit:self",
+                                                   "comments:*:group=team"]
+    assert claims["default_group"] == "team" and claims["creator_name"] == "U. Ser"
+    bad = subprocess.run(command[:-1] + ["comments:peek:all"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "'comments:peek:all'" in bad.stderr
