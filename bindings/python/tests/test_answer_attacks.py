@@ -69,3 +69,73 @@ def test_a_pdf_whose_bytes_do_not_match_its_etag_is_refused(make_client, server,
     doc.download(wait=True, timeout=WAIT_S)
     with open(doc.pdf_path, "rb") as stored:
         assert stored.read() == original
+
+
+def records(doc: layersync.Document) -> dict:
+    return {r["id"]: r for r in doc.list_annotations()}
+
+
+def wait_until(predicate, timeout: float = WAIT_S, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def largest_revision_once(endpoint: str):
+    """A rule that sets the layer revision of the first ``endpoint`` answer to 2^63-1 (a valid
+    number, a lie about the layer), then forwards."""
+    done: list[bool] = []
+
+    def garble(status, headers, body):
+        answer = json.loads(body)
+        answer["revision"] = MAX_REVISION
+        if not answer.get("has_more"):
+            answer["next_since"] = MAX_REVISION
+        return json.dumps(answer).encode()
+
+    def rule(request):
+        if request.endpoint != endpoint or done:
+            return FORWARD
+        done.append(True)
+        return Action.mutate(garble)
+    return rule
+
+
+@pytest.mark.parametrize("endpoint", ["changes", "sync"])
+def test_an_answer_claiming_the_largest_revision_does_not_wedge_the_layer(make_client, server, uploaded, proxy, endpoint):
+    """A long-poll or sync answer whose layer revision is 2^63-1 passes every check of its own
+    (it is in range, no record above it) and moves the cursor there; every correct answer
+    after it has a revision below the cursor and is refused. Once the server answers correctly
+    the layer must resume by itself (issue 18: a layer never gets stuck): the client finds its
+    cursor ahead of the server's layer and downloads the snapshot again, keeping its pending
+    changes."""
+    doc_id = uploaded()
+    client = client_through(make_client, proxy, sync_delay_s=0.2, long_poll_wait_s=1)
+    doc = client.document_for_jwt(server.mint_token(doc_id))
+    doc.download(wait=True, timeout=WAIT_S)
+    proxy.set_rule(largest_revision_once(endpoint))
+    if endpoint == "changes":
+        doc.start_listening()
+        wait_until(lambda: proxy.count("changes") >= 2, what="a second long-poll")
+    else:
+        doc.create_annotation(note("before the lie"))
+        doc.sync(wait=True, timeout=WAIT_S)
+    # The server moves on; the client must see it and get its own edit through.
+    server.admin_request(f"/api/documents/{doc_id}/annotations", method="POST",
+                         json_body={"content": note("from the server")})
+    mine = doc.create_annotation(note("after the lie"))["id"]
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            doc.sync(wait=True, timeout=WAIT_S)
+        except layersync.InvalidServerDataError:
+            pass
+        if not doc.has_unsynced_changes and records(doc) == server.annotations(doc_id):
+            break
+        time.sleep(0.5)
+    doc.stop_listening()
+    assert mine in server.annotations(doc_id), "the local edit never reached the server"
+    assert records(doc) == server.annotations(doc_id), "the client never equalled the server"
