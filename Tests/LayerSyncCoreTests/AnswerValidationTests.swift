@@ -340,7 +340,7 @@ final class AnswerValidationTests {
         let proxy = try FaultProxy(upstreamPort: server.port)
         let client = try server.makeClient("a", url: proxy.url)
         let document = try downloaded(client)
-        #expect(try admin("POST", "/api/documents/doc/annotations", body: TestServer.note("admin one")) == 200)
+        #expect(try admin("POST", "/api/documents/doc/annotations", body: "{\"content\": \(TestServer.note("admin one"))}") == 200)
         let before = try storeState(document)
         let snapshotsBefore = proxy.requestLines.filter { $0.contains("/records?since=0 ") }.count
         proxy.setRule { head in
