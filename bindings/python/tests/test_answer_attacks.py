@@ -139,3 +139,16 @@ def test_an_answer_claiming_the_largest_revision_does_not_wedge_the_layer(make_c
     doc.stop_listening()
     assert mine in server.annotations(doc_id), "the local edit never reached the server"
     assert records(doc) == server.annotations(doc_id), "the client never equalled the server"
+
+
+def test_the_servers_annotations_are_all_listed_past_the_admin_listings_limit(server, uploaded):
+    """``ReferenceServer.annotations`` (what every convergence check compares the clients with)
+    lists every live record: the admin JSON listing stops at 1000 (``"truncated": true``), and a
+    180 s soak grows past that, where each client then seemed to have records the server had
+    not."""
+    doc_id = uploaded()
+    before = len(server.annotations(doc_id))
+    for start in range(0, 1005, 335):
+        server.admin_request(f"/api/documents/{doc_id}/annotations", method="POST",
+                             json_body={"annotations": [{"content": note(f"bulk {i}")} for i in range(start, start + 335)]})
+    assert len(server.annotations(doc_id)) == before + 1005
