@@ -132,7 +132,7 @@ def edit_while_garbled(client, doc, server, doc_id: str, rng: random.Random, adm
         if step % 3 == 0:
             for burst in range(admin_burst):
                 server.admin_request(f"/api/documents/{doc_id}/annotations", method="POST",
-                                     json_body=note(f"admin {step}.{burst}"))
+                                     json_body={"content": note(f"admin {step}.{burst}")})
         if step % 4 == 0:
             try:
                 doc.sync(wait=True, timeout=WAIT_S)
