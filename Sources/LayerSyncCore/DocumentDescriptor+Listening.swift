@@ -81,6 +81,21 @@ extension DocumentDescriptor {
                 noteAuthenticationFailure(error, token: token)
                 return
             } catch {
+                if error.code == .invalidServerData, isCurrentListener(generation) {
+                    // A cursor ahead of the server's layer refuses every answer: re-based, asked again at once.
+                    let rebased: Bool = workQueue.sync { [self] in
+                        guard (try? rebaseIfCursorIsAheadOfServer(after: error, token: token, cancellation: cancellation)) ?? false else {
+                            return false
+                        }
+                        publishState()
+                        if hasUnsyncedChanges { scheduleAutoSync() }
+                        return true
+                    }
+                    if rebased {
+                        failures = 0
+                        continue
+                    }
+                }
                 failures += 1
                 _ = wake.wait(timeout: .now() + Self.backoffSeconds(failures: failures))
             }

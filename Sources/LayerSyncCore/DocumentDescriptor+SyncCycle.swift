@@ -79,7 +79,15 @@ extension DocumentDescriptor {
                 throw LayerSyncError(.accessDenied, "the server rejected the current JWT; call reauthenticate(jwt:)")
             }
             setActivity(.sendingChanges)
-            let storedSyncTime = try exchangeChanges(token: token, cancellation: cancellation)
+            var storedSyncTime: Bool
+            do throws(LayerSyncError) {
+                storedSyncTime = try exchangeChanges(token: token, cancellation: cancellation)
+            } catch {
+                // A cursor ahead of the server's layer refuses every answer: re-based, one more try.
+                let rebased = (try? rebaseIfCursorIsAheadOfServer(after: error, token: token, cancellation: cancellation)) ?? false
+                guard rebased else { throw error }
+                storedSyncTime = try exchangeChanges(token: token, cancellation: cancellation)
+            }
             mutableState.withLock { $0.syncCycle.finish(failedOffline: false) }
             if !storedSyncTime { try? store.setMeta("last_sync_time", String(Self.wallClockSeconds()), durability: .relaxed) }
             setActivity(nil)

@@ -1,5 +1,6 @@
 import Dispatch
 import LayerSyncModel
+import LayerSyncTransport
 
 /// Retrying after a server answer that failed the checks of the model decoders
 /// (`.invalidServerData`, protocol.md "What a client checks") or a server error (5xx): nothing
@@ -47,5 +48,31 @@ extension DocumentDescriptor {
             guard mutableState.withLock({ $0.syncCycle.isArmedDebounceTimer(generation) }) else { return }
             requestSyncCycle()
         }
+    }
+}
+
+/// A cursor ahead of the server's layer. An answer that claims a layer revision far above the
+/// real one (2^63-1, say) passes every check of its own and moves `since` there; each correct
+/// answer after it then has a revision below the `since` sent and is refused (protocol.md "What
+/// a client checks"), for good: retrying cannot help. So after an answer the checks refused,
+/// the layer's revision is asked for once more (`GET records?since=0&limit=1`, the smallest
+/// snapshot page); when it carries the epoch held and a revision below the cursor, the
+/// cursor is wrong, not the answer, and the layer is re-based on the server's snapshot
+/// (pending changes kept), as for an epoch change.
+extension DocumentDescriptor {
+    /// After `error`, re-bases the layer when its cursor is ahead of the server's layer. Call
+    /// on the work queue.
+    /// - Returns: Whether it re-based (the failed request can be made again at once).
+    /// - Throws: The errors of the check request and of the re-base.
+    func rebaseIfCursorIsAheadOfServer(after error: LayerSyncError, token: String,
+                                       cancellation: TransferCancellation) throws(LayerSyncError) -> Bool {
+        guard error.code == .invalidServerData, let held = try store.epoch() else { return false }
+        let since = try store.since()
+        guard since > 0 else { return false }
+        let check = try context.server.records(documentID: documentID, layer: layerName, since: 0, epoch: held,
+                                               limit: 1, jwt: token, session: workSession, cancellation: cancellation)
+        guard check.epoch == held, check.revision < since else { return false }
+        try rebase(token: token, cancellation: cancellation)
+        return true
     }
 }

@@ -1,7 +1,7 @@
 /// SHA-256 (FIPS 180-4), for content-addressed attachment ids. Small and allocation-light;
 /// the engine hashes attachments once when they are added or downloaded.
 package enum SHA256 {
-    private static let k: [UInt32] = [
+    fileprivate static let k: [UInt32] = [
         0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
         0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
         0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
@@ -14,42 +14,90 @@ package enum SHA256 {
 
     /// The lowercase hex digest of `bytes` (64 characters).
     package static func hex<C: Collection>(_ bytes: C) -> String where C.Element == UInt8 {
-        var h: [UInt32] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]
-        var message = Array(bytes)
-        let bitLength = UInt64(message.count) * 8
-        message.append(0x80)
-        while message.count % 64 != 56 { message.append(0) }
-        for shift in stride(from: 56, through: 0, by: -8) { message.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
-        var w = [UInt32](repeating: 0, count: 64)
-        for chunk in stride(from: 0, to: message.count, by: 64) {
+        var hasher = Hasher()
+        hasher.update(Array(bytes))
+        return hasher.finalize()
+    }
+
+    /// An incremental SHA-256: bytes fed in pieces (a streamed download) give the digest of
+    /// their concatenation.
+    package struct Hasher: Sendable {
+        private var h: [UInt32] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]
+        /// Bytes not yet forming a whole 64-byte block.
+        private var pending: [UInt8] = []
+        private var length: UInt64 = 0
+
+        package init() {}
+
+        /// Feeds `bytes`.
+        package mutating func update(_ bytes: UnsafeRawBufferPointer) {
+            length &+= UInt64(bytes.count)
+            var index = 0
+            if !pending.isEmpty {
+                let take = min(64 - pending.count, bytes.count)
+                pending.append(contentsOf: bytes[0..<take])
+                index = take
+                guard pending.count == 64 else { return }
+                let block = pending
+                pending.removeAll(keepingCapacity: true)
+                block.withUnsafeBytes { compress($0, at: 0) }
+            }
+            while bytes.count - index >= 64 {
+                compress(bytes, at: index)
+                index += 64
+            }
+            pending.append(contentsOf: bytes[index...])
+        }
+
+        /// Feeds `bytes`.
+        package mutating func update(_ bytes: [UInt8]) {
+            bytes.withUnsafeBytes { update($0) }
+        }
+
+        /// The lowercase hex digest of everything fed (64 characters).
+        package func finalize() -> String {
+            var copy = self
+            let bitLength = length &* 8
+            var tail: [UInt8] = [0x80]
+            while (pending.count + tail.count) % 64 != 56 { tail.append(0) }
+            for shift in stride(from: 56, through: 0, by: -8) { tail.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
+            let saved = copy.length
+            copy.update(tail)
+            copy.length = saved
+            return copy.h.map { word in
+                let text = String(word, radix: 16)
+                return String(repeating: "0", count: 8 - text.count) + text
+            }.joined()
+        }
+
+        private static func rotr(_ x: UInt32, _ n: UInt32) -> UInt32 { SHA256.rotr(x, n) }
+
+        private mutating func compress(_ bytes: UnsafeRawBufferPointer, at chunk: Int) {
+            var w = [UInt32](repeating: 0, count: 64)
             for i in 0..<16 {
                 let j = chunk + i * 4
-                w[i] = UInt32(message[j]) << 24 | UInt32(message[j + 1]) << 16 | UInt32(message[j + 2]) << 8 | UInt32(message[j + 3])
+                w[i] = UInt32(bytes[j]) << 24 | UInt32(bytes[j + 1]) << 16 | UInt32(bytes[j + 2]) << 8 | UInt32(bytes[j + 3])
             }
             for i in 16..<64 {
-                let s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3)
-                let s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10)
+                let s0 = Self.rotr(w[i - 15], 7) ^ Self.rotr(w[i - 15], 18) ^ (w[i - 15] >> 3)
+                let s1 = Self.rotr(w[i - 2], 17) ^ Self.rotr(w[i - 2], 19) ^ (w[i - 2] >> 10)
                 w[i] = w[i - 16] &+ s0 &+ w[i - 7] &+ s1
             }
             var (a, b, c, d, e, f, g, hh) = (h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])
             for i in 0..<64 {
-                let s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)
+                let s1 = Self.rotr(e, 6) ^ Self.rotr(e, 11) ^ Self.rotr(e, 25)
                 let choice = (e & f) ^ (~e & g)
-                let t1 = hh &+ s1 &+ choice &+ k[i] &+ w[i]
-                let s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)
+                let t1 = hh &+ s1 &+ choice &+ SHA256.k[i] &+ w[i]
+                let s0 = Self.rotr(a, 2) ^ Self.rotr(a, 13) ^ Self.rotr(a, 22)
                 let majority = (a & b) ^ (a & c) ^ (b & c)
                 let t2 = s0 &+ majority
                 (hh, g, f, e, d, c, b, a) = (g, f, e, d &+ t1, c, b, a, t1 &+ t2)
             }
             h[0] &+= a; h[1] &+= b; h[2] &+= c; h[3] &+= d; h[4] &+= e; h[5] &+= f; h[6] &+= g; h[7] &+= hh
         }
-        return h.map { word in
-            let text = String(word, radix: 16)
-            return String(repeating: "0", count: 8 - text.count) + text
-        }.joined()
     }
 
-    private static func rotr(_ x: UInt32, _ n: UInt32) -> UInt32 { (x >> n) | (x << (32 - n)) }
+    fileprivate static func rotr(_ x: UInt32, _ n: UInt32) -> UInt32 { (x >> n) | (x << (32 - n)) }
 
     /// Whether `text` looks like a SHA-256 hex digest (64 lowercase hex digits).
     package static func isDigest(_ text: String) -> Bool {

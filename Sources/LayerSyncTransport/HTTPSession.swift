@@ -19,6 +19,9 @@ struct HTTPRequest: Sendable {
     var timeoutSeconds: Double = 30
     /// If set, the response body of a 2xx answer is written to this file descriptor instead of memory.
     var bodyFileDescriptor: Int32?
+    /// Whether to compute the SHA-256 of the 2xx body written to `bodyFileDescriptor`
+    /// (``HTTPResponse/fileSHA256``).
+    var hashFileBody = false
     /// Called with (bytes received, bytes expected or -1) as the body arrives.
     var progress: (@Sendable (Int64, Int64) -> Void)?
 }
@@ -31,6 +34,8 @@ struct HTTPResponse: Sendable {
     var headers: [String: String]
     /// The body (empty if it was streamed to a file).
     var body: [UInt8]
+    /// The SHA-256 hex of the bytes streamed to the file, when ``HTTPRequest/hashFileBody`` asked for it.
+    var fileSHA256: String? = nil
 }
 
 /// A libcurl-backed HTTP client for one lane of work (one request at a time).
@@ -88,6 +93,7 @@ package final class HTTPSession: Sendable {
         var headers: [String: String] = [:]
         var body: [UInt8] = []
         var fileDescriptor: Int32?
+        var fileHasher: SHA256.Hasher?
         var writeFailed = false
         var progress: (@Sendable (Int64, Int64) -> Void)?
         var lastReported: curl_off_t = -1
@@ -101,6 +107,7 @@ package final class HTTPSession: Sendable {
         let handle = easy
         let context = TransferContext(cancellation: cancellation)
         context.fileDescriptor = request.bodyFileDescriptor
+        if request.hashFileBody { context.fileHasher = SHA256.Hasher() }
         context.progress = request.progress
         let contextPointer = Unmanaged.passUnretained(context).toOpaque()
         var headerList: UnsafeMutablePointer<curl_slist>?
@@ -159,6 +166,7 @@ package final class HTTPSession: Sendable {
                     }
                     offset += written
                 }
+                context.fileHasher?.update(UnsafeRawBufferPointer(start: pointer, count: length))
             } else {
                 context.body.append(contentsOf: UnsafeRawBufferPointer(start: pointer, count: length))
             }
@@ -204,7 +212,8 @@ package final class HTTPSession: Sendable {
             }
             var status = 0
             _ = ls_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
-            return HTTPResponse(status: status, headers: context.headers, body: context.body)
+            return HTTPResponse(status: status, headers: context.headers, body: context.body,
+                                fileSHA256: context.fileHasher?.finalize())
         }
     }
 }

@@ -67,21 +67,37 @@ package final class SyncServer: Sendable {
         return info
     }
 
-    /// `GET /sync/v1/documents/{id}/pdf`, streamed into a file.
+    /// `GET /sync/v1/documents/{id}/pdf`, streamed into a file, and checked against the
+    /// answer's strong `ETag` (the quoted SHA-256 hex of the bytes, protocol.md): bytes that
+    /// were garbled or cut on the way while `Content-Length` agreed are refused. An answer
+    /// without such an ETag (none, weak, or not a SHA-256) is taken as it is.
     /// - Parameters:
     ///   - documentID: The document.
     ///   - jwt: The token.
     ///   - fileDescriptor: Where the bytes go.
     ///   - progress: Called with (bytes done, bytes total or -1).
     /// - Returns: The number of bytes received.
-    /// - Throws: Mapped HTTP errors, `.requestFailed`, `.couldNotWriteToDisk`, `.cancelled`.
+    /// - Throws: Mapped HTTP errors, `.requestFailed`, `.couldNotWriteToDisk`, `.cancelled`;
+    ///   `.invalidServerData` when the bytes do not match the ETag's SHA-256.
     package func downloadPDF(documentID: String, jwt: String, fileDescriptor: Int32, progress: @escaping @Sendable (Int64, Int64) -> Void,
                      session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) {
         var request = HTTPRequest(url: url.url("/sync/v1/documents/\(ServerURL.encodeSegment(documentID))/pdf"))
         request.bodyFileDescriptor = fileDescriptor
         request.progress = progress
         request.timeoutSeconds = 0  // large files: rely on connect timeout + cancellation
-        _ = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+        request.hashFileBody = true
+        let response = try send(request, jwt: jwt, session: session, cancellation: cancellation)
+        if let expected = Self.strongSHA256(etag: response.headers["etag"]), let received = response.fileSHA256, received != expected {
+            throw LayerSyncError(.invalidServerData, "PDF download of \(documentID): the bytes received have SHA-256 \(received), "
+                                 + "the answer's ETag says \(expected) (garbled or cut on the way)")
+        }
+    }
+
+    /// The SHA-256 hex a strong ETag names (`"<64 hex digits>"`), `nil` for none, a weak one, or another shape.
+    static func strongSHA256(etag: String?) -> String? {
+        guard let etag, etag.hasPrefix("\""), etag.hasSuffix("\""), etag.count == 66 else { return nil }
+        let digest = String(etag.dropFirst().dropLast()).lowercased()
+        return SHA256.isDigest(digest) ? digest : nil
     }
 
     /// `GET .../records?since=` (snapshot or delta page).

@@ -205,6 +205,26 @@ final class AttachmentTests {
                 == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3")
     }
 
+    /// The streamed PDF download hashes the bytes as they arrive, in pieces of any size.
+    @Test func sha256FedInPiecesEqualsTheDigestOfTheWhole() {
+        let bytes = (0..<1_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        for pieces in [[1_000], [1, 999], [63, 1, 64, 872], [55, 1, 8, 936], [64, 64, 872], Array(repeating: 1, count: 1_000)] {
+            var hasher = SHA256.Hasher()
+            var offset = 0
+            for count in pieces {
+                hasher.update(Array(bytes[offset..<offset + count]))
+                offset += count
+            }
+            #expect(hasher.finalize() == SHA256.hex(bytes), "pieces \(pieces.prefix(4))")
+        }
+        #expect(SHA256.Hasher().finalize() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        let digest = SHA256.hex(bytes)
+        #expect(SyncServer.strongSHA256(etag: "\"\(digest)\"") == digest)
+        #expect(SyncServer.strongSHA256(etag: "W/\"\(digest)\"") == nil)
+        #expect(SyncServer.strongSHA256(etag: "\"abc\"") == nil)
+        #expect(SyncServer.strongSHA256(etag: nil) == nil)
+    }
+
     @Test func attachmentsAreUploadedBeforeTheirRecordAndDownloadedLazily() throws {
         try server.upload(documentID: "doc")
         let (a, aEvents) = try helper.makeClient("a")

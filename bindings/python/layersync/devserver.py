@@ -174,10 +174,14 @@ class ReferenceServer:
         return json.loads(self.admin_request(path).decode("utf-8"))
 
     def annotations(self, document_id: str, layer: str | None = None) -> dict[str, dict[str, Any]]:
-        """The server's live annotations of a layer: ``{id: content}``."""
+        """The server's live annotations of a layer: ``{id: content}``, all of them (the
+        NDJSON listing: the JSON one stops at 1000 with ``"truncated": true``)."""
         if layer:
             path = f"/api/documents/{document_id}/layers/{urllib.parse.quote(layer, safe='')}/annotations"
         else:
             path = f"/api/documents/{document_id}/annotations"
-        data = self.admin_json(path)["data"]
-        return {a["id"]: a["content"] for a in data["annotations"]}
+        request = urllib.request.Request(self.url + path, headers={
+            "Authorization": f'Token token="{self.admin_token}"', "Accept": "application/x-ndjson"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            lines = response.read().decode("utf-8").splitlines()
+        return {a["id"]: a["content"] for a in map(json.loads, filter(None, lines))}
