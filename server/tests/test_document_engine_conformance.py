@@ -29,6 +29,7 @@ patch gives it ``type: pspdfkit/comment-marker``, what Instant JSON names it.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import re
@@ -53,8 +54,12 @@ VENDOR_SPEC = SHARED / "vendor" / "document-engine" / "document-engine-api.yml"
 SAMPLE = "sample-files-024-annotated_pdf.pdf"
 LAYER = "conformance"
 ANNOTATION = "conformance-note"
+BOOKMARK = "conformance-bookmark"
+FORM_FIELD = "conformance-field"
 #: The vendor's path parameter names → ours.
-PARAMETER_NAMES = {"documentId": "document_id", "layerName": "layer", "annotationId": "annotation_id"}
+PARAMETER_NAMES = {"documentId": "document_id", "layerName": "layer", "annotationId": "annotation_id",
+                   "pageIndex": "page_index", "bookmarkId": "bookmark_id", "formFieldId": "form_field_id",
+                   "attachmentId": "attachment_id"}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
 #: Generated requests per operation (on top of the vendor's examples).
@@ -271,17 +276,45 @@ def _unique(body, method: str, path: str):
 
 @pytest.fixture
 def fixtures(server) -> dict:
-    """Path parameters of real resources: a new document, a layer and an annotation
-    (in both the default layer and the layer)."""
+    """Path parameters of real resources: a new document, a layer, page 0, and an
+    annotation, a bookmark and a form field in both the default layer and the layer,
+    and a stored attachment."""
     doc = server.new_document(SAMPLE)
     admin = server.admin()
     made = server.http.post(f"/api/documents/{doc}/layers", headers=admin, json={"name": LAYER})
     assert made.status_code == 200, made.text
+    bookmark = {"type": "pspdfkit/bookmark", "v": 1, "action": {"type": "goTo", "pageIndex": 0}}
+    field = {"v": 1, "type": "pspdfkit/form-field/text", "name": "conformance-field", "label": "F",
+             "annotationIds": [], "doNotSpellCheck": False, "doNotScroll": False, "multiLine": False,
+             "comb": False, "defaultValue": ""}
     for prefix in (f"/api/documents/{doc}", f"/api/documents/{doc}/layers/{LAYER}"):
-        made = server.http.post(prefix + "/annotations", headers=admin,
-                                json={"id": ANNOTATION, "content": note("conformance")})
-        assert made.status_code == 200, made.text
-    return {"documentId": doc, "layerName": LAYER, "annotationId": ANNOTATION}
+        for path, body in (("/annotations", {"id": ANNOTATION, "content": note("conformance")}),
+                           ("/bookmarks", {"id": BOOKMARK, "content": bookmark}),
+                           ("/form-fields", {"formFields": [{"id": FORM_FIELD, "content": field}]})):
+            made = server.http.post(prefix + path, headers=admin, json=body)
+            assert made.status_code == 200, made.text
+    data = b"\x89PNG conformance attachment"
+    sha = hashlib.sha256(data).hexdigest()
+    stored = server.http.put(f"/sync/v1/documents/{doc}/attachments/{sha}", content=data,
+                             headers={"Authorization": f"Bearer {server.token(doc)}", "Content-Type": "image/png"})
+    assert stored.status_code in (200, 201), stored.text
+    return {"documentId": doc, "layerName": LAYER, "annotationId": ANNOTATION, "pageIndex": "0",
+            "bookmarkId": BOOKMARK, "formFieldId": FORM_FIELD, "attachmentId": sha}
+
+
+#: Known differences from the vendor's spec, found when the suite first reached the routes
+#: with page, bookmark, form-field and attachment ids (not fixed yet; strict: fixing one
+#: makes its case fail until it is removed here).
+KNOWN_NONCONFORMING = {
+    **{("GET", prefix + "/document.json"): "bookmark and form-field records are listed in "
+       "`annotations` (they belong in `bookmarks` and `formFields`)" for prefix in
+       ("/api/documents/{documentId}", "/api/documents/{documentId}/layers/{layerName}")},
+    **{("GET", prefix + "/annotations"): "bookmark and form-field records are listed as annotations"
+       for prefix in ("/api/documents/{documentId}", "/api/documents/{documentId}/layers/{layerName}")},
+    **{("DELETE", prefix + "/bookmarks/{bookmarkId}"): "a bookmark already deleted answers 404, "
+       "which the spec does not document" for prefix in
+       ("/api/documents/{documentId}", "/api/documents/{documentId}/layers/{layerName}")},
+}
 
 
 def _check(case, server) -> None:
@@ -292,6 +325,8 @@ def _check(case, server) -> None:
 def test_vendor_operation(method, path, server, our_operations, request):
     if (method, _our_template(path)) not in our_operations:
         pytest.skip(f"not offered by LayerSync: {method} {path}")
+    if (method, path) in KNOWN_NONCONFORMING:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_NONCONFORMING[(method, path)], strict=True))
     ids = request.getfixturevalue("fixtures")
     operation = _schema()[path][method]
     path_parameters = {name: ids[name] for name in re.findall(r"\{(\w+)\}", path)}
