@@ -84,8 +84,14 @@ test-c-valgrind: build
 	cmake --build build/ctest-valgrind
 	ctest --test-dir build/ctest-valgrind -L c --output-on-failure
 
+# The two pytest suites run on TEST_JOBS workers (pytest-xdist), a test file per worker
+# (--dist loadfile: a file's fixtures and servers stay in one process). TEST_JOBS=0 runs
+# them in this process, as plain pytest does.
+TEST_JOBS ?= 2
+PYTEST_JOBS = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+
 test-python: build
-	$(PY) -m pytest -q bindings/python/tests
+	$(PY) -m pytest -q $(PYTEST_JOBS) bindings/python/tests
 
 # Not in `make test` (which runs the same test for 35 s of faults): 3 client processes, faults,
 # kill -9, token expiry and a server restart for SOAK_SECONDS; the seed is printed and
@@ -97,7 +103,7 @@ soak: build
 
 test-server: setup
 	$(PY) -m pytest -q formats/tests
-	$(PY) -m pytest -q server/tests
+	$(PY) -m pytest -q $(PYTEST_JOBS) server/tests
 
 # Benchmarks (bench/README.md): not part of `make test`; `bench-smoke` keeps the harness
 # from rotting in CI with tiny sizes. Peers (Kinto, pycrdt-websocket) live in their own venv.
