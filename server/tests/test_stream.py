@@ -150,6 +150,7 @@ class Stream:
     def __init__(self, server):
         self.server = server
         self.http = server.http
+        self._since: dict = {}
 
     def open(self, document_id: str, **kwargs) -> EventStream:
         return EventStream(self.server.url, self.server.token(document_id), **kwargs)
@@ -169,9 +170,11 @@ class Stream:
 
     def push(self, document_id: str, record_id: str, layer: str = "", text: str = "x",
              user_id: str = "alice", **content) -> int:
+        key = (document_id, layer)
         response = self.server.sync(document_id, [change("create", record_id, note(text, **content))],
-                                    layer=layer, user_id=user_id)
+                                    since=self._since.get(key, 0), layer=layer, user_id=user_id)
         assert response.status_code == 200 and response.json()["accepted"], response.text
+        self._since[key] = response.json()["revision"]  # (no answer of everything since 0)
         return response.json()["revision"]
 
     def metric(self, name: str) -> float:
@@ -180,8 +183,9 @@ class Stream:
                    if line.startswith(name + " ") or line.startswith(name + "{"))
 
 
-@pytest.fixture
-def stream_server(tmp_path, keys):
+@pytest.fixture(scope="module")
+def stream_server(tmp_path_factory, keys):
+    tmp_path = tmp_path_factory.mktemp("stream")
     process, server = start_server(tmp_path, str(tmp_path / "db.sqlite"), *keys,
                                    env=STREAM_ENV)
     server.process = process
@@ -217,6 +221,7 @@ def test_fifty_layers_on_one_connection(stream_server):
     s = stream_server
     doc = s.server.new_document()
     sockets_before = _sockets_of(s.server.process.pid)
+    streams, subscriptions = s.metric("layersync_open_streams"), s.metric("layersync_stream_subscriptions")
     stream = s.open(doc)
     assert stream.status == 200 and stream.headers["content-type"].startswith("text/event-stream")
     layers = [f"layer-{i}" for i in range(50)]
@@ -224,8 +229,8 @@ def test_fifty_layers_on_one_connection(stream_server):
         answer = s.subscribe(stream.stream_id, doc, layer)
         assert answer.status_code == 200, answer.text
         assert answer.json()["subscribed"] is True and answer.json()["revision"] == 0
-    assert s.metric("layersync_open_streams") == 1
-    assert s.metric("layersync_stream_subscriptions") == 50
+    assert s.metric("layersync_open_streams") == streams + 1
+    assert s.metric("layersync_stream_subscriptions") == subscriptions + 50
     assert s.metric("layersync_open_long_polls") == 0
     # the stream is the one connection the server holds for this client (the requests
     # above went over the fixture's one keep-alive connection, opened before)
@@ -312,6 +317,7 @@ def test_subscribe_and_unsubscribe_while_changes_flow(stream_server):
 def test_expiry_of_one_subscription_ends_it_alone(stream_server):
     s = stream_server
     doc = s.server.new_document()
+    subscriptions = s.metric("layersync_stream_subscriptions")
     stream = s.open(doc)
     assert s.subscribe(stream.stream_id, doc, "short", expires_in_s=2).status_code == 200
     assert s.subscribe(stream.stream_id, doc, "long").status_code == 200
@@ -324,7 +330,7 @@ def test_expiry_of_one_subscription_ends_it_alone(stream_server):
     data = stream.next("changes")
     assert data["layer"] == "long" and [r["id"] for r in data["records"]] == ["other"]
     assert stream.quiet(0.3) == []
-    assert s.metric("layersync_stream_subscriptions") == 1
+    assert s.metric("layersync_stream_subscriptions") == subscriptions + 1
     stream.close()
 
 
@@ -364,12 +370,13 @@ def test_deleted_layer_ends_with_not_found(stream_server):
 def test_epoch_mismatch_answers_reset(stream_server):
     s = stream_server
     doc = s.server.new_document()
+    subscriptions = s.metric("layersync_stream_subscriptions")
     stream = s.open(doc)
     answer = s.subscribe(stream.stream_id, doc, "", since=3, epoch="not-this-one")
     assert answer.status_code == 200
     epoch = answer.json()["epoch"]
     assert stream.next("reset") == {"document_id": doc, "layer": "", "epoch": epoch}
-    assert s.metric("layersync_stream_subscriptions") == 0
+    assert s.metric("layersync_stream_subscriptions") == subscriptions
     stream.close()
 
 
@@ -442,14 +449,24 @@ def test_slow_reader_does_not_stall_others(stream_server):
     for stream in (slow, fast):
         assert s.subscribe(stream.stream_id, doc, "busy").status_code == 200
     revisions = []
-    started = time.monotonic()
-    for i in range(60):
-        revisions.append(s.push(doc, f"big{i}", "busy", text=big))
-        data = fast.next("changes", timeout=5)
-        assert [r["revision"] for r in data["records"]] == [revisions[-1]]
-    assert time.monotonic() - started < 30
+    # push until the slow reader's queue overflowed (the socket buffers hold a few MB
+    # first); the other client gets every page at once all along
+    notices = s.metric("layersync_stream_notices")
+    while s.metric("layersync_stream_notices") < notices + 1:
+        assert len(revisions) < 600, "no notice after 24 MB the client did not read"
+        for i in range(10):
+            started = time.monotonic()
+            revisions.append(s.push(doc, f"big{len(revisions)}", "busy", text=big))
+            data = fast.next("changes", timeout=5)
+            assert [r["revision"] for r in data["records"]] == [revisions[-1]]
+            assert time.monotonic() - started < 2
+    for i in range(QUEUE_PAGES * 2):  # (more pages meanwhile: the same one notice)
+        revisions.append(s.push(doc, f"more{i}", "busy"))
+        assert fast.next("changes")["revision"] == revisions[-1]
+    assert s.metric("layersync_stream_notices") == notices + 1
     # the slow reader reads again: pages in order, one notice for what did not fit in
     # its queue, then live pages again from the notice's revision
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
     slow.resume()
     cursor, noticed = 0, []
     while cursor < revisions[-1]:
@@ -462,7 +479,6 @@ def test_slow_reader_does_not_stall_others(stream_server):
             assert name == "changes" and data["since"] == cursor, (name, data, cursor)
             cursor = data["next_since"]
     assert len(noticed) == 1, noticed
-    assert s.metric("layersync_stream_notices") >= 1
     last = s.push(doc, "after", "busy")
     data = slow.next("changes")
     assert data["since"] == revisions[-1] and data["revision"] == last
