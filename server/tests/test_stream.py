@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import change, note, start_server, stop_server
+from conftest import CORPUS, change, note, start_server, stop_server
 from layersync_server.permissions import bare_tombstone
 
 QUEUE_PAGES = 8
@@ -484,3 +484,124 @@ def test_slow_reader_does_not_stall_others(stream_server):
     assert data["since"] == revisions[-1] and data["revision"] == last
     fast.close()
     slow.close()
+
+
+def test_kill_9_mid_stream_then_resume_gives_everything_once(tmp_path, keys):
+    db = str(tmp_path / "db.sqlite")
+    process, server = start_server(tmp_path, db, *keys, env=STREAM_ENV)
+    s = Stream(server)
+    doc = server.new_document()
+    stream = s.open(doc)
+    assert s.subscribe(stream.stream_id, doc, "k").status_code == 200
+    pushed, cursor, seen = [], 0, []
+    for i in range(20):
+        pushed.append(f"k{i}")
+        s.push(doc, f"k{i}", "k")
+    while cursor < 20:
+        data = stream.next("changes")
+        assert data["since"] == cursor
+        seen += [r["id"] for r in data["records"]]
+        cursor = data["next_since"]
+    writer_failed = threading.Event()
+
+    def writer():  # changes keep coming while the server dies
+        for i in range(20, 1000):
+            try:
+                s.push(doc, f"k{i}", "k")
+            except (AssertionError, httpx.HTTPError):
+                writer_failed.set()
+                return
+            pushed.append(f"k{i}")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    time.sleep(0.3)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    thread.join()
+    assert writer_failed.is_set()
+    while True:  # what arrived before the connection broke is applied, nothing torn
+        name, data = stream.next(timeout=5)
+        if name == "<end>":
+            break
+        assert name == "changes" and data["since"] == cursor
+        seen += [r["id"] for r in data["records"]]
+        cursor = data["next_since"]
+    stream.close()
+    server.http.close()
+    process, server = start_server(tmp_path, db, *keys, env=STREAM_ENV)
+    try:
+        s = Stream(server)
+        s._since[(doc, "k")] = server.records(doc, layer="k")["revision"]
+        pushed.append("after-restart")
+        final = s.push(doc, "after-restart", "k")
+        stream = s.open(doc)
+        assert s.subscribe(stream.stream_id, doc, "k", since=cursor).status_code == 200
+        while cursor < final:
+            data = stream.next("changes")
+            assert data["since"] == cursor
+            seen += [r["id"] for r in data["records"]]
+            cursor = data["next_since"]
+        committed = [r["id"] for r in server.records(doc, layer="k", limit=1000)["records"]]
+        # every committed change once, in order; the push the kill cut may or may not be
+        assert seen == committed and len(set(seen)) == len(seen)
+        assert set(pushed) - set(seen) <= set(pushed[-2:-1])
+        stream.close()
+    finally:
+        stop_server(process, server)
+
+
+def test_two_processes_on_postgresql(tmp_path, pg_url, keys):
+    first = start_server(tmp_path, pg_url, *keys, env=STREAM_ENV)
+    second = start_server(tmp_path, pg_url, *keys, env=STREAM_ENV)
+    try:
+        a, b = Stream(first[1]), Stream(second[1])
+        doc = "pg-stream-" + uuid.uuid4().hex[:8]
+
+        assert a.server.upload((CORPUS / "sample-files-024-annotated_pdf.pdf").read_bytes(),
+                               doc).status_code == 200
+        on_a, on_b = a.open(doc), b.open(doc)
+        for s, stream in ((a, on_a), (b, on_b)):
+            assert s.subscribe(stream.stream_id, doc, "", since=3).status_code == 200
+            assert s.subscribe(stream.stream_id, doc, "r", jti="pg-revoke").status_code == 200
+        ids = []
+        for i in range(10):
+            (a if i % 2 else b).push(doc, f"p{i}")
+            a._since = b._since = {**a._since, **b._since}
+            ids.append(f"p{i}")
+        for stream in (on_a, on_b):
+            cursor, seen = 3, []
+            while len(seen) < 10:
+                data = stream.next("changes")
+                assert data["layer"] == "" and data["since"] == cursor
+                seen += [r["id"] for r in data["records"]]
+                cursor = data["next_since"]
+            assert seen == ids
+        # a token revoked through process A ends its subscription on process B as well
+        assert a.http.post("/api/revoke", json={"jti": "pg-revoke"},
+                           headers=a.server.admin()).status_code == 200
+        assert on_a.next("unsubscribed", timeout=2)["reason"] == "token_revoked"
+        assert on_b.next("unsubscribed", timeout=8)["reason"] == "token_revoked"
+        on_a.close()
+        on_b.close()
+    finally:
+        stop_server(*first)
+        stop_server(*second)
+
+
+def test_shutdown_says_bye(tmp_path, keys):
+    process, server = start_server(tmp_path, str(tmp_path / "db.sqlite"), *keys, env=STREAM_ENV)
+    s = Stream(server)
+    doc = server.new_document()
+    streams = [s.open(doc) for _ in range(3)]
+    for stream in streams:
+        assert s.subscribe(stream.stream_id, doc, "").status_code == 200
+        stream.next("changes")
+    started = time.monotonic()
+    stop_server(process, server)
+    assert process.returncode == 0
+    for stream in streams:
+        assert stream.next("bye", timeout=5) == {"reason": "shutdown"}
+        assert stream.next(timeout=5) == ("<end>", None)
+        stream.close()
+    assert time.monotonic() - started < 3
