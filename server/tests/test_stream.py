@@ -486,7 +486,7 @@ def test_slow_reader_does_not_stall_others(stream_server):
     slow.close()
 
 
-def test_kill_9_mid_stream_then_resume_gives_everything_once(tmp_path, keys):
+def test_kill_9_mid_stream_then_resume_gives_everything_once_and_stop_says_bye(tmp_path, keys):
     db = str(tmp_path / "db.sqlite")
     process, server = start_server(tmp_path, db, *keys, env=STREAM_ENV)
     s = Stream(server)
@@ -546,6 +546,13 @@ def test_kill_9_mid_stream_then_resume_gives_everything_once(tmp_path, keys):
         # every committed change once, in order; the push the kill cut may or may not be
         assert seen == committed and len(set(seen)) == len(seen)
         assert set(pushed) - set(seen) <= set(pushed[-2:-1])
+        # a clean stop (SIGTERM) ends the stream with bye, at once
+        started = time.monotonic()
+        stop_server(process, server)
+        assert process.returncode == 0
+        assert stream.next("bye", timeout=5) == {"reason": "shutdown"}
+        assert stream.next(timeout=5) == ("<end>", None)
+        assert time.monotonic() - started < 3
         stream.close()
     finally:
         stop_server(process, server)
@@ -588,20 +595,3 @@ def test_two_processes_on_postgresql(tmp_path, pg_url, keys):
         stop_server(*first)
         stop_server(*second)
 
-
-def test_shutdown_says_bye(tmp_path, keys):
-    process, server = start_server(tmp_path, str(tmp_path / "db.sqlite"), *keys, env=STREAM_ENV)
-    s = Stream(server)
-    doc = server.new_document()
-    streams = [s.open(doc) for _ in range(3)]
-    for stream in streams:
-        assert s.subscribe(stream.stream_id, doc, "").status_code == 200
-        stream.next("changes")
-    started = time.monotonic()
-    stop_server(process, server)
-    assert process.returncode == 0
-    for stream in streams:
-        assert stream.next("bye", timeout=5) == {"reason": "shutdown"}
-        assert stream.next(timeout=5) == ("<end>", None)
-        stream.close()
-    assert time.monotonic() - started < 3
