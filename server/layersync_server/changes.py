@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from layersync_server.errors import invalid_request
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
-from layersync_server.permissions import (COMMENT_TYPE, VALUE_TYPE, content_type_of,
-                                          forbidden_change, may, may_view_wire,
-                                          wire_records)
+from layersync_server.permissions import forbidden_change, may, may_view_wire, wire_records
+from layersync_server.record_kinds import ANNOTATION, COMMENT, COMMENT_TYPE, kind_of
+from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE as VALUE_TYPE
 from layersync_server.record_schema import record_schema_problem
 from layersync_server.storage.base import (KEEP_GROUP, LayerState, LayerWriter, RecordPage,
                                            StoredRecord, WriteWouldWait)
@@ -131,9 +131,8 @@ def _forced_creator(grant, content: dict) -> dict:
     """``content`` with ``creatorName`` forced to the token's ``creator_name`` (an
     annotation or comment; form fields and bookmarks have no author)."""
     name = grant.creator_name if grant is not None else None
-    record_type = content.get("type")
-    if (name is None or content.get("creatorName") == name or record_type == "pspdfkit/bookmark"
-            or content_type_of(record_type) == "form-fields"):
+    if (name is None or content.get("creatorName") == name
+            or kind_of(content) not in (ANNOTATION, COMMENT)):
         return content
     return {**content, "creatorName": name}
 
