@@ -86,6 +86,19 @@ def _rejected(change: dict, reason: str, message: str, server: StoredRecord | No
             "message": message, "server_record": server.to_wire() if server else None}
 
 
+def content_problem(content: object, content_ok: bool = False) -> str | None:
+    """Why ``content`` may not be a record's content, or None: it must be a JSON object
+    within :data:`MAX_JSON_DEPTH` without bad numbers or lone surrogates (``content_ok``:
+    known already) that passes the record schema (docs/protocol.md, "Record schema").
+    Every write of a client's content checks it: sync changes, rollback and restore."""
+    if not isinstance(content, dict):
+        return "content must be a JSON object"
+    problem = None if content_ok else json_problem(content, MAX_JSON_DEPTH)
+    if problem:  # depth, bad numbers, lone surrogates
+        return problem
+    return record_schema_problem(content)  # fields Instant JSON defines
+
+
 def _validation_problem(change: dict, content_ok: bool = False) -> str | None:
     """Why a change is ``invalid``, or None. ``change_id`` was checked by the caller;
     ``content_ok``: a dict ``content`` is known to pass :func:`json_problem`."""
@@ -96,13 +109,7 @@ def _validation_problem(change: dict, content_ok: bool = False) -> str | None:
         return ("id must be a string of 1..128 characters without control characters "
                 "or lone surrogates")
     if op in ("create", "update"):
-        content = change.get("content")
-        if not isinstance(content, dict):
-            return "content must be a JSON object"
-        problem = None if content_ok else json_problem(content, MAX_JSON_DEPTH)
-        if problem:  # depth, bad numbers, lone surrogates
-            return problem
-        problem = record_schema_problem(content)  # fields Instant JSON defines (docs/protocol.md)
+        problem = content_problem(change.get("content"), content_ok)
         if problem:
             return problem
     group = _group_of(change)
