@@ -267,6 +267,12 @@ class Bench:
                         "layer"]["recordCount"]
                     if count != n:
                         raise RuntimeError(f"server holds {count} records of {n} after sync")
+                    if claims is not None:  # the claim was in force: the records got its default group
+                        first = srv.admin_json(f"/api/documents/s2/layers/{layer}/annotations")["data"][
+                            "annotations"][0]
+                        if first["group"] != claims["default_group"]:
+                            raise RuntimeError(f"record {first['id']} is in group {first['group']!r}, "
+                                               f"not the claim's {claims['default_group']!r}")
                     create_s[mode].append(t1 - t0), sync_s[mode].append(t2 - t1)
                     rates[mode].append(n / (t2 - t1)), total_rates[mode].append(n / (t2 - t0))
                     self.log(f"s2 rep {rep}{mode}: {n} creates {t1 - t0:.2f} s, sync {t2 - t1:.2f} s "
