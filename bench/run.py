@@ -218,10 +218,17 @@ class Bench:
     def modes(self) -> list[tuple[str, dict[str, Any] | None]]:
         """The JWTs scenarios 2 and 3 run with: ``("", None)`` (no collaboration claim);
         with ``--permissions`` also ``(" perm", REVIEWER_CLAIMS)``, the same run measured
-        with a reviewer's claim, each repetition alternating the two (machine drift falls
-        on both alike)."""
+        with a reviewer's claim. Callers run both in every repetition, in the order
+        :meth:`in_turn` gives (machine drift falls on both alike)."""
         plain: list[tuple[str, dict[str, Any] | None]] = [("", None)]
         return plain + [(" perm", REVIEWER_CLAIMS)] if self.args.permissions else plain
+
+    @staticmethod
+    def in_turn(modes: list, rep: int) -> list:
+        """``modes`` in repetition ``rep``'s order: as given in even repetitions, reversed in
+        odd ones (ABBA), so a load that rises or falls during the run does not favour the
+        mode that runs first."""
+        return modes if rep % 2 == 0 else modes[::-1]
 
     def _permission_rows(self, scenario: str, metric: str, by_mode: dict[str, list[float]], unit: str,
                          higher_is_better: bool, *, verdict: bool = True, note: str = "") -> None:
@@ -249,7 +256,7 @@ class Bench:
             modes = self.modes()
             create_s, sync_s, rates, total_rates = ({m: [] for m, _ in modes} for _ in range(4))
             for rep in range(self.reps):
-                for mode, claims in modes:
+                for mode, claims in self.in_turn(modes, rep):
                     layer = f"push{rep}{mode.strip()}"
                     with layersync.Client(srv.url, str(self.storage("s2")), allow_insecure_http=True,
                                           sync_delay_s=None) as client:
@@ -314,7 +321,7 @@ class Bench:
             last: dict[str, tuple[list[float], dict[str, Any]]] = {}  # mode -> its last run
             # one run of `writes` per mode; with --permissions `reps` runs per mode, alternating
             for rep in range(self.reps if len(modes) > 1 else 1):
-                for mode, claims in modes:
+                for mode, claims in self.in_turn(modes, rep):
                     suffix = f"{rep}{mode.strip()}" if len(modes) > 1 else ""
                     lat = self._latency_run(srv, "s3", writes, suffix, claims)
                     c_lat = self._latency_c(srv, "s3", writes, suffix, claims)
