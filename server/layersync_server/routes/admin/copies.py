@@ -4,7 +4,8 @@ document, and copies of documents, as Document Engine's routes define them.
 - ``POST .../pdf_with_instant_json`` (default layer or ``.../layers/{layerName}``),
   multipart with an ``instant.json`` part (or the Instant JSON as the body): the PDF of
   the layer's live records with the Instant JSON applied on top (its ``annotations``,
-  ``comments``, ``formFieldValues`` and ``attachments``), written by the same export as
+  ``comments``, ``bookmarks``, ``formFields``, ``formFieldValues`` and ``attachments``:
+  what ``apply_instant_json`` reads), written by the same export as
   ``GET .../pdf``. Nothing is stored.
 - ``POST .../copy_with_instant_json``: the same PDF stored as a new document whose
   default layer holds those records exactly (ids, comments, ``customData``; what the PDF
