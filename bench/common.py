@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "bindings" / "python"))
 sys.path.insert(0, str(REPO / "server" / "tests"))
 
 from layersync.devserver import ReferenceServer  # noqa: E402
-from common_records import annotation, bench_id, percentile  # noqa: E402,F401
+from common_records import REVIEWER_CLAIMS, annotation, bench_id, percentile  # noqa: E402,F401
 
 class Server(ReferenceServer):
     """ReferenceServer plus in-process JWT minting (the CLI's ``mint-token`` costs a
@@ -29,11 +29,13 @@ class Server(ReferenceServer):
 
     _key: Any = None
 
-    def token(self, document_id: str, layer: str | None = None, user_id: str = "bench") -> str:
+    def token(self, document_id: str, layer: str | None = None, user_id: str = "bench",
+              extra_claims: dict[str, Any] | None = None) -> str:
+        """A client JWT for the layer; ``extra_claims`` (e.g. ``REVIEWER_CLAIMS``) added."""
         if self._key is None:
             self._key = self.private_key.read_bytes()
         claims: dict[str, Any] = {"document_id": document_id, "user_id": user_id,
-                                  "exp": int(time.time()) + 7200}
+                                  "exp": int(time.time()) + 7200, **(extra_claims or {})}
         if layer:
             claims["layer"] = layer
         return pyjwt.encode(claims, self._key, algorithm="ES256")

@@ -30,6 +30,14 @@ def annotation(i: int, rid: str | None = None, **extra: Any) -> dict[str, Any]:
 
 
 
+#: A reviewer's collaboration permissions (docs/protocol.md, "Collaboration permissions"):
+#: sees every annotation, changes and deletes only their own, full access to comments; the
+#: JWT claims ``--permissions`` adds to scenarios 2 and 3 (and ``permissions_cost.py`` uses).
+REVIEWER_CLAIMS: dict[str, Any] = {
+    "collaboration_permissions": ["annotations:*:self", "annotations:view:all", "comments:*:all"],
+    "default_group": "review"}
+
+
 def percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     if not s:

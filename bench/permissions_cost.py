@@ -19,13 +19,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "server" / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
 
+from common_records import REVIEWER_CLAIMS  # noqa: E402
 from conftest import change, note, start_server, stop_server  # noqa: E402
 from layersync_server.tokens import generate_keypair  # noqa: E402
 
-CLAIM = {"collaboration_permissions": ["annotations:view:all", "annotations:edit:self",
-                                       "annotations:delete:self", "comments:*:all"],
-         "default_group": "review"}
+CLAIM = REVIEWER_CLAIMS
 
 
 def main() -> int:

@@ -34,7 +34,7 @@ if not os.environ.get("LAYERSYNC_LIBRARY"):
     os.environ["LAYERSYNC_LIBRARY"] = str(REPO / ".build" / "release" / "liblayersync.so")
 
 import common  # noqa: E402
-from common import Server, annotation, bench_id, percentile, summary  # noqa: E402
+from common import REVIEWER_CLAIMS, Server, annotation, bench_id, percentile, summary  # noqa: E402
 
 # Full sizes are the issue's; --smoke and --scale shrink them.
 SIZES = {
@@ -217,40 +217,90 @@ class Bench:
 
     # -- scenario 2: push ----------------------------------------------------------------
 
+    def modes(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """The JWTs scenarios 2 and 3 run with: ``("", None)`` (no collaboration claim);
+        with ``--permissions`` also ``(" perm", REVIEWER_CLAIMS)``, the same run measured
+        with a reviewer's claim. Callers run both in every repetition, in the order
+        :meth:`in_turn` gives (machine drift falls on both alike)."""
+        plain: list[tuple[str, dict[str, Any] | None]] = [("", None)]
+        return plain + [(" perm", REVIEWER_CLAIMS)] if self.args.permissions else plain
+
+    @staticmethod
+    def in_turn(modes: list, rep: int) -> list:
+        """``modes`` in repetition ``rep``'s order: as given in even repetitions, reversed in
+        odd ones (ABBA), so a load that rises or falls during the run does not favour the
+        mode that runs first."""
+        return modes if rep % 2 == 0 else modes[::-1]
+
+    def _permission_rows(self, scenario: str, metric: str, by_mode: dict[str, list[float]], unit: str,
+                         higher_is_better: bool, *, verdict: bool = True, note: str = "") -> None:
+        """With ``--permissions``: the row of ``metric`` measured with the claim, its
+        baseline the same measurement without it, ratio with/without; target: within 10 %
+        (issue 14). ``verdict`` False: the ratio is shown, no verdict (a tail percentile
+        of one run)."""
+        if " perm" not in by_mode:
+            return
+        without, with_claim = (statistics_median(by_mode[m]) for m in ("", " perm"))
+        ratio = with_claim / without if without else float("nan")
+        # the two runs of one repetition are neighbours in time: their ratios are the
+        # paired view of the same comparison (less of the machine's drift in them)
+        paired = [b / a for a, b in zip(by_mode[""], by_mode[" perm"]) if a]
+        ok = (ratio >= 0.9 if higher_is_better else ratio <= 1.1) if verdict else None
+        self.row(scenario, f"{metric}, JWT with collaboration_permissions (reviewer)", by_mode[" perm"], unit,
+                 target=("with/without >= 0.90x" if higher_is_better else "with/without <= 1.10x") if verdict else "",
+                 ok=ok, baseline=by_mode[""], ratio=ratio,
+                 note=note or f"without the claim {_fmt(without)} {unit}, with {_fmt(with_claim)} {unit} "
+                              f"(medians); per-repetition ratios {', '.join(f'{r:.2f}' for r in paired)}, "
+                              f"median {statistics_median(paired):.2f}; claim "
+                              f"{REVIEWER_CLAIMS['collaboration_permissions']}")
+
     def s2_push(self) -> None:
         import layersync
         n = self.sizes["push_records"]
         srv = self.server("s2")
         try:
             srv.upload_bytes(self.pdf(64 * 1024).read_bytes(), "s2")
-            create_s, sync_s, rates, total_rates = [], [], [], []
+            modes = self.modes()
+            create_s, sync_s, rates, total_rates = ({m: [] for m, _ in modes} for _ in range(4))
             for rep in range(self.reps):
-                layer = f"push{rep}"
-                with layersync.Client(srv.url, str(self.storage("s2")), allow_insecure_http=True,
-                                      sync_delay_s=None) as client:
-                    client.wait_validated(timeout=30)
-                    doc = client.document_for_jwt(srv.token("s2", layer))
-                    doc.download(wait=True, timeout=120)
-                    t0 = time.monotonic()
-                    for i in range(n):
-                        doc.create_annotation(annotation(i))
-                    t1 = time.monotonic()
-                    doc.sync(wait=True, timeout=600)
-                    t2 = time.monotonic()
-                assert layer in srv.admin_json("/api/documents/s2/layers")["data"], "no layer"
-                count = srv.admin_json(f"/api/documents/s2/layers/{layer}/document_info")["data"][
-                    "layer"]["recordCount"]
-                if count != n:
-                    raise RuntimeError(f"server holds {count} records of {n} after sync")
-                create_s.append(t1 - t0), sync_s.append(t2 - t1)
-                rates.append(n / (t2 - t1)), total_rates.append(n / (t2 - t0))
-                self.log(f"s2 rep {rep}: {n} creates {t1 - t0:.2f} s, sync {t2 - t1:.2f} s "
-                         f"= {n / (t2 - t1):.0f} records/s")
-            med = statistics_median(rates)
+                for mode, claims in self.in_turn(modes, rep):
+                    layer = f"push{rep}{mode.strip()}"
+                    with layersync.Client(srv.url, str(self.storage("s2")), allow_insecure_http=True,
+                                          sync_delay_s=None) as client:
+                        client.wait_validated(timeout=30)
+                        doc = client.document_for_jwt(srv.token("s2", layer, extra_claims=claims))
+                        doc.download(wait=True, timeout=120)
+                        t0 = time.monotonic()
+                        for i in range(n):
+                            doc.create_annotation(annotation(i))
+                        t1 = time.monotonic()
+                        doc.sync(wait=True, timeout=600)
+                        t2 = time.monotonic()
+                    assert layer in srv.admin_json("/api/documents/s2/layers")["data"], "no layer"
+                    count = srv.admin_json(f"/api/documents/s2/layers/{layer}/document_info")["data"][
+                        "layer"]["recordCount"]
+                    if count != n:
+                        raise RuntimeError(f"server holds {count} records of {n} after sync")
+                    if claims is not None:  # the claim was in force: the records got its default group
+                        first = srv.admin_json(f"/api/documents/s2/layers/{layer}/annotations")["data"][
+                            "annotations"][0]
+                        if first["group"] != claims["default_group"]:
+                            raise RuntimeError(f"record {first['id']} is in group {first['group']!r}, "
+                                               f"not the claim's {claims['default_group']!r}")
+                    create_s[mode].append(t1 - t0), sync_s[mode].append(t2 - t1)
+                    rates[mode].append(n / (t2 - t1)), total_rates[mode].append(n / (t2 - t0))
+                    self.log(f"s2 rep {rep}{mode}: {n} creates {t1 - t0:.2f} s, sync {t2 - t1:.2f} s "
+                             f"= {n / (t2 - t1):.0f} records/s")
+            med = statistics_median(rates[""])
             self.row("2 push", f"{n} local creates then one sync, records/s of the sync (server included)",
-                     rates, "rec/s", target=">= 10000 rec/s", ok=med >= 10_000,
-                     note=f"sync {statistics_median(sync_s):.2f} s; creates (Python, via C ABI) "
-                          f"{statistics_median(create_s):.2f} s; creates+sync {statistics_median(total_rates):.0f} rec/s")
+                     rates[""], "rec/s", target=">= 10000 rec/s", ok=med >= 10_000,
+                     note=f"sync {statistics_median(sync_s['']):.2f} s; creates (Python, via C ABI) "
+                          f"{statistics_median(create_s['']):.2f} s; creates+sync "
+                          f"{statistics_median(total_rates['']):.0f} rec/s")
+            self._permission_rows("2 push", f"{n} local creates then one sync, records/s of the sync", rates,
+                                  "rec/s", higher_is_better=True)
+            self._permission_rows("2 push", f"{n} local creates + one sync, records/s of both", total_rates,
+                                  "rec/s", higher_is_better=True)
             self.cache["push_rate"] = med
         finally:
             srv.stop()
@@ -273,24 +323,43 @@ class Bench:
             line = idle_proc.stdout.readline()
             if not line.startswith("ready"):
                 raise RuntimeError(f"idle listeners did not start: {line!r}")
-            lat = self._latency_run(srv, "s3", writes)
-            c_lat = self._latency_c(srv, "s3", writes)
+            modes = self.modes()
+            py50, py99, c50s, c99s = ({m: [] for m, _ in modes} for _ in range(4))
+            last: dict[str, tuple[list[float], dict[str, Any]]] = {}  # mode -> its last run
+            # one run of `writes` per mode; with --permissions `reps` runs per mode, alternating
+            for rep in range(self.reps if len(modes) > 1 else 1):
+                for mode, claims in self.in_turn(modes, rep):
+                    suffix = f"{rep}{mode.strip()}" if len(modes) > 1 else ""
+                    lat = self._latency_run(srv, "s3", writes, suffix, claims)
+                    c_lat = self._latency_c(srv, "s3", writes, suffix, claims)
+                    py50[mode].append(percentile(lat, 0.5) * 1e3), py99[mode].append(percentile(lat, 0.99) * 1e3)
+                    c50s[mode].append(c_lat["p50_us"] / 1e3), c99s[mode].append(c_lat["p99_us"] / 1e3)
+                    last[mode] = (lat, c_lat)
+                    self.log(f"s3 rep {rep}{mode}: p50 C {c50s[mode][-1]:.2f} ms, Python {py50[mode][-1]:.2f} ms")
             open_polls = srv.metric("layersync_open_long_polls")
-            p50, p99 = percentile(lat, 0.5) * 1e3, percentile(lat, 0.99) * 1e3
-            c50, c99 = c_lat["p50_us"] / 1e3, c_lat["p99_us"] / 1e3
+            lat, c_lat = last[""]
+            p50, p99 = statistics_median(py50[""]), statistics_median(py99[""])
+            c50, c99 = statistics_median(c50s[""]), statistics_median(c99s[""])
             self.row("3 latency", f"write+sync on A -> did_receive_changes on B, p50 ({writes} writes, "
-                                  f"{idle} idle listeners), C ABI", [c50], "ms", target="< 10 ms", ok=c50 < 10,
+                                  f"{idle} idle listeners), C ABI", c50s[""], "ms", target="< 10 ms", ok=c50 < 10,
                      note=f"server open long-polls during run: {open_polls}; A's create_annotation p50 "
                           f"{c_lat['create_p50_us']:.0f} us of it")
-            self.row("3 latency", "same, p99, C ABI", [c99], "ms", target="< 50 ms", ok=c99 < 50,
+            self.row("3 latency", "same, p99, C ABI", c99s[""], "ms", target="< 50 ms", ok=c99 < 50,
                      note=f"max {c_lat['max_us'] / 1e3:.1f} ms")
-            self.row("3 latency", "same, p50, Python package (ctypes)", [p50], "ms", target="< 10 ms",
+            self.row("3 latency", "same, p50, Python package (ctypes)", py50[""], "ms", target="< 10 ms",
                      ok=p50 < 10)
-            self.row("3 latency", "same, p99, Python package (ctypes)", [p99], "ms", target="< 50 ms",
+            self.row("3 latency", "same, p99, Python package (ctypes)", py99[""], "ms", target="< 50 ms",
                      ok=p99 < 50, note=f"max {max(lat) * 1e3:.1f} ms")
+            self._permission_rows("3 latency", "p50, C ABI", c50s, "ms", higher_is_better=False)
+            self._permission_rows("3 latency", "p99, C ABI", c99s, "ms", higher_is_better=False, verdict=False)
+            self._permission_rows("3 latency", "p50, Python package", py50, "ms", higher_is_better=False)
+            self._permission_rows("3 latency", "p99, Python package", py99, "ms", higher_is_better=False,
+                                  verdict=False)
             self.cache["latency_p50_ms"] = p50
             self.details["s3"] = {"latencies_ms": [x * 1e3 for x in lat], "open_long_polls": open_polls,
-                                  "c_abi": c_lat}
+                                  "c_abi": c_lat, "p50_ms_by_claim": {
+                                      "python": {("with" if m else "without"): v for m, v in py50.items()},
+                                      "c_abi": {("with" if m else "without"): v for m, v in c50s.items()}}}
         finally:
             if idle_proc is not None:
                 idle_proc.stdin.close()
@@ -300,13 +369,19 @@ class Bench:
                     idle_proc.kill()
             srv.stop()
 
-    def _latency_c(self, srv: Server, document: str, writes: int) -> dict[str, Any]:
-        """Scenario 3's loop through the C ABI (ls_bench latency): percentiles in us."""
+    def _latency_c(self, srv: Server, document: str, writes: int, suffix: str = "",
+                   claims: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Scenario 3's loop through the C ABI (ls_bench latency) on layer ``live-c<suffix>``,
+        the JWTs with ``claims`` added: percentiles in us."""
         storage = self.storage(f"{document}-c")
-        return self.c_run("latency", srv.url, str(storage), srv.token(document, "live-c", "alice"),
-                          srv.token(document, "live-c", "bob"), str(writes))
+        layer = f"live-c{suffix}"
+        return self.c_run("latency", srv.url, str(storage), srv.token(document, layer, "alice", claims),
+                          srv.token(document, layer, "bob", claims), str(writes))
 
-    def _latency_run(self, srv: Server, document: str, writes: int) -> list[float]:
+    def _latency_run(self, srv: Server, document: str, writes: int, suffix: str = "",
+                     claims: dict[str, Any] | None = None) -> list[float]:
+        """Scenario 3's loop through the Python package on layer ``live<suffix>``, the JWTs
+        with ``claims`` added: the latencies in s."""
         import layersync
         from layersync.client import SYNC_OUTCOME, sync_outcome_predicate
         arrived: dict[str, float] = {}
@@ -325,8 +400,8 @@ class Bench:
         with layersync.Client(srv.url, str(self.storage("a")), allow_insecure_http=True, sync_delay_s=None) as ca, \
              layersync.Client(srv.url, str(self.storage("b")), allow_insecure_http=True, sync_delay_s=None) as cb:
             ca.wait_validated(), cb.wait_validated()
-            da = ca.document_for_jwt(srv.token(document, "live", "alice"))
-            db = cb.document_for_jwt(srv.token(document, "live", "bob"))
+            da = ca.document_for_jwt(srv.token(document, f"live{suffix}", "alice", claims))
+            db = cb.document_for_jwt(srv.token(document, f"live{suffix}", "bob", claims))
             da.download(wait=True), db.download(wait=True)
             cb.on("did_receive_changes", on_changes)
             db.start_listening()
@@ -676,6 +751,9 @@ def main() -> int:
     p.add_argument("--size", action="append", help="override one size, e.g. --size push_records=5000")
     p.add_argument("--only", help="comma-separated scenarios: 1,2,3,4,5,6,7")
     p.add_argument("--out", default=str(HERE / "results"), help="directory of the JSON results")
+    p.add_argument("--permissions", action="store_true",
+                   help="scenarios 2 and 3 also with a reviewer's collaboration_permissions claim in the "
+                        "JWTs, alternating with the plain JWT each repetition; rows give both and the ratio")
     return Bench(p.parse_args()).run()
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from layersync_server.errors import invalid_request
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
-from layersync_server.permissions import (COMMENT_TYPE, VALUE_TYPE, content_type_of,
-                                          forbidden_change, may, may_view_wire,
-                                          wire_records)
+from layersync_server.permissions import forbidden_change, may, may_view_wire, wire_records
+from layersync_server.record_kinds import ANNOTATION, COMMENT, COMMENT_TYPE, kind_of
+from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE as VALUE_TYPE
 from layersync_server.record_schema import record_schema_problem
 from layersync_server.storage.base import (KEEP_GROUP, LayerState, LayerWriter, RecordPage,
                                            StoredRecord, WriteWouldWait)
@@ -86,6 +86,19 @@ def _rejected(change: dict, reason: str, message: str, server: StoredRecord | No
             "message": message, "server_record": server.to_wire() if server else None}
 
 
+def content_problem(content: object, content_ok: bool = False) -> str | None:
+    """Why ``content`` may not be a record's content, or None: it must be a JSON object
+    within :data:`MAX_JSON_DEPTH` without bad numbers or lone surrogates (``content_ok``:
+    known already) that passes the record schema (docs/protocol.md, "Record schema").
+    Every write of a client's content checks it: sync changes, rollback and restore."""
+    if not isinstance(content, dict):
+        return "content must be a JSON object"
+    problem = None if content_ok else json_problem(content, MAX_JSON_DEPTH)
+    if problem:  # depth, bad numbers, lone surrogates
+        return problem
+    return record_schema_problem(content)  # fields Instant JSON defines
+
+
 def _validation_problem(change: dict, content_ok: bool = False) -> str | None:
     """Why a change is ``invalid``, or None. ``change_id`` was checked by the caller;
     ``content_ok``: a dict ``content`` is known to pass :func:`json_problem`."""
@@ -96,13 +109,7 @@ def _validation_problem(change: dict, content_ok: bool = False) -> str | None:
         return ("id must be a string of 1..128 characters without control characters "
                 "or lone surrogates")
     if op in ("create", "update"):
-        content = change.get("content")
-        if not isinstance(content, dict):
-            return "content must be a JSON object"
-        problem = None if content_ok else json_problem(content, MAX_JSON_DEPTH)
-        if problem:  # depth, bad numbers, lone surrogates
-            return problem
-        problem = record_schema_problem(content)  # fields Instant JSON defines (docs/protocol.md)
+        problem = content_problem(change.get("content"), content_ok)
         if problem:
             return problem
     group = _group_of(change)
@@ -131,9 +138,8 @@ def _forced_creator(grant, content: dict) -> dict:
     """``content`` with ``creatorName`` forced to the token's ``creator_name`` (an
     annotation or comment; form fields and bookmarks have no author)."""
     name = grant.creator_name if grant is not None else None
-    record_type = content.get("type")
-    if (name is None or content.get("creatorName") == name or record_type == "pspdfkit/bookmark"
-            or content_type_of(record_type) == "form-fields"):
+    if (name is None or content.get("creatorName") == name
+            or kind_of(content) not in (ANNOTATION, COMMENT)):
         return content
     return {**content, "creatorName": name}
 

@@ -410,6 +410,7 @@ class InstantJsonOut(BaseModel):
     format: str
     annotations: list[_Content]
     comments: list[_Content]
+    bookmarks: list[_Content]
     formFields: list[_Content]
     formFieldValues: list[FormFieldValue]
 

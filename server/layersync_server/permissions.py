@@ -6,10 +6,11 @@ The claim ``collaboration_permissions`` is an array of ``<content-type>:<action>
 strings (:func:`parse_claim`). Without it a token has full access (``None`` here); with
 it, what is not granted is denied, and creating needs the plain ``write`` permission.
 
-Classification (:func:`content_type_of`): ``pspdfkit/comment`` is a ``comments`` record;
-``pspdfkit/form-field/*``, ``pspdfkit/widget`` and ``pspdfkit/form-field-value`` are
-``form-fields``; every other record (annotations, comment markers, bookmarks, ``xfdf/*``,
-an application's own or a missing type) is ``annotations``, so no record escapes the claim.
+Classification (:func:`content_type_of`), from the record kinds of
+:mod:`layersync_server.record_kinds`: comments are ``comments`` records; form fields,
+widgets and form field values are ``form-fields``; every other record (annotations,
+comment markers, bookmarks, ``xfdf/*``, an application's own or a missing type) is
+``annotations``, so no record escapes the claim.
 
 Decisions (:func:`allows`): an action needs both the action and ``view`` granted for the
 record (nobody edits what they cannot see). ``set-group`` is checked against the record
@@ -23,14 +24,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from layersync_server import record_kinds
+from layersync_server.record_kinds import COMMENT_TYPE, FORM_FIELD_VALUE_TYPE as VALUE_TYPE
+
 CONTENT_TYPES = ("annotations", "comments", "form-fields")
 #: Actions each content type accepts (``*`` = all of them).
 ACTIONS = {"annotations": ("view", "edit", "delete", "set-group"),
            "comments": ("view", "edit", "delete", "reply", "set-group"),
            "form-fields": ("view", "edit", "delete", "fill", "set-group")}
-_FORM_FIELD_TYPES = ("pspdfkit/widget", "pspdfkit/form-field-value")
-COMMENT_TYPE = "pspdfkit/comment"
-VALUE_TYPE = "pspdfkit/form-field-value"
+#: The claim's content type of each record kind (Instant's: widgets are form fields).
+_CONTENT_TYPE_OF_KIND = {record_kinds.ANNOTATION: "annotations", record_kinds.BOOKMARK: "annotations",
+                         record_kinds.COMMENT: "comments", record_kinds.WIDGET: "form-fields",
+                         record_kinds.FORM_FIELD: "form-fields",
+                         record_kinds.FORM_FIELD_VALUE: "form-fields"}
 
 
 class ClaimError(ValueError):
@@ -123,12 +129,7 @@ def parse_claim(value: object) -> Permissions | None:
 
 def content_type_of(record_type: object) -> str:
     """The claim's content type of a record whose ``content.type`` is ``record_type``."""
-    if record_type == COMMENT_TYPE:
-        return "comments"
-    if isinstance(record_type, str) and (record_type.startswith("pspdfkit/form-field/")
-                                         or record_type in _FORM_FIELD_TYPES):
-        return "form-fields"
-    return "annotations"
+    return _CONTENT_TYPE_OF_KIND[record_kinds.record_kind(record_type)]
 
 
 def allows(permissions: Permissions | None, user_id: str | None, action: str,

@@ -302,21 +302,6 @@ def fixtures(server) -> dict:
             "bookmarkId": BOOKMARK, "formFieldId": FORM_FIELD, "attachmentId": sha}
 
 
-#: Known differences from the vendor's spec, found when the suite first reached the routes
-#: with page, bookmark, form-field and attachment ids (not fixed yet; strict: fixing one
-#: makes its case fail until it is removed here).
-KNOWN_NONCONFORMING = {
-    **{("GET", prefix + "/document.json"): "bookmark and form-field records are listed in "
-       "`annotations` (they belong in `bookmarks` and `formFields`)" for prefix in
-       ("/api/documents/{documentId}", "/api/documents/{documentId}/layers/{layerName}")},
-    **{("GET", prefix + "/annotations"): "bookmark and form-field records are listed as annotations"
-       for prefix in ("/api/documents/{documentId}", "/api/documents/{documentId}/layers/{layerName}")},
-    **{("DELETE", prefix + "/bookmarks/{bookmarkId}"): "a bookmark already deleted answers 404, "
-       "which the spec does not document" for prefix in
-       ("/api/documents/{documentId}", "/api/documents/{documentId}/layers/{layerName}")},
-}
-
-
 def _check(case, server) -> None:
     case.call_and_validate(base_url=server.url, headers=server.admin(), checks=CHECKS)
 
@@ -325,8 +310,6 @@ def _check(case, server) -> None:
 def test_vendor_operation(method, path, server, our_operations, request):
     if (method, _our_template(path)) not in our_operations:
         pytest.skip(f"not offered by LayerSync: {method} {path}")
-    if (method, path) in KNOWN_NONCONFORMING:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_NONCONFORMING[(method, path)], strict=True))
     ids = request.getfixturevalue("fixtures")
     operation = _schema()[path][method]
     path_parameters = {name: ids[name] for name in re.findall(r"\{(\w+)\}", path)}

@@ -266,7 +266,20 @@ def test_bookmarks(server, vendor):
         f"/api/documents/{doc}/bookmarks", headers=admin, json={"content": {"type": "pspdfkit/bookmark"}}), 400)
     conforms(vendor, D + "/bookmarks/{bookmarkId}", "delete",
              server.http.delete(f"/api/documents/{doc}/bookmarks/bm-1", headers=admin))
-    assert server.http.delete(f"/api/documents/{doc}/bookmarks/bm-1", headers=admin).status_code == 404
+    # the spec documents no 404 here: a delete again is done (200), an id without a bookmark 400
+    again = conforms(vendor, D + "/bookmarks/{bookmarkId}", "delete",
+                     server.http.delete(f"/api/documents/{doc}/bookmarks/bm-1", headers=admin))
+    assert again.json() == {"data": {"id": "bm-1"}}
+    server.http.post(f"/api/documents/{doc}/annotations", headers=admin, json={"id": "n-1", "content": note("x")})
+    for missing in ("never-there", "n-1"):  # no such record; a record that is no bookmark
+        refused = conforms(vendor, D + "/bookmarks/{bookmarkId}", "delete",
+                           server.http.delete(f"/api/documents/{doc}/bookmarks/{missing}", headers=admin), 400)
+        assert refused.json()["error"]["code"] == "invalid_request" and missing in refused.text
+        conforms(vendor, D + "/bookmarks/{bookmarkId}", "put", server.http.put(
+            f"/api/documents/{doc}/bookmarks/{missing}", headers=admin, json={"content": bookmark}), 400)
+    assert "n-1" in {r["id"] for r in server.records(doc)["records"] if not r["deleted"]}
+    conforms(vendor, D + "/bookmarks/{bookmarkId}", "put", server.http.put(
+        f"/api/documents/{doc}/bookmarks/bm-1", headers=admin, json={"content": bookmark}), 400)
     conforms(vendor, L + "/bookmarks", "get", server.http.get(f"/api/documents/{doc}/layers/~/bookmarks",
                                                              headers=admin))
 
@@ -358,3 +371,62 @@ def test_revoke_by_jwt_and_the_old_path(server, vendor):
     assert old.status_code == 200 and old.json()["data"]["revoked"] is True
     conforms(vendor, "/api/revoke", "post", server.http.post("/api/revoke", headers=server.admin(),
                                                              json={"jwts": 3}), 400)
+
+
+def test_records_are_listed_and_exported_under_their_kind(server, vendor):
+    """One rule (layersync_server.record_kinds) says where a record goes: a bookmark, a form
+    field, a form field value and a comment are not annotations (``.../annotations``,
+    ``.../pages/{i}/annotations``); document.json files them under ``bookmarks``,
+    ``formFields``, ``formFieldValues`` and ``comments``, and applying that document.json
+    to another layer gives them all back where they were."""
+    doc = "kinds-" + uuid.uuid4().hex
+    assert server.upload(synthetic_pdf([([0, 0, 612, 792], 0)]), doc).status_code == 200
+    admin = server.admin()
+    bookmark = {"type": "pspdfkit/bookmark", "v": 1, "name": "Intro", "action": {"type": "goTo", "pageIndex": 0}}
+    field = {"v": 1, "type": "pspdfkit/form-field/text", "name": "kinds-field", "label": "F", "pageIndex": 0,
+             "annotationIds": [], "doNotSpellCheck": False, "doNotScroll": False, "multiLine": False,
+             "comb": False, "defaultValue": ""}
+    value = {"v": 1, "type": "pspdfkit/form-field-value", "name": "kinds-value", "value": "filled", "pageIndex": 0}
+    assert server.http.post(f"/api/documents/{doc}/annotations", headers=admin,
+                            json={"id": "hl", "content": highlight()}).status_code == 200
+    assert server.http.post(f"/api/documents/{doc}/bookmarks", headers=admin,
+                            json={"id": "bm", "content": bookmark}).status_code == 200
+    assert server.http.post(f"/api/documents/{doc}/form-fields", headers=admin,
+                            json={"formFields": [{"id": "ff", "content": field}]}).json()["data"] == [{"id": "ff"}]
+    assert server.http.post(f"/api/documents/{doc}/annotations/hl/comments", headers=admin,
+                            json={"comments": [{"id": "cm", "content": {"text": "why?"}}]}).status_code == 200
+    synced = server.sync(doc, [{"change_id": uuid.uuid4().hex, "op": "create", "id": "fv", "content": value}])
+    assert [a["id"] for a in synced.json()["accepted"]] == ["fv"], synced.text
+    not_annotations = {"bm", "ff", "cm", "fv"}
+
+    for layer in (D, L):
+        path = (D if layer == D else D + "/layers/~").replace("{documentId}", doc)
+        listed = conforms(vendor, layer + "/annotations", "get", server.http.get(path + "/annotations", headers=admin))
+        assert [a["id"] for a in listed.json()["data"]["annotations"]] == ["hl"]
+        streamed = server.http.get(path + "/annotations", headers={**admin, "Accept": "application/x-ndjson"})
+        assert [json.loads(line)["id"] for line in streamed.text.splitlines()] == ["hl"]
+        page = conforms(vendor, layer + "/pages/{pageIndex}/annotations", "get",
+                        server.http.get(path + "/pages/0/annotations", headers=admin))
+        assert [a["id"] for a in page.json()["data"]["annotations"]] == ["hl"]
+        exported = conforms(vendor, layer + "/document.json", "get",
+                            server.http.get(path + "/document.json", headers=admin)).json()
+        assert [a["id"] for a in exported["annotations"]] == ["hl"]
+        assert [c["id"] for c in exported["comments"]] == ["cm"]
+        assert exported["bookmarks"] == [{**bookmark, "id": "bm"}]
+        assert exported["formFields"] == [{**field, "id": "ff"}]
+        assert exported["formFieldValues"] == [{**value, "id": "fv"}]
+    values = conforms(vendor, D + "/form-field-values", "get",
+                      server.http.get(f"/api/documents/{doc}/form-field-values", headers=admin))
+    [listed_value] = values.json()["data"]["formFieldValues"]
+    assert listed_value["name"] == "kinds-value" and listed_value["value"] == "filled"
+    assert listed_value["createdBy"] == "alice"
+
+    # document.json applied to a new layer: every record comes back under its own key
+    assert server.http.post(f"/api/documents/{doc}/layers", headers=admin, json={"name": "copy"}).status_code == 200
+    applied = server.http.post(f"/api/documents/{doc}/layers/copy/apply_instant_json", headers=admin, json=exported)
+    assert applied.status_code == 200, applied.text
+    again = server.http.get(f"/api/documents/{doc}/layers/copy/document.json", headers=admin).json()
+    for key in ("annotations", "comments", "bookmarks", "formFields", "formFieldValues"):
+        assert again[key] == exported[key], key
+    copied = {r["id"] for r in server.records(doc, layer="copy")["records"] if not r["deleted"]}
+    assert not_annotations | {"hl"} <= copied

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from conftest import change, note
+from conftest import CORPUS, change, note, start_server, stop_server
 
 
 def _rid(server, doc):
@@ -77,3 +77,43 @@ def test_attachments_are_verified_against_their_hash(server):
     assert bad_id.status_code == 400
     no_write = server.http.put(url, content=data, headers={**server.auth(doc, permissions=["read-document"])})
     assert no_write.status_code == 403
+
+
+def test_rollback_and_restore_check_the_version_like_a_sync_change(tmp_path, keys):
+    """A kept version that breaks the record schema (stored before the check, or by an
+    older server) is not written back by rollback or restore: 400 naming the field, the
+    record as it was. A version that passes is written back as before."""
+    from layersync_server.storage import NewDocument, open_storage
+    db = tmp_path / "legacy.sqlite"
+    storage = open_storage(db)
+    doc = "doc-legacy-versions"
+    storage.create_document(NewDocument(doc, "t", (CORPUS / "sample-files-024-annotated_pdf.pdf").read_bytes(),
+                                        "0" * 64, 1))
+    broken = {"v": 2, "type": "pspdfkit/note", "id": "kept", "pageIndex": 0}  # no bbox, text, icon...
+    revisions = {}
+    for record_id, content in (("kept", broken), ("kept", {**note("fine"), "id": "kept"}),
+                               ("gone", {**broken, "id": "gone"}), ("gone", None)):
+        with storage.write_layer(doc, "") as writer:
+            revisions.setdefault(record_id, []).append(writer.put_record(record_id, content, None))
+    storage.close()
+    process, srv = start_server(tmp_path, str(db), *keys)
+    try:
+        base = srv.layer_url(doc) + "/records/"
+        refused = srv.http.post(base + "kept/rollback", json={"revision": revisions["kept"][0]},
+                                headers=srv.auth(doc))
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == "invalid_request"
+        assert "is required for pspdfkit/note records" in refused.json()["error"]["message"]
+        restored = srv.http.post(base + "gone/restore", headers=srv.auth(doc))
+        assert restored.status_code == 400 and "is required" in restored.json()["error"]["message"]
+        records = {r["id"]: r for r in srv.records(doc)["records"]}
+        assert records["kept"]["content"]["text"]["value"] == "fine" and "gone" not in records
+        deleted = srv.http.get(srv.layer_url(doc) + "/deleted", headers=srv.auth(doc)).json()["records"]
+        assert [r["id"] for r in deleted] == ["gone"]
+        assert records["kept"]["revision"] == revisions["kept"][1]
+        # a version that passes is written back as before
+        rolled = srv.http.post(base + "kept/rollback", json={"revision": revisions["kept"][1]},
+                               headers=srv.auth(doc))
+        assert rolled.status_code == 200, rolled.text
+    finally:
+        stop_server(process, srv)

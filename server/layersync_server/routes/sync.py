@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from layersync_server import SERVER_NAME, __version__
 from layersync_server import openapi_bodies as bodies
 from layersync_server.auth import Grant
-from layersync_server.changes import is_revision
+from layersync_server.changes import content_problem, is_revision
 from layersync_server.context import (AppContext, commit, get_context, layer_from_segment,
                                       no_document, read_body)
 from layersync_server.errors import ApiError, forbidden, invalid_request, not_found
@@ -336,6 +336,9 @@ async def _write_version(ctx: AppContext, document_id: str, layer: str, record_i
         if base is not None and current.revision != base:
             raise _conflict(f"record changed at revision {current.revision}", current)
         content = pick(current, history)
+        problem = content_problem(content)  # a kept version may predate today's checks
+        if problem:
+            raise invalid_request(f"that version cannot be written back: {problem}")
         if grant.collaboration is not None:
             _check_may_write_version(grant, current, history, content)
         revision = writer.put_record(record_id, content, grant.user_id)
@@ -355,7 +358,8 @@ async def rollback_record(document_id: str, layer: str, record_id: str, request:
     revision. Body ``{"revision": R, "base_revision": B?}``; with ``base_revision`` the
     record must still be at it (409 ``conflict`` otherwise). Works on tombstones too
     (undelete to that version). 404 when the record or version is not kept; 400 when
-    version R is a deletion. Needs ``write``."""
+    version R is a deletion or its content fails the checks a sync change's does
+    (:func:`~layersync_server.changes.content_problem`). Needs ``write``."""
     name = layer_from_segment(layer)
     _check_record_id(record_id)
     grant = await _grant(request, ctx, document_id, name, "write")
@@ -383,8 +387,8 @@ async def restore_record(document_id: str, layer: str, record_id: str, request: 
                          ctx: AppContext = Depends(get_context)) -> dict:
     """Bring a deleted record back with the content of its newest kept live version,
     at a new revision. Body optional ``{"base_revision": B}``. 409 ``conflict`` when
-    the record is not deleted; 404 when it never existed or no live version is kept.
-    Needs ``write``."""
+    the record is not deleted; 404 when it never existed or no live version is kept;
+    400 when that version's content fails the checks a sync change's does. Needs ``write``."""
     name = layer_from_segment(layer)
     _check_record_id(record_id)
     grant = await _grant(request, ctx, document_id, name, "write")

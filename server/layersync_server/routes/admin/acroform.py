@@ -1,12 +1,16 @@
-"""Form fields as Instant JSON (``formFields`` of ``document.json``; Document Engine's
-``FormField`` schema): one ``pspdfkit/form-field/...`` entry per field of a layer's
-widgets, described by the stored PDF's AcroForm field where it has one.
+"""Form fields and their values as Instant JSON (``formFields`` and ``formFieldValues`` of
+``document.json``; Document Engine's ``FormField`` and ``FormFieldValue`` schemas).
 
-A form field is not a record: LayerSync stores the widgets (``pspdfkit/widget`` with
-``formFieldName``, ``formFieldType``, ``value``) and reads the field's kind, options,
-flags, label and defaults from the PDF the document was uploaded with. A widget whose
-field the PDF does not have (made through the API) gets a field from its
-``formFieldType``.
+A PDF's form field is not a record: LayerSync stores the widgets (``pspdfkit/widget``
+with ``formFieldName``, ``formFieldType``, ``value``) and reads the field's kind, options,
+flags, label and defaults from the PDF the document was uploaded with
+(:func:`form_fields`). A widget whose field the PDF does not have (made through the API)
+gets a field from its ``formFieldType``. A field made through ``.../form-fields`` is a
+``pspdfkit/form-field/...`` record and is given as it is stored.
+
+A value lives on the widgets (:func:`form_field_values`, :func:`with_field_values`); a
+``pspdfkit/form-field-value`` record (a sync client's) gives the value of a field whose
+widgets give none.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pikepdf
 # the importer's own field naming, so a field's name matches its widgets' formFieldName
 from layersync_server.pdf.import_ import _field_name as _full_name, field_node
 from layersync_server.pdf.values import decode_text
+from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE, WIDGET_TYPE
 
 # /Ff bits (ISO 32000-1, 12.7.3.1 and 12.7.4)
 _READ_ONLY, _REQUIRED, _NO_EXPORT = 1, 2, 4
@@ -162,3 +167,47 @@ def form_fields(widgets: list[dict], pdf: bytes | None) -> list[dict]:
                                 for i in range(len(members))]
         fields.append(field)
     return fields
+
+
+def _field_value(value: object) -> object:
+    """A widget's ``value`` as ``FormFieldValue.value`` (string, array of strings or null)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return [v if isinstance(v, str) else str(v) for v in value]
+    return str(value)
+
+
+def form_field_values(records: list) -> list[tuple[dict, object]]:
+    """The form field values of a layer's live records (``StoredRecord`` s, in layer
+    order), each with the record it is read from: per field name, the ``value`` of the
+    first widget that has one (``FormFieldValue``, v 1), else the field's first
+    ``pspdfkit/form-field-value`` record as stored (the widgets win: their value is what
+    the PDF export writes). ``document.json`` and ``GET .../form-field-values`` both
+    answer with it."""
+    from_widgets: dict[str, tuple[dict, object]] = {}
+    from_records: dict[str, tuple[dict, object]] = {}
+    for record in records:
+        content = record.content
+        kind, name = content.get("type"), content.get("name")
+        if kind == WIDGET_TYPE:
+            name = content.get("formFieldName")
+            if "value" in content and isinstance(name, str) and name and name not in from_widgets:
+                from_widgets[name] = ({"v": 1, "type": FORM_FIELD_VALUE_TYPE, "name": name,
+                                       "value": _field_value(content["value"])}, record)
+        elif kind == FORM_FIELD_VALUE_TYPE and isinstance(name, str) and name not in from_records:
+            from_records[name] = (content, record)
+    return list(from_widgets.values()) + [entry for name, entry in from_records.items()
+                                          if name not in from_widgets]
+
+
+def with_field_values(contents, values: dict[str, object]) -> list[dict]:
+    """The widget record contents among ``contents`` whose field (``formFieldName``) has a
+    new value in ``values`` (field name → value), with that ``value``; widgets already
+    holding it are left out. Every path that applies form field values (Instant JSON and
+    XFDF apply, ``pdf_with_instant_json``) sets them with it."""
+    if not values:
+        return []
+    return [dict(c, value=values[c["formFieldName"]]) for c in contents
+            if c.get("type") == WIDGET_TYPE and c.get("formFieldName") in values
+            and c.get("value") != values[c["formFieldName"]]]

@@ -18,9 +18,10 @@ from layersync_server.context import AppContext, commit, layer_from_segment
 from layersync_server.errors import ApiError, not_found
 from layersync_server.errors_http import error_responses
 from layersync_server.openapi_bodies import ok
+from layersync_server.record_kinds import is_annotation
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_record,
                                                   annotation_write, bulk_result,
-                                                  check_annotation_id, find_document,
+                                                  check_annotation_id, data_envelope, find_document,
                                                   json_part, form_body, require_admin, required_json_body,
                                                   unprocessable)
 from layersync_server.wire_json import dumps
@@ -34,20 +35,42 @@ MAX_LISTED_ANNOTATIONS = 1000
 MAX_BULK_ANNOTATIONS = 10_000
 
 
-async def _list_annotations(request: Request, ctx: AppContext, document_id: str, layer: str):
-    await find_document(ctx, document_id)
+async def annotation_listing(request: Request, ctx: AppContext, document_id: str, layer: str,
+                             keep=is_annotation):
+    """Document Engine's annotation listing of a layer (the document was checked): the
+    live records whose content ``keep`` accepts (the annotations, widgets included:
+    :func:`~layersync_server.record_kinds.is_annotation`; not comments, bookmarks or form
+    records) as ``{"data": {"annotations": [AnnotationRecord], "truncated"}}``, the first
+    :data:`MAX_LISTED_ANNOTATIONS`, or every one streamed as NDJSON when the request
+    accepts ``application/x-ndjson``. ``.../annotations`` and ``.../pages/{i}/annotations``
+    answer with it."""
+
+    def kept():
+        for record in ctx.storage.iter_records(document_id, layer):
+            if keep(record.content):
+                yield record
+
     if "application/x-ndjson" in request.headers.get("accept", ""):
         # the layer before the stream starts (404 if it was deleted, not mid-stream)
         await run_in_threadpool(ctx.storage.list_records, document_id, layer, 0, 1, False)
+        return StreamingResponse((dumps(annotation_record(r)) + "\n" for r in kept()),
+                                 media_type="application/x-ndjson")
 
-        def lines():
-            for record in ctx.storage.iter_records(document_id, layer):
-                yield dumps(annotation_record(record)) + "\n"
-        return StreamingResponse(lines(), media_type="application/x-ndjson")
-    page = await run_in_threadpool(ctx.storage.list_records, document_id, layer, 0,
-                                   MAX_LISTED_ANNOTATIONS, False)
-    return {"data": {"annotations": [annotation_record(r) for r in page.records],
-                     "truncated": page.has_more}}
+    def first() -> tuple[list, bool]:
+        found = []
+        for record in kept():
+            if len(found) == MAX_LISTED_ANNOTATIONS:
+                return found, True
+            found.append(record)
+        return found, False
+
+    records, truncated = await run_in_threadpool(first)
+    return data_envelope({"annotations": [annotation_record(r) for r in records], "truncated": truncated})
+
+
+async def _list_annotations(request: Request, ctx: AppContext, document_id: str, layer: str):
+    await find_document(ctx, document_id)
+    return await annotation_listing(request, ctx, document_id, layer)
 
 
 async def _json_write_body(request: Request, ctx: AppContext) -> object:
@@ -223,8 +246,9 @@ async def _delete_annotations(request: Request, ctx: AppContext, document_id: st
     return {"data": {"deleted": deleted, "revision": state.revision if revision is None else revision}}
 
 
-_ANNOTATIONS_DOC = ("Live records as `AnnotationRecord`s, at most 1000 with `truncated`; "
-                    "`Accept: application/x-ndjson` streams every record, one JSON object per line.")
+_ANNOTATIONS_DOC = ("Live annotations (widgets included; not comments, bookmarks or form records) as "
+                    "`AnnotationRecord`s, at most 1000 with `truncated`; "
+                    "`Accept: application/x-ndjson` streams every one, one JSON object per line.")
 _CREATE_DOC = ("Body `{\"content\": {...}, \"id\"?, \"user_id\"?, \"group\"?}` → "
                "`{\"data\": {\"annotation_id\", ...AnnotationRecord}}`, or `{\"annotations\": [...]}` → "
                "`AnnotationMultipleResponse`; multipart: an `annotation` / `annotations` JSON part and "

@@ -8,7 +8,13 @@ A bookmark is a ``pspdfkit/bookmark`` record of the layer (Instant JSON's ``Book
   createdBy, updatedBy}``).
 - ``POST .../bookmarks`` body ``BookmarkRecord`` (``{id?, content}``, or the bare bookmark)
   → ``{"data": {"id"}}``; 400 when it breaks the record schema or the id is taken.
-- ``PUT`` / ``DELETE .../bookmarks/{bookmarkId}`` → ``{"data": {"id"}}``; 404 when missing.
+- ``PUT`` / ``DELETE .../bookmarks/{bookmarkId}`` → ``{"data": {"id"}}``.
+
+The spec documents 200, 400 and 401 for ``PUT`` and ``DELETE`` (no 404), so: a ``DELETE``
+of a bookmark that is already deleted answers 200 and writes nothing (a delete is
+idempotent, RFC 9110 §9.2.2: a retry after a lost answer finds what it asked for); an id
+the layer has no bookmark of (never used, or a live record of another kind) answers 400
+``invalid_request`` saying so, as does a ``PUT`` of such an id or of a deleted bookmark.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from starlette.concurrency import run_in_threadpool
 
 from layersync_server.changes import delete_record, normalize_content
 from layersync_server.context import AppContext, commit, layer_from_segment
-from layersync_server.errors import invalid_request, not_found
+from layersync_server.errors import invalid_request
 from layersync_server.ids import new_ulid
 from layersync_server.openapi_bodies import json_body as body_doc
 from layersync_server.openapi_bodies import media
+from layersync_server.record_kinds import BOOKMARK, BOOKMARK_TYPE, kind_of
 from layersync_server.record_schema import record_schema_problem
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_record,
                                                   check_annotation_id, data_envelope,
@@ -31,7 +38,6 @@ from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem
 
 router = admin_router()
 
-BOOKMARK_TYPE = "pspdfkit/bookmark"
 
 
 def _bookmark(body: object, record_id: str | None) -> tuple[str, dict, str | None]:
@@ -56,7 +62,7 @@ def _bookmark(body: object, record_id: str | None) -> tuple[str, dict, str | Non
 async def _list(ctx: AppContext, document_id: str, layer: str) -> dict:
     await find_document(ctx, document_id)
     records = await run_in_threadpool(lambda: [r for r in ctx.storage.iter_records(document_id, layer)
-                                               if r.content.get("type") == BOOKMARK_TYPE])
+                                               if kind_of(r.content) == BOOKMARK])
     return data_envelope({"bookmarks": [annotation_record(r) for r in records]})
 
 
@@ -71,12 +77,19 @@ async def _write(request: Request, ctx: AppContext, document_id: str, layer: str
         if bookmark_id is None and current is not None:
             raise invalid_request(f"record {record_id!r} exists")
         if bookmark_id is not None and (current is None or current.deleted
-                                        or current.content.get("type") != BOOKMARK_TYPE):
-            raise not_found(f"no bookmark {record_id!r}")
+                                        or kind_of(current.content) != BOOKMARK):
+            raise invalid_request(f"no bookmark {record_id!r} in this layer")
         writer.put_record(record_id, content, user_id)
 
     await commit(ctx, document_id, layer, work, changes=1)
     return data_envelope({"id": record_id})
+
+
+def _was_bookmark(writer, record_id: str) -> bool:
+    """Whether a deleted record was a bookmark (its newest kept live version is one; a
+    tombstone whose live versions are no longer kept counts as one: it is deleted either way)."""
+    live = [v for v in writer.history(record_id) if not v.deleted]
+    return not live or kind_of(live[0].content) == BOOKMARK
 
 
 async def _delete(ctx: AppContext, document_id: str, layer: str, bookmark_id: str) -> dict:
@@ -85,8 +98,10 @@ async def _delete(ctx: AppContext, document_id: str, layer: str, bookmark_id: st
 
     def work(writer):
         current = writer.get_record(bookmark_id)
-        if current is None or current.deleted or current.content.get("type") != BOOKMARK_TYPE:
-            raise not_found(f"no bookmark {bookmark_id!r}")
+        if current is not None and current.deleted and _was_bookmark(writer, bookmark_id):
+            return  # deleted already: done (idempotent), nothing written
+        if current is None or current.deleted or kind_of(current.content) != BOOKMARK:
+            raise invalid_request(f"no bookmark {bookmark_id!r} in this layer")
         delete_record(writer, bookmark_id, None)
 
     await commit(ctx, document_id, layer, work, changes=1)

@@ -31,6 +31,7 @@ from layersync_server.errors_http import error_responses
 from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.openapi_bodies import json_body as body_doc
 from layersync_server.openapi_bodies import media
+from layersync_server.record_kinds import ANNOTATION, COMMENT_TYPE, kind_of
 from layersync_server.record_schema import record_schema_problem
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_content,
                                                   annotation_record, as_unprocessable,
@@ -43,19 +44,14 @@ from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem
 
 router = admin_router()
 
-COMMENT_TYPE = "pspdfkit/comment"
-#: Records that are not markup annotations and so hold no comment thread (Document
-#: Engine answers 400 for them): links, widgets, and records that are no annotation.
-_NOT_THREAD_ROOTS = ("pspdfkit/link", "pspdfkit/widget", COMMENT_TYPE, "pspdfkit/bookmark",
-                     "pspdfkit/form-field", "pspdfkit/form-field-value")
-
-
 def can_hold_comments(content: dict) -> bool:
-    """Whether a record may be a comment thread's root: a ``pspdfkit/`` annotation that
-    is a markup annotation or a comment marker."""
+    """Whether a record may be a comment thread's root: a ``pspdfkit/`` annotation
+    (:mod:`~layersync_server.record_kinds`: not a widget, comment, bookmark or form record)
+    that is a markup annotation or a comment marker, so not a link (Document Engine
+    answers 400 for the others)."""
     kind = content.get("type")
-    return isinstance(kind, str) and kind.startswith("pspdfkit/") \
-        and not any(kind == t or kind.startswith(t + "/") for t in _NOT_THREAD_ROOTS)
+    return kind_of(content) == ANNOTATION and isinstance(kind, str) and kind.startswith("pspdfkit/") \
+        and kind != "pspdfkit/link"
 
 
 def _comment_content(item: object, index: int, root: dict) -> tuple[str, dict, str | None]:

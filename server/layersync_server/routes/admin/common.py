@@ -24,6 +24,7 @@ from layersync_server.errors import ApiError, invalid_request
 from layersync_server.errors_http import COMMON_ERROR_RESPONSES
 from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.json_http import WireJSONResponse, WireRoute
+from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE
 from layersync_server.record_schema import record_schema_problem
 from layersync_server.storage import DocumentInfo, StoredRecord
 from layersync_server.storage.base import KEEP_GROUP
@@ -65,17 +66,28 @@ async def required_json_body(request: Request, ctx: AppContext, required: str) -
     return await json_body(replayed_request(request, body), ctx)
 
 
+#: Instant JSON keys whose entries are records of their own (record_kinds); a
+#: ``formFieldValues`` entry sets its field's widgets' ``value`` instead.
+RECORD_KEYS = ("annotations", "comments", "bookmarks", "formFields")
+
+
 def instant_json_entries(body: object) -> list[dict]:
-    """Annotations and comments of an Instant JSON document, validated and with ids."""
+    """The records of an Instant JSON document (its :data:`RECORD_KEYS` entries, and the
+    ``formFieldValues`` entries with an ``id``: stored ``pspdfkit/form-field-value``
+    records as ``document.json`` gives them), validated and with ids."""
     if not isinstance(body, dict):
         raise invalid_request("Instant JSON must be an object")
     entries = []
-    for key in ("annotations", "comments"):
+    for key in RECORD_KEYS:
         items = body.get(key, [])
         if not isinstance(items, list):
             raise invalid_request(f"Instant JSON '{key}' must be an array")
         for item in items:
             entries.append(annotation_content(item, None))
+    values = body.get("formFieldValues", [])
+    for item in values if isinstance(values, list) else []:
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            entries.append(annotation_content({"v": 1, **item, "type": FORM_FIELD_VALUE_TYPE}, None))
     return entries
 
 

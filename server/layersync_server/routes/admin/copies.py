@@ -4,7 +4,8 @@ document, and copies of documents, as Document Engine's routes define them.
 - ``POST .../pdf_with_instant_json`` (default layer or ``.../layers/{layerName}``),
   multipart with an ``instant.json`` part (or the Instant JSON as the body): the PDF of
   the layer's live records with the Instant JSON applied on top (its ``annotations``,
-  ``comments``, ``formFieldValues`` and ``attachments``), written by the same export as
+  ``comments``, ``bookmarks``, ``formFields``, ``formFieldValues`` and ``attachments``:
+  what ``apply_instant_json`` reads), written by the same export as
   ``GET .../pdf``. Nothing is stored.
 - ``POST .../copy_with_instant_json``: the same PDF stored as a new document whose
   default layer holds those records exactly (ids, comments, ``customData``; what the PDF
@@ -37,6 +38,7 @@ from layersync_server.openapi_bodies import json_body as body_doc
 from layersync_server.openapi_bodies import media
 from layersync_server.pdf.export import export_pdf
 from layersync_server.routes.admin import exports
+from layersync_server.routes.admin.acroform import with_field_values
 from layersync_server.routes.admin.common import (DOC, INSTANT_JSON_PART, LAYER, admin_router,
                                                   data_envelope, find_document, form_body,
                                                   instant_json_body, instant_json_entries,
@@ -44,14 +46,6 @@ from layersync_server.routes.admin.common import (DOC, INSTANT_JSON_PART, LAYER,
 from layersync_server.storage import DocumentExists, DocumentInfo, NewDocument
 
 router = admin_router()
-
-#: Record fields that name a stored attachment (SHA-256 hex).
-ATTACHMENT_FIELDS = ("fileAttachmentId", "imageAttachmentId")
-
-
-def attachment_ids(contents: list[dict]) -> set[str]:
-    return {c[f] for c in contents for f in ATTACHMENT_FIELDS if isinstance(c.get(f), str)}
-
 
 def _instant_json_attachments(body: dict) -> dict[str, tuple[str, bytes]]:
     """Instant JSON ``attachments`` (``{sha256: {"binary": base64, "contentType"}}``) as
@@ -80,28 +74,17 @@ async def _merged(ctx: AppContext, document_id: str, layer: str, body: dict | No
     if body is not None:
         for entry in instant_json_entries(body):
             contents[entry["id"]] = entry
-        values = exports._form_field_values(body)
-        for record_id, content in list(contents.items()):
-            if content.get("type") == "pspdfkit/widget" and content.get("formFieldName") in values:
-                contents[record_id] = {**content, "value": values[content["formFieldName"]]}
+        for widget in with_field_values(contents.values(), exports._form_field_values(body)):
+            contents[widget["id"]] = widget
         added = _instant_json_attachments(body)
     merged = list(contents.values())
-
-    def stored():
-        found = dict(added)
-        for sha256 in attachment_ids(merged) - set(found):
-            attachment = ctx.storage.get_attachment(document_id, sha256)
-            if attachment is not None:
-                found[sha256] = (attachment.content_type, attachment.data)
-        return found
-
-    return merged, await run_in_threadpool(stored)
+    stored = await run_in_threadpool(exports.stored_attachments, ctx, document_id, merged, added)
+    return merged, {**added, **stored}
 
 
 async def _exported(ctx: AppContext, document_id: str, contents: list[dict], attachments: dict) -> bytes:
     original = await run_in_threadpool(ctx.storage.read_pdf, document_id)
-    result = await run_in_threadpool(export_pdf, original, contents,
-                                     {sha: data for sha, (_, data) in attachments.items()})
+    result = await run_in_threadpool(export_pdf, original, contents, exports.attachment_bytes(attachments))
     return result.pdf
 
 

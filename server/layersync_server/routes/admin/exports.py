@@ -20,7 +20,8 @@ from layersync_server.ids import is_valid_layer_name
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.pdf.export import export_pdf
 from layersync_server.record_schema import record_schema_problem
-from layersync_server.routes.admin.acroform import form_fields
+from layersync_server.record_kinds import COMMENT, INSTANT_JSON_KEYS, WIDGET, WIDGET_TYPE, kind_of
+from layersync_server.routes.admin.acroform import form_field_values, form_fields, with_field_values
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, find_document,
                                                   instant_json_body, instant_json_entries,
                                                   require_admin)
@@ -47,32 +48,25 @@ async def _live_records(ctx: AppContext, document_id: str, layer: str) -> list[S
 
 async def layer_instant_json_document(ctx: AppContext, document_id: str, layer: str) -> dict:
     """The layer's live records as an Instant JSON document (``document.json``'s body,
-    Document Engine's ``InstantJson``): ``annotations``, ``comments``, ``formFields``
-    (from the widgets and the stored PDF's AcroForm) and ``formFieldValues``; the admin
-    routes and the dashboard both answer with it."""
-    contents = [r.content for r in await _live_records(ctx, document_id, layer)]
-    widgets = [c for c in contents if c.get("type") == "pspdfkit/widget"]
-    values = {}
-    for c in widgets:
-        if "value" in c and c.get("formFieldName"):
-            values.setdefault(c["formFieldName"], c["value"])
+    Document Engine's ``InstantJson``), each filed under the key of its kind
+    (:mod:`layersync_server.record_kinds`): ``annotations`` (widgets included),
+    ``comments``, ``bookmarks``, ``formFields`` (the stored form field records, then one
+    per other field of the widgets, described by the stored PDF's AcroForm) and
+    ``formFieldValues`` (:func:`~layersync_server.routes.admin.acroform.form_field_values`);
+    the admin routes, the XFDF export and the dashboard all answer with it."""
+    records = await _live_records(ctx, document_id, layer)
+    filed: dict[str, list[dict]] = {key: [] for key in INSTANT_JSON_KEYS.values()}
+    for record in records:
+        filed[INSTANT_JSON_KEYS[kind_of(record.content)]].append(record.content)
+    defined = {f.get("name") for f in filed["formFields"]}
+    widgets = [c for c in filed["annotations"] if c.get("type") == WIDGET_TYPE
+               and c.get("formFieldName") not in defined]
     pdf = await run_in_threadpool(ctx.storage.read_pdf, document_id) if widgets else None
-    fields = await run_in_threadpool(form_fields, widgets, pdf) if widgets else []
-    return {"format": INSTANT_JSON_FORMAT,
-            "annotations": [c for c in contents if c.get("type") != "pspdfkit/comment"],
-            "comments": [c for c in contents if c.get("type") == "pspdfkit/comment"],
-            "formFields": fields,
-            "formFieldValues": [{"v": 1, "type": "pspdfkit/form-field-value", "name": name,
-                                 "value": _field_value(value)} for name, value in values.items()]}
-
-
-def _field_value(value: object) -> object:
-    """A widget's ``value`` as ``FormFieldValue.value`` (string, array of strings or null)."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return [v if isinstance(v, str) else str(v) for v in value]
-    return str(value)
+    derived = await run_in_threadpool(form_fields, widgets, pdf) if widgets else []
+    return {"format": INSTANT_JSON_FORMAT, "annotations": filed["annotations"],
+            "comments": filed["comments"], "bookmarks": filed["bookmarks"],
+            "formFields": filed["formFields"] + derived,
+            "formFieldValues": [value for value, _ in form_field_values(records)]}
 
 
 @router.get(DOC + "/document.json", summary="Instant JSON export of a layer (?layer=)",
@@ -80,7 +74,7 @@ def _field_value(value: object) -> object:
 async def instant_json(document_id: str, layer: str = Query("", max_length=128),
                        annotation_version: int = Query(2, ge=1, le=2),
                        ctx: AppContext = Depends(require_admin)) -> dict:
-    """``pspdfkit/comment`` records go to ``comments``, the rest to ``annotations``.
+    """Each record under the key of its kind (:mod:`layersync_server.record_kinds`).
     ``annotation_version=1``: annotations as Instant JSON v1 (``v`` 1, ``text`` a string)."""
     return _as_version(await layer_instant_json_document(ctx, document_id, _layer_query(layer)),
                        annotation_version)
@@ -128,10 +122,8 @@ async def widget_value_entries(ctx: AppContext, document_id: str, layer: str,
     new ``value`` (only those whose value changes). Instant JSON and XFDF apply both use it."""
     if not values:
         return []
-    widgets = await run_in_threadpool(lambda: [r.content for r in ctx.storage.iter_records(document_id, layer)
-                                               if r.content.get("type") == "pspdfkit/widget"])
-    return [dict(w, value=values[w["formFieldName"]]) for w in widgets
-            if w.get("formFieldName") in values and w.get("value") != values[w["formFieldName"]]]
+    contents = await run_in_threadpool(lambda: [r.content for r in ctx.storage.iter_records(document_id, layer)])
+    return with_field_values(contents, values)
 
 
 def put_entries(writer, entries: list[dict]) -> tuple[int, int]:
@@ -167,7 +159,8 @@ async def _apply_instant_json(request: Request, ctx: AppContext, document_id: st
              responses=ok(bodies.ApplyResultOut, "counts of created, updated, unchanged entries"))
 async def apply_instant_json(document_id: str, request: Request,
                              ctx: AppContext = Depends(require_admin)) -> dict:
-    """Body: Instant JSON (``annotations``, ``comments``, ``formFieldValues``) as
+    """Body: Instant JSON (``annotations``, ``comments``, ``bookmarks``, ``formFields``,
+    ``formFieldValues``) as
     ``application/json`` or as the ``instant.json`` part of a multipart body (Document
     Engine's form). Each entry creates the record or replaces the one with its id;
     identical entries are left alone."""
@@ -182,17 +175,32 @@ async def apply_layer_instant_json(document_id: str, layer: str, request: Reques
     return await _apply_instant_json(request, ctx, document_id, layer_from_segment(layer))
 
 
-def stored_attachments(ctx: AppContext, document_id: str, contents: list[dict]) -> dict[str, bytes]:
-    """The stored bytes of the records' ``fileAttachmentId`` s (blocking: run in a
-    worker thread); the PDF and XFDF exports embed them."""
+#: Record fields that name a stored attachment (SHA-256 hex).
+ATTACHMENT_FIELDS = ("fileAttachmentId", "imageAttachmentId")
+
+
+def attachment_ids(contents: list[dict]) -> set[str]:
+    """The attachments (SHA-256 hex) the record contents name in :data:`ATTACHMENT_FIELDS`."""
+    return {c[f] for c in contents for f in ATTACHMENT_FIELDS if isinstance(c.get(f), str)}
+
+
+def stored_attachments(ctx: AppContext, document_id: str, contents: list[dict],
+                       known=()) -> dict[str, tuple[str, bytes]]:
+    """The stored attachments the records name (:func:`attachment_ids`) as ``{sha256:
+    (content type, bytes)}``, but those in ``known`` (blocking: run in a worker thread).
+    The PDF and XFDF exports embed them; the copies store them with the new document."""
     found = {}
-    for content in contents:
-        file_id = content.get("fileAttachmentId")
-        if isinstance(file_id, str) and file_id not in found:
-            attachment = ctx.storage.get_attachment(document_id, file_id)
-            if attachment is not None:
-                found[file_id] = attachment.data
+    for sha256 in sorted(attachment_ids(contents) - set(known)):
+        attachment = ctx.storage.get_attachment(document_id, sha256)
+        if attachment is not None:
+            found[sha256] = (attachment.content_type, attachment.data)
     return found
+
+
+def attachment_bytes(attachments: dict[str, tuple[str, bytes]]) -> dict[str, bytes]:
+    """``{sha256: bytes}`` of :func:`stored_attachments`' answer (what the PDF and XFDF
+    writers take)."""
+    return {sha256: data for sha256, (_, data) in attachments.items()}
 
 
 async def layer_pdf_response(ctx: AppContext, document_id: str, layer: str,
@@ -209,11 +217,12 @@ async def layer_pdf_response(ctx: AppContext, document_id: str, layer: str,
         return Response(original, media_type="application/pdf", headers={
             "ETag": f'"{hashlib.sha256(original).hexdigest()}"'})
     if not options.annotations:
-        records = [r for r in records if r.content.get("type") in ("pspdfkit/comment", "pspdfkit/widget")]
+        records = [r for r in records if kind_of(r.content) in (COMMENT, WIDGET)]
     if not options.comments:
-        records = [r for r in records if r.content.get("type") != "pspdfkit/comment"]
-    attachments = await run_in_threadpool(stored_attachments, ctx, document_id, [r.content for r in records])
-    result = await run_in_threadpool(export_pdf, original, [r.content for r in records], attachments)
+        records = [r for r in records if kind_of(r.content) != COMMENT]
+    contents = [r.content for r in records]
+    attachments = await run_in_threadpool(stored_attachments, ctx, document_id, contents)
+    result = await run_in_threadpool(export_pdf, original, contents, attachment_bytes(attachments))
     pdf = await run_in_threadpool(_flattened, result.pdf) if options.flatten else result.pdf
     return Response(pdf, media_type="application/pdf", headers={
         "ETag": f'"{hashlib.sha256(pdf).hexdigest()}"',

@@ -35,8 +35,10 @@ from layersync_server.errors_http import error_responses
 from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.openapi_bodies import json_body as body_doc
 from layersync_server.openapi_bodies import media
+from layersync_server.record_kinds import FORM_FIELD, FORM_FIELD_PREFIX, WIDGET_TYPE, kind_of
 from layersync_server.record_schema import record_schema_problem
 from layersync_server.routes.admin import exports
+from layersync_server.routes.admin.acroform import form_field_values
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_record,
                                                   as_unprocessable, data_envelope, find_document,
                                                   json_body, record_authors, require_admin, required_json_body,
@@ -47,13 +49,8 @@ from layersync_server.wire_json import MAX_JSON_DEPTH, dumps, json_problem
 
 router = admin_router()
 
-FORM_FIELD_PREFIX = "pspdfkit/form-field/"
-WIDGET_TYPE = "pspdfkit/widget"
-
-
 def is_form_field(content: dict | None) -> bool:
-    kind = (content or {}).get("type")
-    return isinstance(kind, str) and kind.startswith(FORM_FIELD_PREFIX)
+    return kind_of(content) == FORM_FIELD
 
 
 def _widgets_of(field: dict, widgets: list[StoredRecord]) -> list[StoredRecord]:
@@ -187,14 +184,11 @@ async def _delete_fields(request: Request, ctx: AppContext, document_id: str, la
 
 
 async def _list_values(ctx: AppContext, document_id: str, layer: str) -> dict:
-    _, widgets = await _fields_and_widgets(ctx, document_id, layer)
-    values: dict[str, dict] = {}
-    for widget in widgets:  # as document.json's formFieldValues: the first widget's value
-        name = widget.content.get("formFieldName")
-        if isinstance(name, str) and "value" in widget.content and name not in values:
-            values[name] = {"v": 1, "type": "pspdfkit/form-field-value", "name": name,
-                            "value": widget.content["value"], **record_authors(widget)}
-    return data_envelope({"formFieldValues": list(values.values())})
+    await find_document(ctx, document_id)
+    records = await run_in_threadpool(lambda: list(ctx.storage.iter_records(document_id, layer)))
+    # as document.json's formFieldValues, each with the authors of the record it comes from
+    return data_envelope({"formFieldValues": [{**value, **record_authors(record)}
+                                              for value, record in form_field_values(records)]})
 
 
 async def _set_values(request: Request, ctx: AppContext, document_id: str, layer: str) -> dict:

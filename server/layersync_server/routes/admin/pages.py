@@ -17,34 +17,25 @@ document's attachments, as Document Engine's routes define them.
 from __future__ import annotations
 
 from fastapi import Depends, Query, Request, Response
-from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from layersync_server.context import AppContext, layer_from_segment
 from layersync_server.dashboard.render import ImageTooLarge, app_page_images
 from layersync_server.errors import invalid_request, not_found
 from layersync_server.openapi_bodies import media
+from layersync_server.record_kinds import is_annotation
 from layersync_server.routes.admin import exports
-from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_record,
-                                                  data_envelope, find_document, require_admin)
-from layersync_server.storage import StoredRecord
-from layersync_server.wire_json import dumps
+from layersync_server.routes.admin.annotations import annotation_listing
+from layersync_server.routes.admin.common import DOC, LAYER, admin_router, find_document, require_admin
 
 
 router = admin_router()
 
-#: Largest ``annotations`` list in a JSON answer (Document Engine's 1000).
-MAX_LISTED_ANNOTATIONS = 1000
 #: Largest side of a rendered page, pixels.
 MAX_IMAGE_SIDE_PX = 8000
-#: Record types that live in a layer but are not annotations of a page.
-_NOT_ANNOTATIONS = ("pspdfkit/comment", "pspdfkit/bookmark", "pspdfkit/form-field-value")
-
-
 def is_page_annotation(content: dict, page_index: int) -> bool:
-    kind = content.get("type")
-    return content.get("pageIndex") == page_index and kind not in _NOT_ANNOTATIONS \
-        and not (isinstance(kind, str) and kind.startswith("pspdfkit/form-field/"))
+    """An annotation (:func:`~layersync_server.record_kinds.is_annotation`) on the page."""
+    return content.get("pageIndex") == page_index and is_annotation(content)
 
 
 async def _check_page(ctx: AppContext, document_id: str, page_index: int) -> None:
@@ -56,28 +47,8 @@ async def _check_page(ctx: AppContext, document_id: str, page_index: int) -> Non
 async def _page_annotations(request: Request, ctx: AppContext, document_id: str, layer: str,
                             page_index: int):
     await _check_page(ctx, document_id, page_index)
-
-    def on_page():
-        for record in ctx.storage.iter_records(document_id, layer):
-            if is_page_annotation(record.content, page_index):
-                yield record
-
-    if "application/x-ndjson" in request.headers.get("accept", ""):
-        # the layer before the stream starts (404 if it was deleted, not mid-stream)
-        await run_in_threadpool(ctx.storage.list_records, document_id, layer, 0, 1, False)
-        return StreamingResponse((dumps(annotation_record(r)) + "\n" for r in on_page()),
-                                 media_type="application/x-ndjson")
-
-    def first() -> tuple[list[StoredRecord], bool]:
-        found = []
-        for record in on_page():
-            if len(found) == MAX_LISTED_ANNOTATIONS:
-                return found, True
-            found.append(record)
-        return found, False
-
-    records, truncated = await run_in_threadpool(first)
-    return data_envelope({"annotations": [annotation_record(r) for r in records], "truncated": truncated})
+    return await annotation_listing(request, ctx, document_id, layer,
+                                    lambda content: is_page_annotation(content, page_index))
 
 
 def _image_size(width: float | None, height: float | None) -> tuple[int | None, int | None]:

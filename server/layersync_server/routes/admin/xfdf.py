@@ -24,11 +24,12 @@ from layersync_server.errors import ApiError, invalid_request
 from layersync_server.errors_http import error_responses
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.pdf.import_ import PdfImportError, open_pdf
+from layersync_server.record_kinds import COMMENT, kind_of
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_content,
                                                   find_document, instant_json_entries, require_admin)
-from layersync_server.routes.admin.exports import (_layer_query, layer_instant_json_document,
-                                                   put_entries, stored_attachments,
-                                                   widget_value_entries)
+from layersync_server.routes.admin.exports import (_layer_query, attachment_bytes,
+                                                   layer_instant_json_document, put_entries,
+                                                   stored_attachments, widget_value_entries)
 from layersync_server.wire_json import json_problem, parse_json
 
 
@@ -71,8 +72,8 @@ async def layer_xfdf(ctx: AppContext, document_id: str, layer: str) -> Response:
     records = document["annotations"] + document["comments"]
     pdf = await run_in_threadpool(ctx.storage.read_pdf, document_id)
     pages = await run_in_threadpool(page_boxes, pdf)
-    attachments = await run_in_threadpool(stored_attachments, ctx, document_id, records)
-    values = {v["name"]: v["value"] for v in document["formFieldValues"]}
+    attachments = attachment_bytes(await run_in_threadpool(stored_attachments, ctx, document_id, records))
+    values = {v["name"]: v.get("value") for v in document["formFieldValues"]}
     text = await run_in_threadpool(lambda: write_xfdf(records, pages=pages, form_field_values=values,
                                                       attachments=attachments))
     return Response(text.encode("utf-8"), media_type=MEDIA_TYPE)
@@ -120,14 +121,14 @@ def _check_reply_roots(writer, entries: list[dict]) -> None:
     a comment no thread shows)."""
     here = {e["id"]: e for e in entries}
     for entry in entries:
-        if entry.get("type") != "pspdfkit/comment":
+        if kind_of(entry) != COMMENT:
             continue
         root_id = entry.get("rootId")
         root = here.get(root_id) if isinstance(root_id, str) else None
         if root is None and isinstance(root_id, str):
             stored = writer.get_record(root_id)
             root = stored.content if stored is not None and not stored.deleted else None
-        if not isinstance(root, dict) or root.get("type") == "pspdfkit/comment":
+        if not isinstance(root, dict) or kind_of(root) == COMMENT:
             raise ApiError(409, "conflict", f"reply {entry['id']!r}: its inreplyto {root_id!r} is not an "
                                             "annotation of the XFDF or the layer; nothing was applied")
 
