@@ -33,6 +33,7 @@ from layersync_server.routes.propagation import (OPENAPI_MODELS, OPENAPI_PATHS, 
                                                  hot_routes)
 from layersync_server.settings import Settings
 from layersync_server.storage import Storage, open_storage
+from layersync_server.stream import StreamHub, stream_routes
 
 PROTOCOL_HEADER = "layersync-protocol"
 _PROTOCOL_HEADER_BYTES = PROTOCOL_HEADER.encode()
@@ -122,7 +123,7 @@ class LayerSyncApp(FastAPI):
         had run out, and later ones answer without waiting
         (:meth:`LayerNotifier.drain`). Requests in flight, writes included, go on; the
         storage stays open until the lifespan's shutdown. Call on the event loop thread."""
-        self.state.ctx.notifier.drain()
+        self.state.ctx.notifier.drain()  # (and the change streams: bye)
 
     def serve_others_through(self, middleware_class, **options) -> None:
         """Send the requests the shortcut does not answer through
@@ -162,6 +163,7 @@ def _include_routes(app: LayerSyncApp, ctx: AppContext) -> None:
         app.include_router(router)
         if router is sync.router:
             app.router.routes.extend(hot)
+            app.router.routes.extend(stream_routes(ctx))
     app._shortcut = Shortcut(hot, ProtocolVersion(ctx.settings), app.state.metrics)
 
 
@@ -181,6 +183,8 @@ def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncA
                                                      history_versions=settings.history_versions),
                      verifier=JwtVerifier(settings.public_key_path, settings.jwt_leeway_s),
                      notifier=LayerNotifier())
+    ctx.notifier.hub = StreamHub(ctx, settings.stream_heartbeat_s, settings.stream_queue_pages,
+                                 settings.max_stream_subscriptions)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):

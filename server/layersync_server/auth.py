@@ -117,6 +117,18 @@ class JwtVerifier:
                                           for name in ("iat", "nbf", "exp")))
         return grant
 
+    def expiry(self, authorization: str | None) -> float | None:
+        """Unix time from which :meth:`verify` refuses this header's token as expired
+        (its ``exp`` plus the leeway), None when it has no ``exp``. Call after
+        :meth:`verify` accepted it."""
+        token = (authorization or "").strip().partition(" ")[2].strip()
+        cached = self._verified.get(token)
+        if cached is not None:
+            exp = cached[3]
+        else:  # (dropped from the cache meanwhile: the signature was checked by verify)
+            exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
+        return None if exp is None else int(exp) + self._leeway_s
+
     def _check_times(self, iat: int | None, nbf: int | None, exp: int | None) -> None:
         """PyJWT's time checks, in its order and with its messages."""
         now = time.time()

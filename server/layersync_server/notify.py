@@ -30,6 +30,11 @@ its wait had run out (an empty page at the revision it read: the client simply p
 again, elsewhere or later), and makes later waits return at once; server.py calls it
 when SIGTERM/SIGINT arrives, before waiting for open requests.
 
+Streams (protocol version 2): :attr:`LayerNotifier.hub`, when set (create_app sets it),
+is told of every publish, forget, wake-up of all and drain as well
+(:class:`~layersync_server.stream.StreamHub`), and :meth:`LayerNotifier.has_waiters`
+counts its subscriptions, so a commit hands its page to them too.
+
 All methods must be called on the event loop thread, except :meth:`has_waiters`.
 """
 
@@ -80,10 +85,15 @@ class LayerNotifier:
         self._draining = False
         #: How many times a layer was forgotten or every waiter woken (see module docs).
         self.resets = 0
+        #: The change streams' hub (stream.py), told of everything below; None: no streams.
+        self.hub = None
 
     def has_waiters(self, document_id: str, layer: str) -> bool:
-        """Whether a long-poll waits on the layer now (a hint; safe from any thread)."""
-        return (document_id, layer) in self._signals
+        """Whether a long-poll or a stream waits on the layer now (a hint; safe from any
+        thread)."""
+        hub = self.hub
+        return ((document_id, layer) in self._signals
+                or (hub is not None and hub.has_subscribers(document_id, layer)))
 
     async def published(self, document_id: str, layer: str, revision: int,
                         page: RecordPage | None = None, page_since: int | None = None) -> None:
@@ -101,6 +111,8 @@ class LayerNotifier:
         key = (document_id, layer)
         if revision > self._latest.get(key, 0):
             self._latest[key] = revision
+        if self.hub is not None:
+            self.hub.publish(document_id, layer, revision, page, page_since)
         signal = self._signals.get(key)
         if signal is None:  # nobody waits
             return
@@ -127,6 +139,8 @@ class LayerNotifier:
         key = (document_id, layer)
         self.resets += 1
         self._latest.pop(key, None)
+        if self.hub is not None:
+            self.hub.forget(document_id, layer)
         signal = self._signals.pop(key, None)
         if signal is None:
             return
@@ -153,6 +167,8 @@ class LayerNotifier:
     async def wake_all(self) -> None:
         """Wake every waiter so it re-reads storage (after a gap in the change feed)."""
         self.resets += 1
+        if self.hub is not None:
+            self.hub.recheck_all()
         for signal in list(self._signals.values()):
             signal.revision = max(signal.revision, 1 << 62)
             signal.pages = []
@@ -164,8 +180,11 @@ class LayerNotifier:
         """The server is stopping: answer every parked long-poll now as if its wait had
         run out (``wait_for_change`` returns ``(False, None)``, so the route answers the
         page it read before waiting), and from now on return at once instead of waiting.
-        Waits already due to wake (a newer revision is known) still wake. Idempotent."""
+        Waits already due to wake (a newer revision is known) still wake. Streams end
+        with ``bye``. Idempotent."""
         self._draining = True
+        if self.hub is not None:
+            self.hub.drain()
         for signal in list(self._signals.values()):
             signal.pages = []
             for future in signal.waiters:

@@ -8,6 +8,10 @@ one process stay independent) and are served at ``GET /metrics``:
 * ``layersync_sync_duration_seconds{endpoint}`` — duration of ``sync``, ``records``
   and ``changes`` requests (long-polls include their wait);
 * ``layersync_open_long_polls`` — long-polls currently waiting in this process;
+* ``layersync_open_streams`` — change streams (protocol version 2) open in this process,
+  one connection each; ``layersync_stream_subscriptions`` — layers subscribed on them;
+  ``layersync_stream_events`` / ``layersync_stream_notices`` — events (and of them
+  ``notice`` events) written so far;
 * ``layersync_layer_records{document_id, layer}`` — live records per layer (read from
   storage at scrape time, at most 1000 layers).
 
@@ -107,6 +111,18 @@ class Metrics:
         open_polls = Gauge("layersync_open_long_polls", "Long-polls waiting in this process",
                            registry=self.registry)
         open_polls.set_function(lambda: notifier.open_waits)
+        hub = notifier.hub
+        if hub is not None:  # protocol version 2 (stream.py)
+            Gauge("layersync_open_streams", "Change streams open in this process (one "
+                  "connection each)", registry=self.registry).set_function(lambda: hub.open_streams)
+            Gauge("layersync_stream_subscriptions", "Layers subscribed on this process's "
+                  "change streams", registry=self.registry).set_function(
+                      lambda: hub.subscription_count)
+            Gauge("layersync_stream_events", "Events written on change streams so far",
+                  registry=self.registry).set_function(lambda: hub.events_sent)
+            Gauge("layersync_stream_notices", "notice events written so far (a page too "
+                  "large, or a client that does not read)",
+                  registry=self.registry).set_function(lambda: hub.notices_sent)
         self.registry.register(_LayerRecords(storage))
         self._counters: dict[tuple[str, str, int], object] = {}
         self._timers: dict[str, object] = {}

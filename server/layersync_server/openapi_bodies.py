@@ -175,12 +175,21 @@ class Limits(BaseModel):
     max_number_chars: int
 
 
+class StreamInfo(BaseModel):
+    """Where the change stream (protocol version 2) is served."""
+
+    path: str = Field(description="POST here to open the stream")
+    heartbeat_s: float = Field(description="a silent stream gets a heartbeat this often")
+    max_subscriptions: int = Field(description="subscriptions one stream may hold")
+
+
 class InfoOut(BaseModel):
     server: str
     server_version: str
     protocol: ProtocolRange
     limits: Limits
     capabilities: list[str]
+    stream: StreamInfo
 
 
 class AttachmentOut(BaseModel):

@@ -175,6 +175,32 @@ def _exit_after(delay_s: float) -> threading.Timer:
     return timer
 
 
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit (every held change
+    stream or long-poll is one descriptor; the usual soft limit, 1024, would cap a server
+    at about a thousand clients) and log both. Returns the ``(soft, hard)`` limits now in
+    force. A limit that can not be raised is logged and left as it is."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:  # the kernel's own ceiling then
+        try:
+            target = int(Path("/proc/sys/fs/nr_open").read_text())
+        except (OSError, ValueError):
+            target = 1 << 20
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        log.info("open-files limit (RLIMIT_NOFILE): %s (hard limit %s)", soft, hard)
+        return soft, hard
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("could not raise the open-files limit from %d to %d: %s", soft, target, exc)
+        return soft, hard
+    log.info("open-files limit (RLIMIT_NOFILE) raised from %s to %s (hard limit %s)",
+             soft, target, hard)
+    return target, hard
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (``port=0`` = any free port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -206,6 +232,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 0,
     actual_port = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     configure_logging(log_level)
+    raise_open_files_limit()
     # "auto" = uvloop and httptools (dependencies of the server) when importable, else
     # asyncio and h11: a request round trip is ~0.1 ms shorter with them.
     app = create_app(settings)

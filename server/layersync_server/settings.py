@@ -20,7 +20,7 @@ ENV_PREFIX = "LAYERSYNC_SERVER_"
 
 #: Highest and lowest wire-protocol versions this server speaks (``LayerSync-Protocol``).
 PROTOCOL_MIN = 1
-PROTOCOL_MAX = 1
+PROTOCOL_MAX = 2  # 2: the change stream (docs/protocol.md); 1 is still served
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,10 @@ class Settings:
             :data:`~layersync_server.server.EXIT_GRACE_S` later, the process exits
             without waiting for its worker threads (server.py).
         protocol_min / protocol_max: supported ``LayerSync-Protocol`` range.
+        stream_heartbeat_s: a change stream silent this long gets a heartbeat, seconds.
+        stream_queue_pages: pages queued per stream subscription before they are
+            replaced by one ``notice`` (a client that does not read).
+        max_stream_subscriptions: subscriptions one stream may hold (429 past it).
     """
 
     db_path: Path | str = Path("layersync.sqlite")
@@ -64,6 +68,9 @@ class Settings:
     shutdown_timeout_s: float = 5.0
     protocol_min: int = PROTOCOL_MIN
     protocol_max: int = PROTOCOL_MAX
+    stream_heartbeat_s: float = 15.0
+    stream_queue_pages: int = 64
+    max_stream_subscriptions: int = 1000
 
     def __post_init__(self) -> None:
         if not 0 <= self.shutdown_timeout_s < float("inf"):
@@ -136,4 +143,4 @@ def _convert(name: str, raw: str) -> object:
     return int(raw)
 
 
-_FLOAT_FIELDS = {"shutdown_timeout_s"}
+_FLOAT_FIELDS = {"shutdown_timeout_s", "stream_heartbeat_s"}

@@ -28,12 +28,13 @@ from layersync_server.routes.access import grant, list_page, page_json
 from layersync_server.permissions import (ClaimError, forbidden_change, may, parse_claim,
                                           regranted_records)
 from layersync_server.storage import DocumentNotFound
+from layersync_server.stream import STREAM_PATH, wire_seconds
 from layersync_server.wire_json import MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION, parse_json
 
 router = APIRouter(prefix="/sync/v1", tags=["sync"], responses=COMMON_ERROR_RESPONSES,
                    route_class=WireRoute, default_response_class=WireJSONResponse)
 CAPABILITIES = ["long-poll", "snapshot-paging", "attachments", "history", "rollback",
-                "deleted-restore"]
+                "deleted-restore", "stream"]
 _LAYER_PATH = "/documents/{document_id}/layers/{layer:path}"  # (propagation.LAYER_PATH)
 
 
@@ -55,7 +56,9 @@ async def info(ctx: AppContext = Depends(get_context)) -> dict:
                        "max_upload_bytes": s.max_upload_bytes,
                        "history_versions": s.history_versions,
                        "max_json_depth": MAX_JSON_DEPTH, "max_number_chars": MAX_NUMBER_CHARS},
-            "capabilities": CAPABILITIES}
+            "capabilities": CAPABILITIES,
+            "stream": {"path": STREAM_PATH, "heartbeat_s": wire_seconds(s.stream_heartbeat_s),
+                       "max_subscriptions": s.max_stream_subscriptions}}
 
 
 @router.get("/documents/{document_id}/pdf", response_class=Response,

@@ -327,6 +327,10 @@ class Storage(abc.ABC):
     def is_token_revoked(self, jti: str) -> bool:
         """True when ``jti`` was revoked."""
 
+    def revoked_jtis(self, jtis: list[str]) -> set[str]:
+        """Those of ``jtis`` that were revoked (the change streams check theirs)."""
+        return {jti for jti in jtis if self.is_token_revoked(jti)}
+
     @abc.abstractmethod
     def list_records(self, document_id: str, layer: str, since: int, limit: int,
                      include_tombstones: bool, exclude_revisions: frozenset[int] = frozenset(),

@@ -967,6 +967,16 @@ class SqlStorage(Storage):
             self.execute(conn, "INSERT INTO revoked_tokens (jti, revoked_at) VALUES (?,?) "
                          "ON CONFLICT (jti) DO NOTHING", (jti, now_iso()))
 
+    def revoked_jtis(self, jtis: list[str]) -> set[str]:
+        found: set[str] = set()
+        with self.connection() as conn:
+            for at in range(0, len(jtis), 500):
+                chunk = jtis[at:at + 500]
+                marks = ",".join("?" * len(chunk))
+                found.update(row["jti"] for row in self.execute(
+                    conn, f"SELECT jti FROM revoked_tokens WHERE jti IN ({marks})", chunk))
+        return found
+
     def is_token_revoked(self, jti: str) -> bool:
         with self.connection() as conn:
             return self.execute(conn, "SELECT 1 FROM revoked_tokens WHERE jti=?",

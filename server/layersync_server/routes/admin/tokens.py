@@ -73,6 +73,7 @@ async def revoke_token(request: Request, ctx: AppContext = Depends(require_admin
                 failing.append({"path": f"$.jwts[{index}]", "details": "not a JWT with a jti claim"})
                 continue
             await run_in_threadpool(ctx.storage.revoke_token, jti)
+            ctx.notifier.hub.revoked(jti)  # its stream subscriptions end now (stream.py)
             revoked.append(jwt)
         result = "success" if not failing else "partial_failure" if revoked else "failure"
         return {"data": revoked, "result": result, "status": 200, "failingPaths": failing}
@@ -80,4 +81,5 @@ async def revoke_token(request: Request, ctx: AppContext = Depends(require_admin
     if not isinstance(jti, str) or not 0 < len(jti) <= MAX_JTI_CHARS:
         raise invalid_request("jti must be a string of 1..256 characters (or send jwts)")
     await run_in_threadpool(ctx.storage.revoke_token, jti)
+    ctx.notifier.hub.revoked(jti)
     return {"data": {"jti": jti, "revoked": True}}

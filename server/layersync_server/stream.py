@@ -1,0 +1,665 @@
+"""Protocol version 2: one pushed change stream per client (docs/protocol.md, "Protocol
+version 2: the change stream"). The server's transport module for it: the fan-out hub
+(:class:`StreamHub`) and the three HTTP endpoints (:func:`stream_routes`).
+
+A client opens one Server-Sent Events response (``POST /sync/v2/stream``) and adds or
+removes layers with short requests (``POST``/``DELETE .../subscriptions``), each
+authorised by that layer's JWT. What a subscription receives is exactly what the v1
+long-poll answers: every page is read with :func:`~layersync_server.routes.access.list_page`
+(or handed over by the commit, :func:`~layersync_server.notify.page_after`) and written
+with :func:`~layersync_server.routes.access.page_json` for the subscription's grant
+(collaboration permissions: bare tombstones for records it may not view). The sync
+rules are not repeated here.
+
+Fan-out (all of it on the event loop thread, never awaiting one client for another):
+
+* :class:`~layersync_server.notify.LayerNotifier` calls :meth:`StreamHub.publish` for every
+  commit it learns of (this process, or another one through the PostgreSQL change feed),
+  :meth:`StreamHub.forget` for a deleted layer, :meth:`StreamHub.recheck_all` after a gap
+  in the feed and :meth:`StreamHub.drain` when the server stops.
+* A caught-up subscription takes its page from the page the commit handed over (one
+  encoding shared by every subscription with the same cursor and the same view); when
+  there is none (another process's commit) it *catches up*: reads storage from its
+  cursor until it has the newest revision. Reads of one ``(layer, since)`` in flight at
+  the same time are made once (all the subscribers of a layer woken by one commit).
+* Each subscription has at most :attr:`StreamHub.max_pending` pages queued on its
+  stream; one more replaces them with one ``notice`` (the client fetches with v1 and
+  goes on), so a client that does not read costs a bounded amount of memory.
+* Each stream is written by its own request task (the ASGI response), which alone
+  waits for its socket; a stream whose socket takes no write for
+  :data:`WRITE_STALL_S` seconds is closed.
+* One sweeper task for the whole hub sends heartbeats (a ``: hb`` comment to a stream
+  silent for ``heartbeat_s``), closes stalled streams and, every
+  :data:`REVOCATION_CHECK_S`, ends subscriptions whose token was revoked by another
+  process (a revocation in this process ends them at once).
+
+All methods run on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import deque
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from layersync_server.auth import Grant
+from layersync_server.context import AppContext, read_body, run_in_worker
+from layersync_server.errors import ApiError, access_denied, invalid_request, not_found
+from layersync_server.errors_http import api_error_response
+from layersync_server.ids import is_valid_layer_name
+from layersync_server.json_http import WireJSONResponse
+from layersync_server.notify import page_after
+from layersync_server.routes.access import grant as grant_of, list_page, page_json
+from layersync_server.storage.base import RecordPage
+from layersync_server.wire_json import MAX_REVISION, encode_response, parse_json
+
+log = logging.getLogger(__name__)
+
+STREAM_PATH = "/sync/v2/stream"
+#: Seconds a stream's socket may refuse writes (the client reads nothing) before the
+#: server closes the stream.
+WRITE_STALL_S = 30.0
+#: How often the sweeper runs (heartbeats, stalled streams), seconds.
+SWEEP_S = 1.0
+#: How often subscriptions' tokens are checked against revocations made by other
+#: processes (PostgreSQL), seconds.
+REVOCATION_CHECK_S = 5.0
+#: Largest ``changes`` event; a bigger page goes as a ``notice`` (fetch with v1).
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+
+_HEARTBEAT = b": hb\n\n"
+
+
+def event(name: str, data: dict) -> bytes:
+    """One Server-Sent Event: ``event: NAME`` and one line of JSON."""
+    return b"event: " + name.encode() + b"\ndata: " + encode_response(data) + b"\n\n"
+
+
+def wire_seconds(value: float) -> int | float:
+    """A number of seconds as JSON writes it best: ``15``, not ``15.0``."""
+    return int(value) if float(value).is_integer() else value
+
+
+class _Notice:
+    """A ``notice`` queued for a subscription; its revision grows until it is written."""
+
+    __slots__ = ("revision",)
+
+    def __init__(self, revision: int):
+        self.revision = revision
+
+
+class Subscription:
+    """One layer on one stream."""
+
+    __slots__ = ("stream", "document_id", "layer", "wire_layer", "grant", "view", "epoch",
+                 "cursor", "known", "recheck", "task", "timer", "closed", "generation",
+                 "pending", "notice")
+
+    def __init__(self, stream: "Stream", document_id: str, layer: str, wire_layer: str,
+                 grant: Grant, epoch: str, cursor: int, known: int):
+        self.stream = stream
+        self.document_id, self.layer, self.wire_layer = document_id, layer, wire_layer
+        self.grant = grant
+        # what decides the records' wire shapes: subscriptions with the same view and
+        # cursor share one encoded event
+        perms = grant.collaboration
+        self.view = None if perms is None else (perms.entries, grant.user_id)
+        self.epoch = epoch
+        self.cursor = cursor  # the ``since`` of the next page to send
+        self.known = known  # newest revision known to be committed
+        self.recheck = False  # re-read storage even if ``known`` is reached (delete, gap)
+        self.task: asyncio.Task | None = None  # catching up
+        self.timer: asyncio.TimerHandle | None = None  # the token's expiry
+        self.closed = False
+        self.generation = 0  # queued pages of older generations were dropped (overflow)
+        self.pending = 0  # pages of this generation queued on the stream
+        self.notice: _Notice | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.document_id, self.layer
+
+
+class Stream:
+    """One open ``text/event-stream`` response."""
+
+    __slots__ = ("id", "subs", "queue", "waiter", "closing", "last_write", "send_started",
+                 "task", "aborted", "progress")
+
+    def __init__(self, stream_id: str, now: float):
+        self.id = stream_id
+        self.subs: dict[tuple[str, str], Subscription] = {}
+        #: ``(subscription or None, its generation, bytes or _Notice)``
+        self.queue: deque = deque()
+        self.waiter: asyncio.Future | None = None  # the writer waits for the queue
+        self.closing = False  # write what is queued, then end the response
+        self.last_write = now
+        self.send_started: float | None = None  # a write waits for the socket since then
+        self.task: asyncio.Task | None = None
+        self.aborted = False
+        self.progress: asyncio.Event | None = None  # set after each write (catch-up waits)
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def push(self, sub: Subscription | None, payload) -> None:
+        self.queue.append((sub, 0 if sub is None else sub.generation, payload))
+        self.wake()
+
+
+class StreamHub:
+    """Streams and subscriptions of one app (module docs)."""
+
+    def __init__(self, ctx: AppContext, heartbeat_s: float = 15.0, max_pending: int = 64,
+                 max_subscriptions: int = 1000):
+        self.ctx = ctx
+        self.heartbeat_s = heartbeat_s
+        self.max_pending = max_pending
+        self.max_subscriptions = max_subscriptions
+        self.streams: dict[str, Stream] = {}
+        self._layers: dict[tuple[str, str], set[Subscription]] = {}
+        self._jtis: dict[str, set[Subscription]] = {}
+        self._reads: dict[tuple[str, str, int], asyncio.Future] = {}
+        self._sweeper: asyncio.Task | None = None
+        self.draining = False
+        #: Counters for the metrics (observability.py): events and notices written.
+        self.events_sent = 0
+        self.notices_sent = 0
+
+    # -- what the metrics read (safe from a worker thread: atomic sizes) ---------------
+
+    @property
+    def open_streams(self) -> int:
+        return len(self.streams)
+
+    @property
+    def subscription_count(self) -> int:
+        return sum(len(subs) for subs in list(self._layers.values()))
+
+    def has_subscribers(self, document_id: str, layer: str) -> bool:
+        """Whether a stream listens on the layer (a hint, safe from any thread)."""
+        return (document_id, layer) in self._layers
+
+    # -- the notifier's side -------------------------------------------------------------
+
+    def publish(self, document_id: str, layer: str, revision: int,
+                page: RecordPage | None = None, page_since: int | None = None) -> None:
+        """``revision`` of the layer is committed; ``page`` (when given) is
+        ``list_records(page_since, ...)`` read after that commit (notify.py)."""
+        subs = self._layers.get((document_id, layer))
+        if not subs:
+            return
+        encoded: dict = {}  # (cursor, view, layer as written) -> (page, event): one encoding each
+        for sub in list(subs):
+            if revision > sub.known:
+                sub.known = revision
+            if sub.task is not None or revision <= sub.cursor:
+                continue  # catching up (it reads until it has ``known``), or nothing new
+            if sub.notice is not None:  # the client fetches with v1 up to the notice
+                sub.notice.revision = sub.cursor = max(sub.known, sub.notice.revision)
+                continue
+            key = (sub.cursor, sub.view, sub.wire_layer)
+            found = encoded.get(key)
+            if found is None and page is not None and page_since is not None \
+                    and page.layer.epoch == sub.epoch:
+                handed = page_after(page, page_since, sub.cursor,
+                                    self.ctx.settings.max_page_records)
+                if handed is not None:
+                    found = encoded[key] = (handed, self._changes_event(sub, handed))
+            if found is not None:
+                self._deliver(sub, *found)
+                if not found[0].has_more and sub.cursor >= sub.known:
+                    continue
+            self._catch_up(sub)
+
+    def forget(self, document_id: str, layer: str) -> None:
+        """The layer was deleted (or re-created): every subscription re-reads it and ends
+        with ``not_found`` or ``reset``."""
+        for key in [k for k in self._reads if k[:2] == (document_id, layer)]:
+            del self._reads[key]  # reads of before the delete must not be shared after it
+        for sub in list(self._layers.get((document_id, layer), ())):
+            sub.recheck = True
+            self._catch_up(sub)
+
+    def recheck_all(self) -> None:
+        """Notifications may have been missed (the change feed reconnected): every
+        subscription re-reads its layer."""
+        self._reads.clear()
+        for subs in list(self._layers.values()):
+            for sub in list(subs):
+                sub.recheck = True
+                self._catch_up(sub)
+
+    def revoked(self, jti: str) -> None:
+        """Tokens with ``jti`` were revoked: end their subscriptions (``token_revoked``)."""
+        for sub in list(self._jtis.get(jti, ())):
+            self.end(sub, "token_revoked")
+
+    def drain(self) -> None:
+        """The server stops: every stream gets ``bye`` and ends; new ones end at once."""
+        self.draining = True
+        for stream in list(self.streams.values()):
+            self._close_stream(stream, bye=True)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def subscribe(self, stream: Stream, document_id: str, layer: str, wire_layer: str,
+                  grant: Grant, page: RecordPage, since: int, exp: float | None) -> Subscription:
+        """Add (or replace) the subscription of ``stream`` to the layer whose page after
+        ``since`` is ``page`` (read after the grant was checked), and queue that page."""
+        old = stream.subs.get((document_id, layer))
+        if old is not None:
+            self._close(old)
+        elif len(stream.subs) >= self.max_subscriptions:
+            raise ApiError(429, "too_many_subscriptions",
+                           f"a stream holds at most {self.max_subscriptions} subscriptions",
+                           {"max_subscriptions": self.max_subscriptions})
+        sub = Subscription(stream, document_id, layer, wire_layer, grant, page.layer.epoch,
+                           since, page.layer.revision)
+        stream.subs[sub.key] = sub
+        self._layers.setdefault(sub.key, set()).add(sub)
+        if grant.jti is not None:
+            self._jtis.setdefault(grant.jti, set()).add(sub)
+        if exp is not None:
+            loop = asyncio.get_running_loop()
+            sub.timer = loop.call_later(max(0.0, exp - time.time()), self.end, sub,
+                                        "token_expired")
+        if page.records or page.layer.revision > since:
+            self._deliver(sub, page, self._changes_event(sub, page))
+        if page.has_more or sub.known > sub.cursor:
+            self._catch_up(sub)
+        return sub
+
+    def unsubscribe(self, stream: Stream, document_id: str, layer: str) -> bool:
+        sub = stream.subs.get((document_id, layer))
+        if sub is None:
+            return False
+        self._close(sub)
+        return True
+
+    def reset(self, stream: Stream, document_id: str, wire_layer: str, epoch: str) -> None:
+        """Queue ``reset``: the layer's epoch is not the one the client synced against."""
+        stream.push(None, event("reset", {"document_id": document_id, "layer": wire_layer,
+                                          "epoch": epoch}))
+
+    def end(self, sub: Subscription, reason: str) -> None:
+        """End one subscription with ``unsubscribed`` (``reason``)."""
+        if sub.closed:
+            return
+        self._close(sub)
+        sub.stream.push(None, event("unsubscribed", {"document_id": sub.document_id,
+                                                     "layer": sub.wire_layer, "reason": reason}))
+
+    def _close(self, sub: Subscription) -> None:
+        sub.closed = True
+        sub.generation += 1  # its queued pages are not written any more
+        stream = sub.stream
+        if stream.subs.get(sub.key) is sub:
+            del stream.subs[sub.key]
+        subs = self._layers.get(sub.key)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._layers[sub.key]
+        jti = sub.grant.jti
+        if jti is not None and jti in self._jtis:
+            self._jtis[jti].discard(sub)
+            if not self._jtis[jti]:
+                del self._jtis[jti]
+        if sub.timer is not None:
+            sub.timer.cancel()
+        if sub.task is not None and sub.task is not asyncio.current_task():
+            sub.task.cancel()
+        sub.task = None
+
+    # -- pages ---------------------------------------------------------------------------
+
+    def _changes_event(self, sub: Subscription, page: RecordPage) -> bytes:
+        body = {"document_id": sub.document_id, "layer": sub.wire_layer, "since": sub.cursor,
+                **page_json(page, sub.grant)}
+        return event("changes", body)
+
+    def _deliver(self, sub: Subscription, page: RecordPage, data: bytes) -> None:
+        """Queue a page for ``sub`` (whose cursor is the page's ``since``), or a notice
+        when it is too large or the subscription's queue is full."""
+        if sub.notice is not None:
+            sub.notice.revision = sub.cursor = max(sub.notice.revision, page.next_since)
+            return
+        if len(data) > MAX_EVENT_BYTES or sub.pending >= self.max_pending:
+            sub.generation += 1  # drop what is queued: the client fetches it with v1
+            sub.pending = 0
+            sub.notice = _Notice(max(sub.known, page.next_since))
+            sub.cursor = sub.notice.revision
+            sub.stream.push(sub, sub.notice)
+            return
+        sub.pending += 1
+        sub.cursor = page.next_since
+        sub.stream.push(sub, data)
+
+    def _catch_up(self, sub: Subscription) -> None:
+        if sub.task is None and not sub.closed:
+            sub.task = asyncio.get_running_loop().create_task(self._run_catch_up(sub))
+
+    async def _run_catch_up(self, sub: Subscription) -> None:
+        """Read pages from the subscription's cursor until it has every revision known."""
+        stream = sub.stream
+        try:
+            while not sub.closed:
+                while sub.pending >= self.max_pending // 2 and sub.notice is None:
+                    if stream.progress is None:  # wait for the writer (a slow reader)
+                        stream.progress = asyncio.Event()
+                    await stream.progress.wait()
+                    if sub.closed:
+                        return
+                if sub.notice is not None:  # the client fetches with v1 anyway
+                    sub.notice.revision = sub.cursor = max(sub.known, sub.notice.revision)
+                    sub.recheck = False
+                    if sub.cursor >= sub.known:
+                        return
+                sub.recheck = False
+                try:
+                    page = await self._read(sub.document_id, sub.layer, sub.cursor)
+                except ApiError as exc:
+                    if exc.status == 404:
+                        self.end(sub, "not_found")
+                        return
+                    raise
+                if sub.closed:
+                    return
+                if page.layer.epoch != sub.epoch:
+                    self._close(sub)
+                    self.reset(stream, sub.document_id, sub.wire_layer, page.layer.epoch)
+                    return
+                if page.layer.revision > sub.known:
+                    sub.known = page.layer.revision
+                if page.records or page.layer.revision > sub.cursor:
+                    self._deliver(sub, page, self._changes_event(sub, page))
+                if not page.has_more and sub.cursor >= sub.known and not sub.recheck:
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 — storage trouble: the client fetches with v1
+            log.warning("stream catch-up of %s/%s failed; sending a notice", sub.document_id,
+                        sub.layer, exc_info=True)
+            if not sub.closed and sub.notice is None:
+                sub.generation += 1
+                sub.pending = 0
+                sub.notice = _Notice(max(sub.known, sub.cursor))
+                sub.cursor = sub.notice.revision
+                stream.push(sub, sub.notice)
+        finally:
+            if sub.task is asyncio.current_task():
+                sub.task = None
+
+    async def _read(self, document_id: str, layer: str, since: int) -> RecordPage:
+        """The v1 changes page after ``since`` (:func:`list_page`), one read for every
+        caller asking for the same page at the same time."""
+        key = (document_id, layer, since)
+        future = self._reads.get(key)
+        if future is None:
+            future = asyncio.ensure_future(list_page(self.ctx, document_id, layer, since, None,
+                                                     include_tombstones=True, inline=True))
+            self._reads[key] = future
+
+            def done(f, key=key):
+                if self._reads.get(key) is f:
+                    del self._reads[key]
+                if not f.cancelled():
+                    f.exception()  # (retrieved: no "never retrieved" warning)
+
+            future.add_done_callback(done)
+        return await asyncio.shield(future)
+
+    # -- streams -------------------------------------------------------------------------
+
+    def open(self) -> Stream:
+        loop = asyncio.get_running_loop()
+        stream = Stream(secrets.token_urlsafe(24), loop.time())  # 192 bits
+        self.streams[stream.id] = stream
+        if self._sweeper is None and not self.draining:
+            self._sweeper = loop.create_task(self._sweep())
+        return stream
+
+    def _close_stream(self, stream: Stream, bye: bool = False) -> None:
+        for sub in list(stream.subs.values()):
+            self._close(sub)
+        if self.streams.get(stream.id) is stream:
+            del self.streams[stream.id]
+        if bye and not stream.closing:
+            stream.push(None, event("bye", {"reason": "shutdown"}))
+        stream.closing = True
+        stream.wake()
+
+    async def serve(self, stream: Stream, receive, send) -> None:
+        """Write the stream until it closes (the client went away, the server stops, or
+        its socket stalled). Runs in the request's own task."""
+        stream.task = asyncio.current_task()
+        watcher = asyncio.ensure_future(self._watch_disconnect(stream, receive))
+        loop = asyncio.get_running_loop()
+        try:
+            stream.push(None, event("hello", {"stream_id": stream.id,
+                                              "heartbeat_s": wire_seconds(self.heartbeat_s),
+                                              "protocol_version": 2}))
+            if self.draining:
+                self._close_stream(stream, bye=True)
+            queue = stream.queue
+            while True:
+                if not queue:
+                    if stream.closing:
+                        break
+                    stream.waiter = loop.create_future()
+                    await stream.waiter
+                    stream.waiter = None
+                    continue
+                chunks = []
+                while queue:
+                    sub, generation, payload = queue.popleft()
+                    if sub is not None:
+                        if generation != sub.generation:
+                            continue  # dropped (overflow) or unsubscribed
+                        if type(payload) is _Notice:
+                            sub.notice = None
+                            self.notices_sent += 1
+                            payload = event("notice", {"document_id": sub.document_id,
+                                                       "layer": sub.wire_layer,
+                                                       "revision": payload.revision})
+                        else:
+                            sub.pending -= 1
+                    chunks.append(payload)
+                if not chunks:
+                    continue
+                self.events_sent += len(chunks)
+                stream.send_started = loop.time()
+                await send({"type": "http.response.body", "body": b"".join(chunks),
+                            "more_body": True})
+                stream.send_started = None
+                stream.last_write = loop.time()
+                progress = stream.progress
+                if progress is not None:
+                    stream.progress = None
+                    progress.set()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not stream.aborted:
+                raise
+            # stalled: returning without ending the response makes uvicorn close it
+        finally:
+            watcher.cancel()
+            self._close_stream(stream)
+            if stream.progress is not None:
+                stream.progress.set()
+
+    async def _watch_disconnect(self, stream: Stream, receive) -> None:
+        with contextlib.suppress(Exception):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        self._close_stream(stream)
+
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_revocation_check = loop.time() + REVOCATION_CHECK_S
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            now = loop.time()
+            quiet = now - self.heartbeat_s + SWEEP_S
+            for stream in list(self.streams.values()):
+                if stream.send_started is not None:
+                    if now - stream.send_started > WRITE_STALL_S and stream.task is not None:
+                        log.info("closing a stream whose client reads nothing for %.0f s",
+                                 now - stream.send_started)
+                        stream.aborted = True
+                        stream.task.cancel()
+                        self._close_stream(stream)
+                elif stream.last_write <= quiet and not stream.queue:
+                    stream.push(None, _HEARTBEAT)
+            if now >= next_revocation_check and self._jtis:
+                next_revocation_check = now + REVOCATION_CHECK_S
+                with contextlib.suppress(Exception):
+                    for jti in await run_in_worker(self.ctx.storage.revoked_jtis,
+                                                   list(self._jtis)):
+                        self.revoked(jti)
+
+
+# -- the endpoints ---------------------------------------------------------------------
+
+def _hub(ctx: AppContext) -> StreamHub:
+    return ctx.notifier.hub
+
+
+async def _json_object(request: Request, ctx: AppContext) -> dict:
+    raw = await read_body(request, ctx.settings.max_request_bytes)
+    if not raw.strip():
+        return {}
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise invalid_request("body must be a JSON object")
+    return body
+
+
+def _stream_of(hub: StreamHub, stream_id: str) -> Stream:
+    stream = hub.streams.get(stream_id)
+    if stream is None or stream.closing:
+        raise not_found("no open stream with this id")
+    return stream
+
+
+def _layer_name(value) -> str:
+    if not isinstance(value, str):
+        raise invalid_request("layer must be a string (\"\" or \"~\" is the default layer)")
+    name = "" if value in ("", "~") else value
+    if name and not is_valid_layer_name(name):
+        raise invalid_request("layer name must be 1..128 characters without control characters, "
+                              "'/' or '\\', and not '.', '..' or '~'")
+    return name
+
+
+class _Endpoint:
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+
+    async def __call__(self, scope, receive, send):
+        try:
+            response = await self.answer(scope, receive, send)
+        except ApiError as exc:
+            response = api_error_response(exc)
+        if response is not None:
+            await response(scope, receive, send)
+
+    async def answer(self, scope, receive, send):
+        raise NotImplementedError
+
+
+class OpenStream(_Endpoint):
+    """``POST /sync/v2/stream``: any valid, unrevoked JWT of this server opens a stream."""
+
+    async def answer(self, scope, receive, send):
+        ctx = self.ctx
+        request = Request(scope, receive)
+        found = ctx.verifier.verify(request.headers.get("authorization"))
+        if found.jti is not None and await run_in_worker(ctx.storage.is_token_revoked, found.jti):
+            raise access_denied("token revoked")
+        await _json_object(request, ctx)
+        hub = _hub(ctx)
+        stream = hub.open()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache, no-transform"),
+            (b"x-accel-buffering", b"no")]})
+        await hub.serve(stream, receive, send)
+        return None
+
+
+class Subscriptions(_Endpoint):
+    """``POST`` (subscribe) and ``DELETE`` (unsubscribe) ``.../{stream_id}/subscriptions``."""
+
+    async def answer(self, scope, receive, send):
+        if scope["method"] == "DELETE":
+            return await self.unsubscribe(scope, receive)
+        return await self.subscribe(scope, receive)
+
+    async def subscribe(self, scope, receive):
+        ctx, hub = self.ctx, _hub(self.ctx)
+        request = Request(scope, receive)
+        body = await _json_object(request, ctx)
+        document_id, since, epoch = body.get("document_id"), body.get("since", 0), body.get("epoch")
+        if not isinstance(document_id, str):
+            raise invalid_request("document_id must be a string")
+        name = _layer_name(body.get("layer", ""))
+        if type(since) is not int or not 0 <= since <= MAX_REVISION:
+            raise invalid_request(f"since must be an integer 0..{MAX_REVISION}")
+        if epoch is not None and not isinstance(epoch, str):
+            raise invalid_request("epoch must be a string or null")
+        found = await grant_of(request.headers.get("authorization"), ctx, document_id, name,
+                               "read-document")
+        exp = ctx.verifier.expiry(request.headers.get("authorization"))
+        _stream_of(hub, scope["path_params"]["stream_id"])
+        page = await list_page(ctx, document_id, name, since, None, include_tombstones=True,
+                               inline=True)
+        stream = _stream_of(hub, scope["path_params"]["stream_id"])  # (still open?)
+        answer = {"subscribed": True, "revision": page.layer.revision, "epoch": page.layer.epoch}
+        if epoch is not None and epoch != page.layer.epoch:
+            hub.unsubscribe(stream, document_id, name)
+            hub.reset(stream, document_id, body.get("layer", ""), page.layer.epoch)
+            return WireJSONResponse({**answer, "reset": True})
+        hub.subscribe(stream, document_id, name, body.get("layer", ""), found, page, since, exp)
+        return WireJSONResponse(answer)
+
+    async def unsubscribe(self, scope, receive):
+        ctx, hub = self.ctx, _hub(self.ctx)
+        request = Request(scope, receive)
+        document_id = request.query_params.get("document_id")
+        if document_id is None:
+            raise invalid_request("document_id is required")
+        name = _layer_name(request.query_params.get("layer", ""))
+        await grant_of(request.headers.get("authorization"), ctx, document_id, None,
+                       "read-document")
+        stream = _stream_of(hub, scope["path_params"]["stream_id"])
+        if not hub.unsubscribe(stream, document_id, name):
+            raise not_found("no such subscription on this stream")
+        return WireJSONResponse({"subscribed": False})
+
+
+class _StreamRoute(Route):
+    def __init__(self, path: str, endpoint, methods: list[str]):
+        super().__init__(path, endpoint, methods=methods, include_in_schema=False)
+        self.methods = set(methods)  # (no HEAD)
+
+
+def stream_routes(ctx: AppContext) -> list[Route]:
+    """The three routes of protocol version 2 (mounted beside the v1 routes)."""
+    subscriptions = Subscriptions(ctx)
+    return [_StreamRoute(STREAM_PATH, OpenStream(ctx), ["POST"]),
+            _StreamRoute(STREAM_PATH + "/{stream_id}/subscriptions", subscriptions,
+                         ["POST", "DELETE"])]
