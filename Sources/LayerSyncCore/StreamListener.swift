@@ -47,7 +47,7 @@ final class StreamListener: Sendable {
         var transfer: TransferCancellation?
         /// The stream's path and heartbeat period, once the server info said them.
         var path: String?
-        var heartbeatSeconds = 15
+        var heartbeatSeconds = 15.0
         var failures = 0
         var shutDown = false
     }
@@ -228,7 +228,7 @@ final class StreamListener: Sendable {
             guard let (path, heartbeat) = streamEndpoint(context, cancellation: transfer) else { continue }
             let token = descriptor.jwt
             do throws(LayerSyncError) {
-                let end = try context.server.openStream(path: path, jwt: token, stallSeconds: 2 * heartbeat, session: streamSession,
+                let end = try context.server.openStream(path: path, jwt: token, stallSeconds: max(1, Int((2 * heartbeat).rounded(.up))), session: streamSession,
                                                         cancellation: transfer) { [self] message in
                     handle(message, context: context)
                 }
@@ -260,7 +260,7 @@ final class StreamListener: Sendable {
 
     /// The stream's path and heartbeat period from the server info (asked for when the
     /// connection sequence has not answered yet); `nil` after a fallback or a failure (backed off).
-    private func streamEndpoint(_ context: ClientContext, cancellation: TransferCancellation) -> (String, Int)? {
+    private func streamEndpoint(_ context: ClientContext, cancellation: TransferCancellation) -> (String, Double)? {
         if let known = state.withLock({ state in state.path.map { ($0, state.heartbeatSeconds) } }) { return known }
         var info = context.serverInfo.withLock { $0 }
         if info == nil {
@@ -317,7 +317,7 @@ final class StreamListener: Sendable {
     private func handle(_ message: StreamMessage, context: ClientContext) -> Bool {
         func subscription(_ layer: StreamLayer) -> Subscription? { state.withLock { $0.subscriptions[layer] } }
         switch message {
-        case .hello(let streamID, _):
+        case .hello(let streamID):
             let layers = state.withLock { state -> [StreamLayer] in
                 state.streamID = streamID
                 state.failures = 0

@@ -17,7 +17,7 @@ public struct ServerInfo: Sendable {
     /// then uses per-layer long-polls).
     public var streamPath: String?
     /// Seconds of silence after which the server sends a heartbeat on the stream (`heartbeat_s`).
-    public var streamHeartbeatSeconds: Int = 15
+    public var streamHeartbeatSeconds: Double = 15
 
     /// Creates server info.
     /// - Parameters:
@@ -84,10 +84,11 @@ public struct ServerInfo: Sendable {
                 throw streamFields.invalid("\"path\" \(path) is not an absolute path")
             }
             streamPath = path
-            if stream["heartbeat_s"] != nil {
-                let heartbeat = try streamFields.count("heartbeat_s")
-                guard (1...3600).contains(heartbeat) else { throw streamFields.invalid("\"heartbeat_s\" \(heartbeat) is not in 1...3600") }
-                streamHeartbeatSeconds = Int(heartbeat)
+            if let value = stream["heartbeat_s"], !value.isNull {
+                guard let heartbeat = value.doubleValue, heartbeat > 0, heartbeat <= 3600 else {
+                    throw streamFields.invalid("\"heartbeat_s\" is not a number of seconds in (0, 3600]")
+                }
+                streamHeartbeatSeconds = heartbeat
             }
         } else if maximum >= 2, capabilities.contains("stream") {
             streamPath = "/sync/v2/stream"

@@ -10,8 +10,8 @@ import Synchronization
 
 /// One message of the change stream.
 package enum StreamMessage: Sendable {
-    /// The first event: the stream's id (for subscriptions) and the server's heartbeat period.
-    case hello(streamID: String, heartbeatSeconds: Int)
+    /// The first event: the stream's id (for subscriptions).
+    case hello(streamID: String)
     /// A page of a layer following `since` (the page itself: ``LayerPage/init(json:since:epoch:)``).
     case changes(StreamLayer, since: Int64, page: JSONValue)
     /// Changes up to `revision` that the stream did not carry: fetch them with `GET records`.
@@ -142,8 +142,7 @@ extension StreamMessage {
         }
         switch name {
         case "hello":
-            let heartbeat = json["heartbeat_s"]?.int64Value ?? 15
-            self = .hello(streamID: try string("stream_id"), heartbeatSeconds: Int(min(max(heartbeat, 1), 3600)))
+            self = .hello(streamID: try string("stream_id"))
         case "changes": self = .changes(try layer(), since: try integer("since"), page: json)
         case "notice": self = .notice(try layer(), revision: try integer("revision"))
         case "unsubscribed": self = .unsubscribed(try layer(), reason: try string("reason"))
