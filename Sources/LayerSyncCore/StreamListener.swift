@@ -341,7 +341,8 @@ final class StreamListener: Sendable {
             let descriptor = subscription.descriptor
             forget(descriptor, generation: subscription.generation)
             if reason == "not_found" {
-                descriptor.streamLayerIsMissing(LayerSyncError(.invalidDocument, "the change stream ended the subscription: not_found",
+                descriptor.streamLayerIsMissing(LayerSyncError(.invalidDocument, "not_found: the server ended the change stream's "
+                                                               + "subscription (the document or layer was deleted)",
                                                                httpStatus: 404), generation: subscription.generation)
             } else {
                 let token = subscription.subscribed?.token ?? descriptor.jwt
