@@ -8,7 +8,6 @@ matched against its own sockets), and the client's listening transport.
     python bench/listen_many.py URL STORAGE_DIR TOKENS.json
 """
 import json
-import os
 import sys
 import time
 import urllib.parse
@@ -16,28 +15,8 @@ import urllib.parse
 import common  # noqa: F401  (puts bindings/python on sys.path)
 import layersync
 
-
-def threads() -> int:
-    return len(os.listdir("/proc/self/task"))
-
-
-def established(port: int) -> int:
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        with open(table) as f:
-            for line in f.read().splitlines()[1:]:
-                fields = line.split()
-                if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
-                    count += 1
-    return count
+sys.path.insert(0, str(common.REPO / "bindings" / "python" / "tests"))
+from procstat import established_connections as established, threads  # noqa: E402
 
 
 def main() -> None:

@@ -6,65 +6,32 @@ lumps, or never. Ordinary answers pass whole.
 
 Each request gets its own upstream connection with ``Connection: close``, so "the end of the
 answer" is the server closing that connection. One thread per connection, loopback only,
-stopped by :meth:`close`. ``requests`` lists the request lines seen.
+stopped by :meth:`close`. ``requests`` lists the request lines seen. Unlike FaultProxy
+it forwards the change stream's requests too (it is the buffering box in front of a v2 server).
 """
 from __future__ import annotations
 
 import socket
-import threading
-from urllib.parse import urlparse
 
-from faultproxy import _read_request
+from faultproxy import FaultProxy, _read_request
 
 HOLD_BYTES = 64 * 1024
 
 
-class BufferingProxy:
-    def __init__(self, upstream_url: str) -> None:
-        parsed = urlparse(upstream_url)
-        self.upstream = (parsed.hostname or "127.0.0.1", parsed.port or 80)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.lock = threading.Lock()
-        self.requests: list[str] = []
-        self.sockets: set[socket.socket] = set()
-        self.closed = False
-        threading.Thread(target=self._accept_loop, daemon=True, name="bufferingproxy").start()
+class BufferingProxy(FaultProxy):
+    """FaultProxy's listener and bookkeeping (``close``, ``cut_all``), with its own answer
+    path: every request forwarded, every answer held as above."""
 
-    def count(self, fragment: str) -> int:
+    def __init__(self, upstream_url: str) -> None:
+        self.requests: list[str] = []
+        super().__init__(upstream_url)
+
+    def count(self, fragment: str) -> int:  # type: ignore[override]
         with self.lock:
             return sum(1 for line in self.requests if fragment in line)
 
-    def close(self) -> None:
-        self.closed = True
-        try:
-            self.listener.close()
-        except OSError:
-            pass
-        with self.lock:
-            sockets = list(self.sockets)
-        for s in sockets:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-                s.close()
-            except OSError:
-                pass
-
-    def _accept_loop(self) -> None:
-        while not self.closed:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True, name="bufferingproxy-conn").start()
-
-    def _track(self, s: socket.socket, add: bool) -> None:
-        with self.lock:
-            (self.sockets.add if add else self.sockets.discard)(s)
-
     def _serve(self, conn: socket.socket) -> None:
         upstream = None
-        self._track(conn, True)
         try:
             request = _read_request(conn)
             if request is None:
@@ -72,7 +39,8 @@ class BufferingProxy:
             with self.lock:
                 self.requests.append(f"{request.method} {request.path}")
             upstream = socket.create_connection(self.upstream, timeout=None)
-            self._track(upstream, True)
+            with self.lock:
+                self.connections.add(upstream)
             headers = {k: v for k, v in request.headers.items()
                        if k.lower() not in ("connection", "keep-alive", "content-length")}
             head = [f"{request.method} {request.path} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
@@ -93,7 +61,8 @@ class BufferingProxy:
         finally:
             for s in (upstream, conn):
                 if s is not None:
-                    self._track(s, False)
+                    with self.lock:
+                        self.connections.discard(s)
                     try:
                         s.close()
                     except OSError:

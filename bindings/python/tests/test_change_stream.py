@@ -21,6 +21,7 @@ import layersync
 from layersync.devserver import ReferenceServer
 
 from bufferingproxy import BufferingProxy
+from procstat import established_connections, threads
 from conftest import REPO, WAIT_S, corpus_pdf
 
 SERVER_COMMAND = [str(REPO / ".venv" / "bin" / "layersync-server")]
@@ -43,32 +44,6 @@ def wait_until(condition, what: str, timeout: float = WAIT_S) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
-
-
-def threads() -> int:
-    return len(os.listdir("/proc/self/task"))
-
-
-def established_connections(port: int) -> int:
-    """TCP connections of THIS process to ``port`` in state ESTABLISHED (its sockets' inodes
-    matched against /proc/self/net/tcp)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        with open(table) as f:
-            for line in f.read().splitlines()[1:]:
-                fields = line.split()
-                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-                if fields[3] == "01" and remote_port == port and fields[9] in inodes:
-                    count += 1
-    return count
 
 
 def post_server_note(server: ReferenceServer, doc_id: str, layer: str, text: str) -> str:

@@ -32,6 +32,15 @@ def _wait_parked(server, count: int) -> None:
         time.sleep(0.02)
 
 
+def _expect_invalid_document(client, doc, since: int, doc_id: str) -> None:
+    """``did_fail_sync`` with INVALID_DOCUMENT (404 not_found, the layer deleted) for ``doc``."""
+    event = client.wait_for("did_fail_sync", since=since, document=doc, timeout=WAIT_S)
+    (error,) = event.args
+    assert isinstance(error, layersync.InvalidDocumentError), error
+    assert (error.code_name, error.http_status, error.document_id) == ("INVALID_DOCUMENT", 404, doc_id)
+    assert "not_found" in str(error) and "deleted" in str(error), str(error)
+
+
 def note(text: str) -> dict:
     return {"v": 2, "type": "pspdfkit/note", "pageIndex": 0, "bbox": [20, 20, 24, 24],
             "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z",
@@ -57,11 +66,7 @@ def test_a_listening_client_reports_invalid_document_and_stops_when_its_layer_is
     refused_before = _metric(server, "layersync_http_requests_total", CHANGES_404)
     server.admin_request(f"/api/documents/{doc_id}/layers/{layer}", method="DELETE")
 
-    event = client.wait_for("did_fail_sync", since=since, document=doc, timeout=WAIT_S)
-    (error,) = event.args
-    assert isinstance(error, layersync.InvalidDocumentError), error
-    assert (error.code_name, error.http_status, error.document_id) == ("INVALID_DOCUMENT", 404, doc_id)
-    assert "not_found" in str(error) and "deleted" in str(error), str(error)
+    _expect_invalid_document(client, doc, since, doc_id)
     assert _metric(server, "layersync_http_requests_total", CHANGES_404) == refused_before + 1
 
     # Stopped: no more long-polls (a retrying loop would ask again within ~1 s), one report.
@@ -98,11 +103,7 @@ def test_a_client_listening_on_the_stream_reports_invalid_document_and_stops_whe
         time.sleep(0.02)
     server.admin_request(f"/api/documents/{doc_id}/layers/{layer}", method="DELETE")
 
-    event = client.wait_for("did_fail_sync", since=since, document=doc, timeout=WAIT_S)
-    (error,) = event.args
-    assert isinstance(error, layersync.InvalidDocumentError), error
-    assert (error.code_name, error.http_status, error.document_id) == ("INVALID_DOCUMENT", 404, doc_id)
-    assert "not_found" in str(error) and "deleted" in str(error), str(error)
+    _expect_invalid_document(client, doc, since, doc_id)
 
     # Stopped: the deleted layer's subscription is gone, the other layer's stays; one report.
     time.sleep(3)
