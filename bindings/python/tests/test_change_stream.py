@@ -289,3 +289,24 @@ def test_a_server_without_the_stream_is_listened_to_with_long_polls(make_client,
                     predicate=lambda e: record_id in e.args[0].get("created", []))
     assert metric(srv, "layersync_open_streams") == 0
     assert "does not offer the change stream" in capfd.readouterr().err
+
+
+def test_subscribing_with_an_old_epoch_resets_the_layer_and_listening_goes_on(make_client, server, uploaded):
+    doc_id = uploaded()
+    client = make_client()
+    client.wait_validated(timeout=WAIT_S)
+    (doc,) = open_layers(client, server, doc_id, ["recreated"])
+    # The layer is recreated while nobody listens: the client still holds the old epoch.
+    server.admin_request(f"/api/documents/{doc_id}/layers/recreated", method="DELETE")
+    server.admin_request(f"/api/documents/{doc_id}/layers", method="POST", json_body={"name": "recreated"})
+    fresh = post_server_note(server, doc_id, "recreated", "in the new epoch")
+    since = client.mark()
+    doc.start_listening()  # subscribes with the old epoch: the server answers with `reset`
+    client.wait_for("did_reset_layer", since=since, document=doc, timeout=WAIT_S)
+    wait_until(lambda: fresh in local_ids(doc), "the new epoch's snapshot")
+    # ... and the layer is subscribed again from the new snapshot's cursor
+    later = post_server_note(server, doc_id, "recreated", "live in the new epoch")
+    client.wait_for("did_receive_changes", since=since, document=doc, timeout=WAIT_S,
+                    predicate=lambda e: later in e.args[0].get("created", []))
+    assert local_ids(doc) == set(server.annotations(doc_id, "recreated"))
+    assert client.listening_transport == "stream"
