@@ -43,6 +43,7 @@ SIZES = {
     "latency_writes": 1_000, "idle_listeners": 100,
     "create_calls": 2_000,
     "server_long_polls": 1_000, "server_syncs_per_s": 200, "server_duration_s": 15,
+    "stream_steps": "5000,10000,20000,30000,40000,50000", "stream_budget_s": 600,
     "peer_records": 10_000, "peer_latency_writes": 300,
 }
 SMOKE = {
@@ -51,6 +52,7 @@ SMOKE = {
     "latency_writes": 20, "idle_listeners": 3,
     "create_calls": 100,
     "server_long_polls": 20, "server_syncs_per_s": 20, "server_duration_s": 2,
+    "stream_steps": "20,50", "stream_budget_s": 60,
     "peer_records": 100, "peer_latency_writes": 10,
 }
 SCALABLE = {"download_annotations", "pdf_bytes", "push_records", "latency_writes", "create_calls",
@@ -417,6 +419,7 @@ class Bench:
             srv.stop()
         self._s6_rows("6 server (SQLite, 1 process)", r, polls, rate)
         self.details["s6_sqlite"] = r
+        self._s6_stream("6 stream (SQLite, 1 process)", [self.server("s6s")], "s6_stream_sqlite")
         from pgcluster import PgCluster, find_bin_dir
         bin_dir = find_bin_dir()
         if bin_dir is None:
@@ -440,10 +443,53 @@ class Bench:
             self._s6_rows("6 server (PostgreSQL, 2 processes)", r, polls, rate,
                           extra="writes to process A, long-polls on process B; cluster runs with fsync=off")
             self.details["s6_postgres"] = r
+            for s in servers:
+                s.stop()
+            servers = []
+            url = cluster.create_database("bench_stream")
+            for name in ("s6spg-a", "s6spg-b"):
+                s = Server(self.tmp / name, extra_args=["--db", url])
+                if name == "s6spg-b":
+                    s.workdir.mkdir(parents=True, exist_ok=True)
+                    for f in ("private.pem", "public.pem"):
+                        shutil.copy(self.tmp / "s6spg-a" / f, s.workdir / f)
+                servers.append(s.start())
+            self._s6_stream("6 stream (PostgreSQL, 2 processes)", servers, "s6_stream_postgres",
+                            stop=False)
         finally:
             for s in servers:
                 s.stop()
             cluster.stop()
+
+    def _s6_stream(self, name: str, servers: list[Server], key: str, stop: bool = True) -> None:
+        """Scenario 6 on the change stream (protocol 2): stream_load.py's knee search,
+        each client one stream of 3 layers, syncs at ``server_syncs_per_s``."""
+        import stream_load
+        steps = [int(x) for x in str(self.sizes["stream_steps"]).split(",")]
+        rate = self.sizes["server_syncs_per_s"]
+        try:
+            servers[0].upload_bytes(self.pdf(64 * 1024).read_bytes(), "s6s")
+            r = stream_load.knee(servers, "s6s", steps, rate, self.sizes["server_duration_s"] / 3,
+                                 budget_s=float(self.sizes["stream_budget_s"]))
+        finally:
+            if stop:
+                for s in servers:
+                    s.stop()
+        self.details[key] = r
+        best = r["largest_passing"]
+        knee = r["knee"]
+        if best is None:
+            self.row(name, "connected streaming clients with p99 < 250 ms", [0], "clients",
+                     target=">= 20,000", ok=False, note=f"first step already past the limit: {knee}")
+            return
+        self.row(name, f"connected streaming clients (3 layers each) at p99 < 250 ms, "
+                       f"{best['achieved_rate']:.0f}/{rate} syncs/s", [best["clients"]], "clients",
+                 target=">= 20,000", ok=best["clients"] >= 20_000,
+                 note=(f"largest passing step: p50 {best['p50_ms']:.1f} ms, p99 {best['p99_ms']:.1f} ms, "
+                       f"server RSS {best['server_rss_mb']} MB ({best['kb_per_idle_client']} KiB per idle "
+                       f"client); knee: " + (f"{knee['clients']} clients, p99 {knee['p99_ms']:.1f} ms, "
+                                            f"RSS {knee['server_rss_mb']} MB" if knee else
+                                            f"not reached up to {steps[-1]} clients or the time budget")))
 
     def _s6_rows(self, name: str, r: dict[str, Any], polls: int, rate: int, extra: str = "") -> None:
         self.row(name, f"p99 propagation, {r['open_long_polls']} long-polls held, "

@@ -10,8 +10,9 @@ one process stay independent) and are served at ``GET /metrics``:
 * ``layersync_open_long_polls`` — long-polls currently waiting in this process;
 * ``layersync_open_streams`` — change streams (protocol version 2) open in this process,
   one connection each; ``layersync_stream_subscriptions`` — layers subscribed on them;
-  ``layersync_stream_events`` / ``layersync_stream_notices`` — events (and of them
-  ``notice`` events) written so far;
+  ``layersync_stream_events`` — events written so far; ``layersync_stream_notices`` —
+  ``notice`` events queued so far (pages left off a stream: too large, or its client
+  does not read);
 * ``layersync_layer_records{document_id, layer}`` — live records per layer (read from
   storage at scrape time, at most 1000 layers).
 
@@ -120,7 +121,7 @@ class Metrics:
                       lambda: hub.subscription_count)
             Gauge("layersync_stream_events", "Events written on change streams so far",
                   registry=self.registry).set_function(lambda: hub.events_sent)
-            Gauge("layersync_stream_notices", "notice events written so far (a page too "
+            Gauge("layersync_stream_notices", "notice events queued so far (a page too "
                   "large, or a client that does not read)",
                   registry=self.registry).set_function(lambda: hub.notices_sent)
         self.registry.register(_LayerRecords(storage))

@@ -171,7 +171,7 @@ class StreamHub:
         self._reads: dict[tuple[str, str, int], asyncio.Future] = {}
         self._sweeper: asyncio.Task | None = None
         self.draining = False
-        #: Counters for the metrics (observability.py): events and notices written.
+        #: Counters for the metrics (observability.py): events written, notices queued.
         self.events_sent = 0
         self.notices_sent = 0
 
@@ -343,6 +343,7 @@ class StreamHub:
             sub.notice = _Notice(max(sub.known, page.next_since))
             sub.cursor = sub.notice.revision
             sub.stream.push(sub, sub.notice)
+            self.notices_sent += 1
             return
         sub.pending += 1
         sub.cursor = page.next_since
@@ -471,7 +472,6 @@ class StreamHub:
                             continue  # dropped (overflow) or unsubscribed
                         if type(payload) is _Notice:
                             sub.notice = None
-                            self.notices_sent += 1
                             payload = event("notice", {"document_id": sub.document_id,
                                                        "layer": sub.wire_layer,
                                                        "revision": payload.revision})

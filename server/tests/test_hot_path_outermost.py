@@ -117,7 +117,7 @@ def test_hot_requests_skip_the_stack_and_answer_and_count_as_it_does(three_apps,
     assert answers["fast"] == answers["stack"] == answers["slow"]
     statuses = [a[0] for a in answers["fast"]]
     assert statuses == [200, 200, 200, 200, 426, 400, 401, 400, 404, 400]
-    assert all(("layersync-protocol", "1") == a[2][-1] for a in answers["fast"])
+    assert all(("layersync-protocol", "2") == a[2][-1] for a in answers["fast"])
     assert answers["fast metrics"] == answers["stack metrics"] == answers["slow metrics"]
     assert any('route="unmatched",status="426"' in line for line in answers["fast metrics"])
     assert any('layers/{layer:path}/sync",status="200"} 2.0' in line
@@ -221,5 +221,5 @@ def test_serve_keeps_forwarded_headers_for_other_routes(tmp_path, keys):
         stop_server(process, srv)
     assert redirect.status_code == 307 and redirect.headers["location"].startswith("https://")
     assert plain.headers["location"].startswith("http://")
-    assert pushed.status_code == 200 and pushed.headers["layersync-protocol"] == "1"
+    assert pushed.status_code == 200 and pushed.headers["layersync-protocol"] == "2"
     assert polled.status_code == 200 and "n1" in [r["id"] for r in polled.json()["records"]]

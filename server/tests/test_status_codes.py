@@ -106,7 +106,7 @@ def test_documented_error(server, status, code):
     assert response.status_code == status, response.text
     assert response.json()["error"]["code"] == code
     assert set(response.json()["error"]) == {"code", "message", "details"}
-    assert response.headers["LayerSync-Protocol"] == "1"
+    assert response.headers["LayerSync-Protocol"] == "2"
 
 
 class _BrokenStorage(SqliteStorage):

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import change, note, start_server, stop_server
+from conftest import CORPUS, change, note, start_server, stop_server
 from layersync_server.permissions import bare_tombstone
 
 QUEUE_PAGES = 8
@@ -150,6 +150,7 @@ class Stream:
     def __init__(self, server):
         self.server = server
         self.http = server.http
+        self._since: dict = {}
 
     def open(self, document_id: str, **kwargs) -> EventStream:
         return EventStream(self.server.url, self.server.token(document_id), **kwargs)
@@ -169,9 +170,11 @@ class Stream:
 
     def push(self, document_id: str, record_id: str, layer: str = "", text: str = "x",
              user_id: str = "alice", **content) -> int:
+        key = (document_id, layer)
         response = self.server.sync(document_id, [change("create", record_id, note(text, **content))],
-                                    layer=layer, user_id=user_id)
+                                    since=self._since.get(key, 0), layer=layer, user_id=user_id)
         assert response.status_code == 200 and response.json()["accepted"], response.text
+        self._since[key] = response.json()["revision"]  # (no answer of everything since 0)
         return response.json()["revision"]
 
     def metric(self, name: str) -> float:
@@ -180,8 +183,9 @@ class Stream:
                    if line.startswith(name + " ") or line.startswith(name + "{"))
 
 
-@pytest.fixture
-def stream_server(tmp_path, keys):
+@pytest.fixture(scope="module")
+def stream_server(tmp_path_factory, keys):
+    tmp_path = tmp_path_factory.mktemp("stream")
     process, server = start_server(tmp_path, str(tmp_path / "db.sqlite"), *keys,
                                    env=STREAM_ENV)
     server.process = process
@@ -217,6 +221,7 @@ def test_fifty_layers_on_one_connection(stream_server):
     s = stream_server
     doc = s.server.new_document()
     sockets_before = _sockets_of(s.server.process.pid)
+    streams, subscriptions = s.metric("layersync_open_streams"), s.metric("layersync_stream_subscriptions")
     stream = s.open(doc)
     assert stream.status == 200 and stream.headers["content-type"].startswith("text/event-stream")
     layers = [f"layer-{i}" for i in range(50)]
@@ -224,8 +229,8 @@ def test_fifty_layers_on_one_connection(stream_server):
         answer = s.subscribe(stream.stream_id, doc, layer)
         assert answer.status_code == 200, answer.text
         assert answer.json()["subscribed"] is True and answer.json()["revision"] == 0
-    assert s.metric("layersync_open_streams") == 1
-    assert s.metric("layersync_stream_subscriptions") == 50
+    assert s.metric("layersync_open_streams") == streams + 1
+    assert s.metric("layersync_stream_subscriptions") == subscriptions + 50
     assert s.metric("layersync_open_long_polls") == 0
     # the stream is the one connection the server holds for this client (the requests
     # above went over the fixture's one keep-alive connection, opened before)
@@ -312,6 +317,7 @@ def test_subscribe_and_unsubscribe_while_changes_flow(stream_server):
 def test_expiry_of_one_subscription_ends_it_alone(stream_server):
     s = stream_server
     doc = s.server.new_document()
+    subscriptions = s.metric("layersync_stream_subscriptions")
     stream = s.open(doc)
     assert s.subscribe(stream.stream_id, doc, "short", expires_in_s=2).status_code == 200
     assert s.subscribe(stream.stream_id, doc, "long").status_code == 200
@@ -324,7 +330,7 @@ def test_expiry_of_one_subscription_ends_it_alone(stream_server):
     data = stream.next("changes")
     assert data["layer"] == "long" and [r["id"] for r in data["records"]] == ["other"]
     assert stream.quiet(0.3) == []
-    assert s.metric("layersync_stream_subscriptions") == 1
+    assert s.metric("layersync_stream_subscriptions") == subscriptions + 1
     stream.close()
 
 
@@ -364,12 +370,13 @@ def test_deleted_layer_ends_with_not_found(stream_server):
 def test_epoch_mismatch_answers_reset(stream_server):
     s = stream_server
     doc = s.server.new_document()
+    subscriptions = s.metric("layersync_stream_subscriptions")
     stream = s.open(doc)
     answer = s.subscribe(stream.stream_id, doc, "", since=3, epoch="not-this-one")
     assert answer.status_code == 200
     epoch = answer.json()["epoch"]
     assert stream.next("reset") == {"document_id": doc, "layer": "", "epoch": epoch}
-    assert s.metric("layersync_stream_subscriptions") == 0
+    assert s.metric("layersync_stream_subscriptions") == subscriptions
     stream.close()
 
 
@@ -442,14 +449,24 @@ def test_slow_reader_does_not_stall_others(stream_server):
     for stream in (slow, fast):
         assert s.subscribe(stream.stream_id, doc, "busy").status_code == 200
     revisions = []
-    started = time.monotonic()
-    for i in range(60):
-        revisions.append(s.push(doc, f"big{i}", "busy", text=big))
-        data = fast.next("changes", timeout=5)
-        assert [r["revision"] for r in data["records"]] == [revisions[-1]]
-    assert time.monotonic() - started < 30
+    # push until the slow reader's queue overflowed (the socket buffers hold a few MB
+    # first); the other client gets every page at once all along
+    notices = s.metric("layersync_stream_notices")
+    while s.metric("layersync_stream_notices") < notices + 1:
+        assert len(revisions) < 600, "no notice after 24 MB the client did not read"
+        for i in range(10):
+            started = time.monotonic()
+            revisions.append(s.push(doc, f"big{len(revisions)}", "busy", text=big))
+            data = fast.next("changes", timeout=5)
+            assert [r["revision"] for r in data["records"]] == [revisions[-1]]
+            assert time.monotonic() - started < 2
+    for i in range(QUEUE_PAGES * 2):  # (more pages meanwhile: the same one notice)
+        revisions.append(s.push(doc, f"more{i}", "busy"))
+        assert fast.next("changes")["revision"] == revisions[-1]
+    assert s.metric("layersync_stream_notices") == notices + 1
     # the slow reader reads again: pages in order, one notice for what did not fit in
     # its queue, then live pages again from the notice's revision
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
     slow.resume()
     cursor, noticed = 0, []
     while cursor < revisions[-1]:
@@ -462,9 +479,119 @@ def test_slow_reader_does_not_stall_others(stream_server):
             assert name == "changes" and data["since"] == cursor, (name, data, cursor)
             cursor = data["next_since"]
     assert len(noticed) == 1, noticed
-    assert s.metric("layersync_stream_notices") >= 1
     last = s.push(doc, "after", "busy")
     data = slow.next("changes")
     assert data["since"] == revisions[-1] and data["revision"] == last
     fast.close()
     slow.close()
+
+
+def test_kill_9_mid_stream_then_resume_gives_everything_once_and_stop_says_bye(tmp_path, keys):
+    db = str(tmp_path / "db.sqlite")
+    process, server = start_server(tmp_path, db, *keys, env=STREAM_ENV)
+    s = Stream(server)
+    doc = server.new_document()
+    stream = s.open(doc)
+    assert s.subscribe(stream.stream_id, doc, "k").status_code == 200
+    pushed, cursor, seen = [], 0, []
+    for i in range(20):
+        pushed.append(f"k{i}")
+        s.push(doc, f"k{i}", "k")
+    while cursor < 20:
+        data = stream.next("changes")
+        assert data["since"] == cursor
+        seen += [r["id"] for r in data["records"]]
+        cursor = data["next_since"]
+    writer_failed = threading.Event()
+
+    def writer():  # changes keep coming while the server dies
+        for i in range(20, 1000):
+            try:
+                s.push(doc, f"k{i}", "k")
+            except (AssertionError, httpx.HTTPError):
+                writer_failed.set()
+                return
+            pushed.append(f"k{i}")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    time.sleep(0.3)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    thread.join()
+    assert writer_failed.is_set()
+    while True:  # what arrived before the connection broke is applied, nothing torn
+        name, data = stream.next(timeout=5)
+        if name == "<end>":
+            break
+        assert name == "changes" and data["since"] == cursor
+        seen += [r["id"] for r in data["records"]]
+        cursor = data["next_since"]
+    stream.close()
+    server.http.close()
+    process, server = start_server(tmp_path, db, *keys, env=STREAM_ENV)
+    try:
+        s = Stream(server)
+        s._since[(doc, "k")] = server.records(doc, layer="k")["revision"]
+        pushed.append("after-restart")
+        final = s.push(doc, "after-restart", "k")
+        stream = s.open(doc)
+        assert s.subscribe(stream.stream_id, doc, "k", since=cursor).status_code == 200
+        while cursor < final:
+            data = stream.next("changes")
+            assert data["since"] == cursor
+            seen += [r["id"] for r in data["records"]]
+            cursor = data["next_since"]
+        committed = [r["id"] for r in server.records(doc, layer="k", limit=1000)["records"]]
+        # every committed change once, in order; the push the kill cut may or may not be
+        assert seen == committed and len(set(seen)) == len(seen)
+        assert set(pushed) - set(seen) <= set(pushed[-2:-1])
+        # a clean stop (SIGTERM) ends the stream with bye, at once
+        started = time.monotonic()
+        stop_server(process, server)
+        assert process.returncode == 0
+        assert stream.next("bye", timeout=5) == {"reason": "shutdown"}
+        assert stream.next(timeout=5) == ("<end>", None)
+        assert time.monotonic() - started < 3
+        stream.close()
+    finally:
+        stop_server(process, server)
+
+
+def test_two_processes_on_postgresql(tmp_path, pg_url, keys):
+    first = start_server(tmp_path, pg_url, *keys, env=STREAM_ENV)
+    second = start_server(tmp_path, pg_url, *keys, env=STREAM_ENV)
+    try:
+        a, b = Stream(first[1]), Stream(second[1])
+        doc = "pg-stream-" + uuid.uuid4().hex[:8]
+
+        assert a.server.upload((CORPUS / "sample-files-024-annotated_pdf.pdf").read_bytes(),
+                               doc).status_code == 200
+        on_a, on_b = a.open(doc), b.open(doc)
+        for s, stream in ((a, on_a), (b, on_b)):
+            assert s.subscribe(stream.stream_id, doc, "", since=3).status_code == 200
+            assert s.subscribe(stream.stream_id, doc, "r", jti="pg-revoke").status_code == 200
+        ids = []
+        for i in range(10):
+            (a if i % 2 else b).push(doc, f"p{i}")
+            a._since = b._since = {**a._since, **b._since}
+            ids.append(f"p{i}")
+        for stream in (on_a, on_b):
+            cursor, seen = 3, []
+            while len(seen) < 10:
+                data = stream.next("changes")
+                assert data["layer"] == "" and data["since"] == cursor
+                seen += [r["id"] for r in data["records"]]
+                cursor = data["next_since"]
+            assert seen == ids
+        # a token revoked through process A ends its subscription on process B as well
+        assert a.http.post("/api/revoke", json={"jti": "pg-revoke"},
+                           headers=a.server.admin()).status_code == 200
+        assert on_a.next("unsubscribed", timeout=2)["reason"] == "token_revoked"
+        assert on_b.next("unsubscribed", timeout=8)["reason"] == "token_revoked"
+        on_a.close()
+        on_b.close()
+    finally:
+        stop_server(*first)
+        stop_server(*second)
+

@@ -11,10 +11,10 @@ from conftest import CORPUS, MAX_REQUEST_BYTES, change, note
 def test_info_advertises_protocol_and_limits(server):
     response = server.http.get("/sync/v1/info")
     assert response.status_code == 200
-    assert response.headers["LayerSync-Protocol"] == "1"
+    assert response.headers["LayerSync-Protocol"] == "2"
     body = response.json()
     assert body["server"] == "layersync-server"
-    assert body["protocol"] == {"min": 1, "max": 1}
+    assert body["protocol"] == {"min": 1, "max": 2}  # 2: the change stream (test_stream.py)
     assert body["limits"] == {"max_request_bytes": MAX_REQUEST_BYTES, "max_page_records": 1000,
                               "max_wait_s": 10, "max_upload_bytes": 256 * 1024 * 1024,
                               "history_versions": 20, "max_json_depth": 64,
@@ -27,7 +27,7 @@ def test_old_client_gets_426(server):
     response = server.http.get("/sync/v1/info", headers={"LayerSync-Protocol": "0"})
     assert response.status_code == 426
     assert response.json()["error"]["code"] == "old_client"
-    assert response.headers["LayerSync-Protocol"] == "1"
+    assert response.headers["LayerSync-Protocol"] == "2"
 
 
 def test_unknown_route_and_bad_parameter_use_the_envelope(server):
