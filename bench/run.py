@@ -337,12 +337,14 @@ class Bench:
                     last[mode] = (lat, c_lat)
                     self.log(f"s3 rep {rep}{mode}: p50 C {c50s[mode][-1]:.2f} ms, Python {py50[mode][-1]:.2f} ms")
             open_polls = srv.metric("layersync_open_long_polls")
+            open_streams = srv.metric("layersync_open_streams")
             lat, c_lat = last[""]
             p50, p99 = statistics_median(py50[""]), statistics_median(py99[""])
             c50, c99 = statistics_median(c50s[""]), statistics_median(c99s[""])
             self.row("3 latency", f"write+sync on A -> did_receive_changes on B, p50 ({writes} writes, "
                                   f"{idle} idle listeners), C ABI", c50s[""], "ms", target="< 10 ms", ok=c50 < 10,
-                     note=f"server open long-polls during run: {open_polls}; A's create_annotation p50 "
+                     note=f"listening on the change stream (protocol 2, the default); server open streams "
+                          f"{open_streams}, long-polls {open_polls} during run; A's create_annotation p50 "
                           f"{c_lat['create_p50_us']:.0f} us of it")
             self.row("3 latency", "same, p99, C ABI", c99s[""], "ms", target="< 50 ms", ok=c99 < 50,
                      note=f"max {c_lat['max_us'] / 1e3:.1f} ms")
@@ -357,9 +359,10 @@ class Bench:
                                   verdict=False)
             self.cache["latency_p50_ms"] = p50
             self.details["s3"] = {"latencies_ms": [x * 1e3 for x in lat], "open_long_polls": open_polls,
-                                  "c_abi": c_lat, "p50_ms_by_claim": {
+                                  "open_streams": open_streams, "c_abi": c_lat, "p50_ms_by_claim": {
                                       "python": {("with" if m else "without"): v for m, v in py50.items()},
                                       "c_abi": {("with" if m else "without"): v for m, v in c50s.items()}}}
+            self._listening_cost(srv, "s3")
         finally:
             if idle_proc is not None:
                 idle_proc.stdin.close()
@@ -368,6 +371,38 @@ class Bench:
                 except subprocess.TimeoutExpired:
                     idle_proc.kill()
             srv.stop()
+
+    def _listening_cost(self, srv: Server, document: str, layers: int = 50) -> None:
+        """Row "client listening on 50 layers": connections held and threads used by one
+        client process (bench/listen_many.py), on the stream and, for comparison, after the
+        fallback to per-layer long-polls (a server speaking protocol 1 only)."""
+        tokens = self.tmp / "many-tokens.json"
+        tokens.write_text(json.dumps([srv.token(document, f"many{i}", "carol") for i in range(layers)]))
+        v1 = self.server("s3-v1", env={"LAYERSYNC_SERVER_PROTOCOL_MAX": "1"})
+        try:
+            v1.upload_bytes(self.pdf(64 * 1024).read_bytes(), document)
+            v1_tokens = self.tmp / "many-tokens-v1.json"
+            v1_tokens.write_text(json.dumps([v1.token(document, f"many{i}", "carol") for i in range(layers)]))
+            found = {}
+            for how, server, path in (("stream", srv, tokens), ("long-poll", v1, v1_tokens)):
+                out = subprocess.run([sys.executable, str(HERE / "listen_many.py"), server.url,
+                                      str(self.storage(f"many-{how}")), str(path)],
+                                     capture_output=True, text=True, timeout=600, check=True)
+                found[how] = json.loads(out.stdout.strip().splitlines()[-1])
+                self.log(f"s3 listening on {layers} layers, {how}: {found[how]}")
+        finally:
+            v1.stop()
+        stream, poll = found["stream"], found["long-poll"]
+        used = stream["threads_listening"] - stream["threads_before"]
+        self.row("3 listening", f"client listening on {layers} layers: connections held (stream)",
+                 [stream["connections"]], "connections", target="1", ok=stream["connections"] == 1
+                 and stream["transport"] == "stream",
+                 note=f"long-poll fallback: {poll['connections']} connections ({poll['transport']})")
+        self.row("3 listening", f"client listening on {layers} layers: threads used (stream)", [used], "threads",
+                 target="<= 2", ok=used <= 2,
+                 note=f"threads before/while listening {stream['threads_before']}/{stream['threads_listening']}; "
+                      f"long-poll fallback uses {poll['threads_listening'] - poll['threads_before']}")
+        self.details["s3_listening"] = found
 
     def _latency_c(self, srv: Server, document: str, writes: int, suffix: str = "",
                    claims: dict[str, Any] | None = None) -> dict[str, Any]:

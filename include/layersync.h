@@ -307,6 +307,23 @@ typedef enum {
     LAYERSYNC_DURABILITY_NORMAL = 1,
 } layersync_durability_t;
 
+/** How a client listens for server changes (`layersync_client_listening_transport`). */
+typedef enum {
+    /**
+     * The default: one change stream (protocol version 2, Server-Sent Events over one
+     * HTTP/1.1 connection) carries every layer the client listens on, served by one
+     * listener thread.
+     */
+    LAYERSYNC_LISTENING_STREAM = 0,
+    /**
+     * The client fell back to one HTTP long-poll per listened layer (protocol version 1):
+     * the server does not offer the stream, or its first event did not arrive within 5 s
+     * (something between client and server buffers it). The reason is written once to
+     * stderr; the fallback holds for the client's life.
+     */
+    LAYERSYNC_LISTENING_LONG_POLL = 1,
+} layersync_listening_transport_t;
+
 /**
  * Options of `layersync_client_create`. Initialise with `layersync_client_options_init`.
  *
@@ -408,6 +425,15 @@ int layersync_client_destroy(layersync_client *client, layersync_error *error);
  * @param client The client. Must not be NULL.
  */
 const char *layersync_client_server_url(const layersync_client *client);
+
+/**
+ * Whether listening uses the change stream or fell back to per-layer long-polls;
+ * `LAYERSYNC_LISTENING_STREAM` for NULL. LayerSync's own.
+ *
+ * @param client The client. Must not be NULL.
+ */
+layersync_listening_transport_t layersync_client_listening_transport(
+    const layersync_client *client);
 
 /**
  * The storage directory. Owned by the client; NULL if `client` is NULL.
@@ -747,13 +773,17 @@ int layersync_document_stop_syncing(
     layersync_document *document, bool cancel_current_request, layersync_error *error);
 
 /**
- * Starts listening for server changes by HTTP long-poll. Changes are applied locally and
- * reported through `did_receive_changes`. Survives transient network failures with capped
- * exponential backoff; stops on authentication failure until reauthentication. Stops for
- * good when the server answers that the document or layer no longer exists (404
- * `not_found`, e.g. the layer was deleted): `did_fail_sync` reports `INVALID_DOCUMENT`
- * once (with no `did_begin_sync` before it) and pending local changes are kept. Mirrors
- * Instant's `startListeningForChanges()`.
+ * Starts listening for server changes: a subscription on the client's one change stream
+ * (every listened layer shares one connection and one thread), or this layer's HTTP
+ * long-poll when the client fell back to it (`layersync_client_listening_transport`).
+ * Changes are applied locally and reported through `did_receive_changes`. Survives
+ * transient network failures with capped exponential backoff, resuming from the layer's
+ * last committed revision; stops on authentication failure (a refused JWT, or one that
+ * expired or was revoked while subscribed: `did_fail_authentication` once) until
+ * reauthentication, other layers unaffected. Stops for good when the server answers that
+ * the document or layer no longer exists (404 `not_found`, e.g. the layer was deleted):
+ * `did_fail_sync` reports `INVALID_DOCUMENT` once (with no `did_begin_sync` before it)
+ * and pending local changes are kept. Mirrors Instant's `startListeningForChanges()`.
  *
  * @param document The document. Must not be NULL.
  * @param error Receives the details of a failure. May be NULL.

@@ -86,6 +86,14 @@ private func defaultClientOptions() -> layersync_client_options {
     (try? ClientHandle.from(client)).map { $0.serverURLCString.cString }
 }
 
+@c @implementation public func layersync_client_listening_transport(_ client: OpaquePointer?) -> layersync_listening_transport_t {
+    guard let handle = try? ClientHandle.from(client) else { return LAYERSYNC_LISTENING_STREAM }
+    switch handle.client.listeningTransport {
+    case .stream: return LAYERSYNC_LISTENING_STREAM
+    case .longPoll: return LAYERSYNC_LISTENING_LONG_POLL
+    }
+}
+
 @c @implementation public func layersync_client_storage_path(_ client: OpaquePointer?) -> UnsafePointer<CChar>? {
     (try? ClientHandle.from(client)).map { $0.storagePathCString.cString }
 }

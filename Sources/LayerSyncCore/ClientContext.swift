@@ -14,6 +14,8 @@ final class ClientContext: Sendable {
     let serverInfo = Mutex<ServerInfo?>(nil)
     /// Cancelled by shutdown; aborts the connection sequence.
     let lifetime = TransferCancellation()
+    /// The client's one listener: the change stream for every listening descriptor.
+    let stream: StreamListener
     private let shutDown = Atomic<Bool>(false)
 
     init(configuration: ClientConfiguration, server: SyncServer, layout: StorageLayout, events: EventChannel) {
@@ -21,6 +23,7 @@ final class ClientContext: Sendable {
         self.server = server
         self.layout = layout
         self.events = events
+        stream = StreamListener(connectTimeout: configuration.connectTimeout)
     }
 
     /// Whether ``SyncClient/shutdown()`` has begun.

@@ -48,7 +48,11 @@ extension DocumentDescriptor {
             return state.listener.stoppedByAuth
         }
         emit(.didFinishReauthentication(self, jwt: claims.token))
-        if resumeListening { beginListening() }
+        if resumeListening {
+            beginListening()
+        } else if isListening {
+            context.stream.resubscribe(self)  // the subscription goes on under the new token
+        }
         if hasUnsyncedChanges && isDownloaded && syncDelay >= 0 { requestSyncCycle() }
     }
 }

@@ -2,14 +2,16 @@ import Dispatch
 import LayerSyncModel
 import LayerSyncTransport
 
-/// Listening for server changes with HTTP long-poll (`GET .../changes`).
+/// Listening for server changes: on the client's change stream (``StreamListener``, protocol
+/// version 2), or with HTTP long-poll (`GET .../changes`) when the client fell back to it.
 extension DocumentDescriptor {
     /// Longest pause between failed long-polls, in seconds.
     static let maximumBackoffSeconds = 30.0
     /// First pause after a failed long-poll, in seconds (doubled per failure, then full jitter).
     static let initialBackoffSeconds = 0.5
 
-    /// Starts the long-poll loop: each answer is applied to the local store and reported with
+    /// Starts listening: on the client's one change stream (a subscription), or, when the client
+    /// fell back to it, with this layer's long-poll loop. Each page is applied to the local store and reported with
     /// `didReceiveChanges` (and `didRejectChanges` when a server change beat an unsent local
     /// one). Transient failures are retried with capped exponential backoff and full jitter;
     /// an auth failure (401/403) stops listening and reports `didFailAuthentication` once —
@@ -23,23 +25,31 @@ extension DocumentDescriptor {
         beginListening()
     }
 
-    /// Stops the long-poll loop; a request in flight is aborted at once.
+    /// Stops listening: the subscription ends (the stream closes with the last one), or the
+    /// long-poll in flight is aborted at once.
     public func stopListening() {
         mutableState.withLock { $0.listener.stop() }
+        context.stream.remove(self)
     }
 
-    /// Whether the long-poll loop is running.
+    /// Whether listening runs (on the stream or with long-poll).
     public var isListening: Bool { mutableState.withLock { $0.listener.isRunning } }
 
     func beginListening() {
-        let cancellation = TransferCancellation()
-        let wake = DispatchSemaphore(value: 0)
-        let generation = mutableState.withLock { $0.listener.start(cancellation: cancellation, wake: wake) }
-        guard let generation else { return }
-        listenQueue.async { [self] in listenLoop(generation: generation, cancellation: cancellation, wake: wake) }
+        guard let generation = mutableState.withLock({ $0.listener.startStreaming() }) else { return }
+        if !context.stream.add(self, generation: generation) { switchToLongPoll(from: generation) }
     }
 
-    private func isCurrentListener(_ generation: Int) -> Bool {
+    /// Moves the listening run `generation` to this layer's own long-poll loop (the client fell back).
+    func switchToLongPoll(from generation: Int) {
+        let cancellation = TransferCancellation()
+        let wake = DispatchSemaphore(value: 0)
+        let loop = mutableState.withLock { $0.listener.switchToLongPoll(from: generation, cancellation: cancellation, wake: wake) }
+        guard let loop else { return }
+        listenQueue.async { [self] in listenLoop(generation: loop, cancellation: cancellation, wake: wake) }
+    }
+
+    func isCurrentListener(_ generation: Int) -> Bool {
         !context.isShutDown && mutableState.withLock { $0.listener.isCurrent(generation) }
     }
 
@@ -113,7 +123,7 @@ extension DocumentDescriptor {
     /// page carries the epoch held, the long-poll's epoch was garbled on the way and the answer
     /// is `.invalidServerData` (nothing applied; the loop backs off); if it carries another
     /// epoch too, the layer did change and is re-based (protocol.md "What a client checks").
-    private func applyLongPollPage(_ page: LayerPage, token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
+    func applyLongPollPage(_ page: LayerPage, token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
         let held = try store.epoch()
         if page.epoch != held {
             let since = try store.since()

@@ -11,8 +11,10 @@ import Synchronization
 /// same instance. Every method may be called from any thread, including the event handler.
 ///
 /// Work runs on two serial queues per descriptor: the work queue (download, sync cycles,
-/// reauthentication, applying long-poll answers — so store updates from the server never
-/// interleave) and the listen queue (the blocking long-poll loop).
+/// reauthentication, applying change stream pages and long-poll answers — so store updates
+/// from the server never interleave) and the listen queue (the blocking long-poll loop, used
+/// only once the client fell back to long-polls: on the change stream, the client's one
+/// listener thread, ``StreamListener``, serves every descriptor).
 public final class DocumentDescriptor: Sendable {
     /// The document id (from the JWT's `document_id`).
     public let documentID: String

@@ -1,10 +1,12 @@
 import Dispatch
 import LayerSyncTransport
 
-/// The long-poll listener of one descriptor (``DocumentDescriptor/startListening()``), kept
-/// under the descriptor's lock: whether a loop should run, which loop is the current one (every
-/// start and stop makes a new generation, so a loop that was stopped ends at its next check
-/// even if it was started again meanwhile), and how to abort its request and wake its backoff.
+/// The listening of one descriptor (``DocumentDescriptor/startListening()``), kept under the
+/// descriptor's lock: whether it should run, which run is the current one (every start and
+/// stop makes a new generation, so a loop or subscription that was stopped ends at its next
+/// check even if it was started again meanwhile), and, for a long-poll loop, how to abort its
+/// request and wake its backoff. A run on the client's change stream (``StreamListener``) has
+/// no loop of its own: its subscription carries the generation.
 struct Listener: Sendable {
     /// Whether a loop should run.
     private(set) var isRunning = false
@@ -18,19 +20,26 @@ struct Listener: Sendable {
     /// Wakes the current loop from its backoff or its wait for the network.
     private var wake: UncheckedSendable<DispatchSemaphore>?
 
-    /// Starts a loop unless one is running.
-    /// - Parameters:
-    ///   - cancellation: Aborts the new loop's requests.
-    ///   - wake: Wakes the new loop's waits.
-    /// - Returns: The new loop's generation, or `nil` when a loop is already running.
-    mutating func start(cancellation: TransferCancellation, wake: DispatchSemaphore) -> Int? {
+    /// Starts listening on the client's change stream unless listening already.
+    /// - Returns: The new run's generation, or `nil` when listening already.
+    mutating func startStreaming() -> Int? {
         guard !isRunning else { return nil }
         isRunning = true
         stoppedByAuth = false
         generation += 1
+        cancellation = nil
+        wake = nil
+        return generation
+    }
+
+    /// Moves the stream run of `generation` to a long-poll loop (the stream fell back).
+    /// - Returns: The loop's generation, or `nil` when that run is no longer the current one.
+    mutating func switchToLongPoll(from generation: Int, cancellation: TransferCancellation, wake: DispatchSemaphore) -> Int? {
+        guard isCurrent(generation) else { return nil }
+        self.generation += 1
         self.cancellation = cancellation
         self.wake = UncheckedSendable(wake)
-        return generation
+        return self.generation
     }
 
     /// Whether the loop of `generation` is the current one and should go on.

@@ -152,8 +152,15 @@ public final class SyncClient: Sendable {
 
     /// Resumes what waited for the network: failed syncs, pending edits, long-polls.
     private func resumeNetworkWork() {
+        context.stream.wakeUp()
         for descriptor in documents { descriptor.networkDidBecomeAvailable() }
     }
+
+    /// How listening works: one change stream for every listened layer (protocol version 2,
+    /// the default), or per-layer long-polls once the client fell back to them (the server
+    /// does not offer the stream, or something between buffers it; the reason is also written
+    /// to stderr once). A fallback holds for the client's life.
+    public var listeningTransport: ListeningTransport { context.stream.transport }
 
     // MARK: Reachability hint
 
@@ -237,8 +244,10 @@ public final class SyncClient: Sendable {
         }
         guard context.beginShutdown() else { return }
         context.lifetime.cancel()
+        context.stream.shutdown()
         let all = documents
         for descriptor in all { descriptor.cancelAllWork() }
+        context.stream.waitUntilIdle()
         for descriptor in all { descriptor.waitUntilIdle() }
         context.events.close()
     }
@@ -246,6 +255,7 @@ public final class SyncClient: Sendable {
     deinit {
         if context.beginShutdown() {
             context.lifetime.cancel()
+            context.stream.shutdown()
             for descriptor in descriptors.withLock({ Array($0.values) }) { descriptor.cancelAllWork() }
         }
     }

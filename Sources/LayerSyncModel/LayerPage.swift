@@ -27,7 +27,21 @@ package struct LayerPage: Sendable {
     ///     revision is not compared with `since`: a new epoch starts its revisions again).
     /// - Throws: `.invalidServerData` saying what was wrong; nothing of such a page may be applied.
     package init(body: [UInt8], since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
-        let fields = try AnswerFields(body: body, name: "layer page (since=\(since))")
+        try self.init(fields: try AnswerFields(body: body, name: "layer page (since=\(since))"), since: since, epoch: knownEpoch)
+    }
+
+    /// Decodes and checks a page already parsed: the `changes` event of the change stream
+    /// (protocol version 2), whose data holds the same keys (besides its own) and gets the same checks.
+    /// - Parameters:
+    ///   - json: The event's data.
+    ///   - since: The `since` the page follows (the layer's cursor).
+    ///   - epoch: The epoch the client holds, as in ``init(body:since:epoch:)``.
+    /// - Throws: `.invalidServerData` saying what was wrong.
+    package init(json: JSONValue, since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
+        try self.init(fields: try AnswerFields(json, name: "change stream page (since=\(since))"), since: since, epoch: knownEpoch)
+    }
+
+    private init(fields: AnswerFields, since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
         let epoch = try fields.epoch("epoch")
         let revision = try fields.revision("revision")
         let items = try fields.array("records")

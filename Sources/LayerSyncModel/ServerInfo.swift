@@ -12,6 +12,12 @@ public struct ServerInfo: Sendable {
     public var capabilities: [String]
     /// The raw body of the `/sync/v1/info` answer.
     public var json: String
+    /// The change stream's path (protocol version 2, `"stream": {"path", "heartbeat_s"}` in the
+    /// info), `nil` when the server does not advertise one (a version-1 server: listening
+    /// then uses per-layer long-polls).
+    public var streamPath: String?
+    /// Seconds of silence after which the server sends a heartbeat on the stream (`heartbeat_s`).
+    public var streamHeartbeatSeconds: Double = 15
 
     /// Creates server info.
     /// - Parameters:
@@ -69,5 +75,23 @@ public struct ServerInfo: Sendable {
         self.init(serverVersion: try fields.optionalString("server_version") ?? "", protocolMin: Int(minimum),
                   protocolMax: Int(maximum), maxRequestBytes: Int(clamping: maxRequestBytes), capabilities: capabilities,
                   json: String(decoding: body, as: UTF8.self))
+        // The stream (protocol version 2): the object `stream` (or only the capability "stream",
+        // then at its default path); only a server whose protocol range reaches 2 offers it.
+        if maximum >= 2, let stream = json["stream"], stream.objectValue != nil {
+            let streamFields = try AnswerFields(stream, name: "\(name): stream")
+            let path = try streamFields.string("path")
+            guard path.hasPrefix("/"), !path.contains("?"), !path.contains("#") else {
+                throw streamFields.invalid("\"path\" \(path) is not an absolute path")
+            }
+            streamPath = path
+            if let value = stream["heartbeat_s"], !value.isNull {
+                guard let heartbeat = value.doubleValue, heartbeat > 0, heartbeat <= 3600 else {
+                    throw streamFields.invalid("\"heartbeat_s\" is not a number of seconds in (0, 3600]")
+                }
+                streamHeartbeatSeconds = heartbeat
+            }
+        } else if maximum >= 2, capabilities.contains("stream") {
+            streamPath = "/sync/v2/stream"
+        }
     }
 }

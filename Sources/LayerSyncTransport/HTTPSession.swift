@@ -24,6 +24,18 @@ struct HTTPRequest: Sendable {
     var hashFileBody = false
     /// Called with (bytes received, bytes expected or -1) as the body arrives.
     var progress: (@Sendable (Int64, Int64) -> Void)?
+    /// A streamed answer (the change stream): the body of a 2xx answer goes to this function
+    /// as it arrives, on the transfer's thread, instead of memory; returning `false` ends the
+    /// transfer (`.requestFailed`). Other answers are kept in memory as usual.
+    var onBodyChunk: (@Sendable (UnsafeRawBufferPointer) -> Bool)?
+    /// Called about once a second while the transfer runs, with whether the request has been
+    /// sent (connected, and the request is on its way: libcurl's pretransfer time is set);
+    /// returning `true` ends the transfer (`.requestFailed`): the stream's deadline for its
+    /// first event.
+    var watchdog: (@Sendable (_ requestSent: Bool) -> Bool)?
+    /// Seconds in which fewer than one byte arrived end the transfer (`.requestFailed`: a dead
+    /// peer), `nil` for no such limit (libcurl `CURLOPT_LOW_SPEED_LIMIT` = 1 / `LOW_SPEED_TIME`).
+    var stallSeconds: Int?
 }
 
 /// An HTTP answer.
@@ -96,6 +108,9 @@ package final class HTTPSession: Sendable {
         var fileHasher: SHA256.Hasher?
         var writeFailed = false
         var progress: (@Sendable (Int64, Int64) -> Void)?
+        var onBodyChunk: (@Sendable (UnsafeRawBufferPointer) -> Bool)?
+        var watchdog: (@Sendable (Bool) -> Bool)?
+        var easy: UnsafeMutableRawPointer?
         var lastReported: curl_off_t = -1
         let cancellation: TransferCancellation
         init(cancellation: TransferCancellation) { self.cancellation = cancellation }
@@ -109,6 +124,9 @@ package final class HTTPSession: Sendable {
         context.fileDescriptor = request.bodyFileDescriptor
         if request.hashFileBody { context.fileHasher = SHA256.Hasher() }
         context.progress = request.progress
+        context.onBodyChunk = request.onBodyChunk
+        context.watchdog = request.watchdog
+        context.easy = easy
         let contextPointer = Unmanaged.passUnretained(context).toOpaque()
         var headerList: UnsafeMutablePointer<curl_slist>?
         for line in request.headers + ["Expect:"] { headerList = curl_slist_append(headerList, line) }
@@ -121,6 +139,10 @@ package final class HTTPSession: Sendable {
         _ = ls_curl_setopt_slist(handle, CURLOPT_HTTPHEADER, headerList)
         _ = ls_curl_setopt_str(handle, CURLOPT_ACCEPT_ENCODING, "")
         _ = ls_curl_setopt_long(handle, CURLOPT_TCP_KEEPALIVE, 1)
+        if let stallSeconds = request.stallSeconds {
+            _ = ls_curl_setopt_long(handle, CURLOPT_LOW_SPEED_LIMIT, 1)
+            _ = ls_curl_setopt_long(handle, CURLOPT_LOW_SPEED_TIME, stallSeconds)
+        }
         if let body = request.body {
             _ = ls_curl_setopt_long(handle, CURLOPT_POST, 1)
             _ = ls_curl_setopt_off(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
@@ -167,6 +189,8 @@ package final class HTTPSession: Sendable {
                     offset += written
                 }
                 context.fileHasher?.update(UnsafeRawBufferPointer(start: pointer, count: length))
+            } else if let onBodyChunk = context.onBodyChunk, context.status / 100 == 2 {
+                return onBodyChunk(UnsafeRawBufferPointer(start: pointer, count: length)) ? length : 0
             } else {
                 context.body.append(contentsOf: UnsafeRawBufferPointer(start: pointer, count: length))
             }
@@ -177,6 +201,11 @@ package final class HTTPSession: Sendable {
         _ = ls_curl_setopt_xferinfo_cb(handle) { user, downloadTotal, downloadNow, _, _ in
             let context = Unmanaged<TransferContext>.fromOpaque(user!).takeUnretainedValue()
             if context.cancellation.isCancelled { return 1 }
+            if let watchdog = context.watchdog {
+                var pretransfer: curl_off_t = 0
+                _ = ls_curl_getinfo_off(context.easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer)
+                if watchdog(pretransfer > 0) { return 1 }
+            }
             if let progress = context.progress, downloadNow != context.lastReported, downloadNow > 0 {
                 context.lastReported = downloadNow
                 progress(Int64(downloadNow), downloadTotal > 0 ? Int64(downloadTotal) : -1)

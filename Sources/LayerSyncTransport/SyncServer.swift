@@ -239,6 +239,14 @@ package final class SyncServer: Sendable {
     /// Sends a request and maps a non-2xx answer through the error envelope.
     private func send(_ request: HTTPRequest, jwt: String?, session: HTTPSession,
                       cancellation: TransferCancellation, accept: String = "application/json") throws(LayerSyncError) -> HTTPResponse {
+        try send(request, jwt: jwt, session: session, cancellation: cancellation, accept: accept, protocolVersion: Self.protocolVersion)
+    }
+
+    /// Sends a request speaking `protocolVersion` (2 for the change stream's endpoints) and
+    /// maps a non-2xx answer through the error envelope. No request is made while the network
+    /// is marked unavailable.
+    func send(_ request: HTTPRequest, jwt: String?, session: HTTPSession, cancellation: TransferCancellation,
+              accept: String, protocolVersion: Int) throws(LayerSyncError) -> HTTPResponse {
         let flags = networkAvailability
         guard flags.hostSaysAvailable else {
             throw LayerSyncError(.requestFailed, "the network is marked unavailable (setNetworkAvailable(false)); no request was made")
@@ -247,7 +255,7 @@ package final class SyncServer: Sendable {
             throw LayerSyncError(.requestFailed, "the host's reachability hint says the network is unavailable; no request was made")
         }
         var request = request
-        request.headers.append("LayerSync-Protocol: \(Self.protocolVersion)")
+        request.headers.append("LayerSync-Protocol: \(protocolVersion)")
         request.headers.append("Accept: \(accept)")
         if let jwt { request.headers.append("Authorization: Bearer \(jwt)") }
         if request.timeoutSeconds == 30 { request.timeoutSeconds = requestTimeout }

@@ -19,6 +19,9 @@ import Glibc
 ///   its body passed through `change` (a garbled answer: a key removed, a number negated,
 ///   the body truncated...) and sent on with a matching `Content-Length` and
 ///   `Connection: close`.
+/// The proxy speaks protocol version 1 only: it answers the change stream's requests
+/// (`/sync/v2/...`) 404 itself, as a server without the stream would, so a client behind it
+/// listens with per-layer long-polls (the answers these tests garble).
 /// Bounded: one thread per direction per connection, everything on 127.0.0.1, stopped by
 /// ``stop()`` (and deinit).
 final class FaultProxy: @unchecked Sendable {
@@ -137,7 +140,7 @@ final class FaultProxy: @unchecked Sendable {
                 let text = String(decoding: chunk, as: UTF8.self)
                 let head = text.components(separatedBy: "\r\n\r\n").first ?? text
                 log.withLock { $0.append(head.components(separatedBy: "\r\n").first ?? head) }
-                let action = rule.withLock { $0 }(head)
+                let action = head.hasPrefix("POST /sync/v2/") ? .reply(404) : rule.withLock { $0 }(head)
                 switch action {
                 case .forward: break
                 case .dropResponse: connection.dropNextResponse.store(true, ordering: .releasing)

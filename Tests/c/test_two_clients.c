@@ -102,10 +102,13 @@ int main(void)
     LS_WAIT(&b_events, LS_TIMEOUT_MS, changes_name(&b_events, mark, "deleted", id));
     CHECK_RC(LAYERSYNC_ERROR_NO_SUCH_ANNOTATION, layersync_document_get_annotation(b_doc, id, &out, &error), &error);
 
+    /* B heard all of it on the change stream (protocol version 2), not by long-poll. */
+    CHECK(layersync_client_listening_transport(b) == LAYERSYNC_LISTENING_STREAM);
+    CHECK(layersync_client_listening_transport(NULL) == LAYERSYNC_LISTENING_STREAM);
     CHECK_OK(layersync_document_stop_listening(b_doc, &error), &error);
     CHECK_CALLBACK_THREADS(&a_events);
     CHECK_CALLBACK_THREADS(&b_events);
-    /* Destroy while A is idle and B was listening: must not hang on the long-poll. */
+    /* Destroy while A is idle and B was listening: must not hang on the stream. */
     CHECK_OK(layersync_document_start_listening(b_doc, &error), &error);
     ls_client_destroy(b, &b_events);
     ls_client_destroy(a, &a_events);

@@ -63,6 +63,9 @@ LAYERSYNC_ERROR_INVALID_STATE = 1006
 LAYERSYNC_DURABILITY_FULL = 0
 LAYERSYNC_DURABILITY_NORMAL = 1
 
+LAYERSYNC_LISTENING_STREAM = 0
+LAYERSYNC_LISTENING_LONG_POLL = 1
+
 LAYERSYNC_DOCUMENT_STATE_UNKNOWN = 0
 LAYERSYNC_DOCUMENT_STATE_NEEDS_CONTENT_MIGRATION = 1
 LAYERSYNC_DOCUMENT_STATE_MIGRATING_CONTENT = 2
@@ -289,6 +292,7 @@ FUNCTIONS = {
     'layersync_client_create': (ctypes.c_int, [ctypes.POINTER(layersync_client_options), ctypes.POINTER(layersync_client_delegate), ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(layersync_error)]),
     'layersync_client_destroy': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(layersync_error)]),
     'layersync_client_server_url': (ctypes.c_char_p, [ctypes.c_void_p]),
+    'layersync_client_listening_transport': (ctypes.c_int, [ctypes.c_void_p]),
     'layersync_client_storage_path': (ctypes.c_char_p, [ctypes.c_void_p]),
     'layersync_client_document_for_jwt': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(layersync_error)]),
     'layersync_client_set_network_available': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_bool, ctypes.POINTER(layersync_error)]),

@@ -305,6 +305,15 @@ class Client(CallsIntoC):
         """The local storage directory."""
         return decode(self._invoke("layersync_client_storage_path")) or ""
 
+    @property
+    def listening_transport(self) -> str:
+        """How listening works: ``"stream"`` (one change stream for every listened layer, the
+        default) or ``"long-poll"`` (the client fell back to one long-poll per layer: the server
+        does not offer the stream, or something in between buffers it; the reason is written to
+        stderr once)."""
+        value = self._invoke("layersync_client_listening_transport")
+        return "long-poll" if value == _ffi.LAYERSYNC_LISTENING_LONG_POLL else "stream"
+
     def set_network_available(self, available: bool) -> None:
         """Tells the engine whether the host has network access. ``False``: no requests are
         made, syncs fail with ``REQUEST_FAILED`` and edits stay pending; ``True``: resume.

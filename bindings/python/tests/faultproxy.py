@@ -20,6 +20,11 @@ Actions a rule returns (:class:`Action`):
 - ``Action.stall(s)``: nothing for ``s`` seconds, then a reset (a stalled connection).
 - ``Action.status(code)``: the proxy answers itself with that status and an error envelope.
 
+The proxy speaks protocol version 1 only: it answers the change stream's requests
+(``/sync/v2/stream``, protocol version 2) with 404, as a server without the stream would, so
+a client behind it listens with per-layer long-polls (the answers these suites garble); the
+stream's own faults are tested in test_change_stream.py.
+
 Bounded: one thread per connection, everything on 127.0.0.1, stopped by :meth:`close`.
 """
 from __future__ import annotations
@@ -170,6 +175,11 @@ class FaultProxy:
         try:
             request = _read_request(conn)
             if request is None:
+                return
+            if request.path.startswith("/sync/v2/"):
+                with self.lock:
+                    self.log.append(("stream", "status"))
+                self._act(conn, request, Action.status(404))
                 return
             with self.lock:
                 rule = self._rule

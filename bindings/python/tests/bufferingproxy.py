@@ -1,0 +1,69 @@
+"""A loopback HTTP proxy that buffers answers, as some corporate proxies and misconfigured
+reverse proxies do: it forwards each request at once, but holds the server's answer (status
+line, headers and body) until 64 KiB of it have arrived or the server has finished it, so a
+streamed answer (the change stream of protocol version 2) reaches the client only in 64 KiB
+lumps, or never. Ordinary answers pass whole.
+
+Each request gets its own upstream connection with ``Connection: close``, so "the end of the
+answer" is the server closing that connection. One thread per connection, loopback only,
+stopped by :meth:`close`. ``requests`` lists the request lines seen. Unlike FaultProxy
+it forwards the change stream's requests too (it is the buffering box in front of a v2 server).
+"""
+from __future__ import annotations
+
+import socket
+
+from faultproxy import FaultProxy, _read_request
+
+HOLD_BYTES = 64 * 1024
+
+
+class BufferingProxy(FaultProxy):
+    """FaultProxy's listener and bookkeeping (``close``, ``cut_all``), with its own answer
+    path: every request forwarded, every answer held as above."""
+
+    def __init__(self, upstream_url: str) -> None:
+        self.requests: list[str] = []
+        super().__init__(upstream_url)
+
+    def count(self, fragment: str) -> int:  # type: ignore[override]
+        with self.lock:
+            return sum(1 for line in self.requests if fragment in line)
+
+    def _serve(self, conn: socket.socket) -> None:
+        upstream = None
+        try:
+            request = _read_request(conn)
+            if request is None:
+                return
+            with self.lock:
+                self.requests.append(f"{request.method} {request.path}")
+            upstream = socket.create_connection(self.upstream, timeout=None)
+            with self.lock:
+                self.connections.add(upstream)
+            headers = {k: v for k, v in request.headers.items()
+                       if k.lower() not in ("connection", "keep-alive", "content-length")}
+            head = [f"{request.method} {request.path} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
+            head += [f"Content-Length: {len(request.body)}", "Connection: close"]
+            upstream.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + request.body)
+            held = b""
+            while True:
+                chunk = upstream.recv(65536)
+                if not chunk:
+                    break
+                held += chunk
+                if len(held) >= HOLD_BYTES:
+                    conn.sendall(held)
+                    held = b""
+            conn.sendall(held)
+        except OSError:
+            pass
+        finally:
+            for s in (upstream, conn):
+                if s is not None:
+                    with self.lock:
+                        self.connections.discard(s)
+                    try:
+                        s.close()
+                    except OSError:
+                        pass
