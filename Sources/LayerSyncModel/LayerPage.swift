@@ -5,6 +5,10 @@ package struct LayerPage: Sendable {
     package var records: [ServerRecord]
     package var hasMore: Bool
     package var nextSince: Int64
+    /// `regranted` (only asked for by a reauthentication with other collaboration permissions:
+    /// `previous_permissions`): records at revisions up to `since` that appear (whole) or
+    /// disappear (bare tombstones) for the new token. Empty when not asked for.
+    package var regranted: [ServerRecord] = []
 
     /// Creates a page.
     init(epoch: String, revision: Int64, records: [ServerRecord], hasMore: Bool, nextSince: Int64) {
@@ -26,7 +30,9 @@ package struct LayerPage: Sendable {
     ///   - epoch: The epoch the client holds for the layer, `nil` when it holds none (then the
     ///     revision is not compared with `since`: a new epoch starts its revisions again).
     /// - Throws: `.invalidServerData` saying what was wrong; nothing of such a page may be applied.
-    package init(body: [UInt8], since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
+    ///   - regranted: Whether the request asked for `regranted` (then it must be an array of
+    ///     records at revisions up to `since`, each id once).
+    package init(body: [UInt8], since: Int64, epoch knownEpoch: String?, regranted: Bool = false) throws(LayerSyncError) {
         let fields = try AnswerFields(body: body, name: "layer page (since=\(since))")
         let epoch = try fields.epoch("epoch")
         let revision = try fields.revision("revision")
@@ -39,5 +45,16 @@ package struct LayerPage: Sendable {
         let records = try fields.records(items, key: "records", since: since, revision: revision)
         try fields.checkPaging(hasMore: hasMore, nextSince: nextSince, since: since, records: records, key: "records")
         self.init(epoch: epoch, revision: revision, records: records, hasMore: hasMore, nextSince: nextSince)
+        if regranted {
+            var ids = Set<String>()
+            for (index, item) in try fields.array("regranted").enumerated() {
+                let record = try ServerRecord(json: item, name: "layer page (since=\(since)): regranted[\(index)]")
+                guard record.revision <= since, ids.insert(record.id).inserted else {
+                    throw fields.invalid("regranted[\(index)] has revision \(record.revision) above the since \(since) or its id twice",
+                                         recordID: record.id)
+                }
+                self.regranted.append(record)
+            }
+        }
     }
 }
