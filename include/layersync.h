@@ -165,6 +165,15 @@ typedef enum {
      * its own callback).
      */
     LAYERSYNC_ERROR_INVALID_STATE = 1006,
+    /**
+     * The JWT is valid, but its `collaboration_permissions` do not allow this on this
+     * record (docs/protocol.md "Collaboration permissions"); the message names the
+     * missing permission. A local update, delete, comment, fill or group change refused
+     * at the API (nothing queued), a change the server rejected with reason `forbidden`,
+     * a rollback/restore answered 403 `forbidden`. Not an authentication failure: the
+     * token stays good.
+     */
+    LAYERSYNC_ERROR_FORBIDDEN = 1007,
 } layersync_error_code_t;
 
 /**
@@ -609,6 +618,40 @@ int layersync_document_user_id(
     const layersync_document *document, char **out_user_id, layersync_error *error);
 
 /**
+ * The document's current default group (collaboration permissions, docs/protocol.md).
+ * Instant: `InstantDocumentDescriptor.defaultGroup`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param out_group Receives the group new records get (free with `layersync_free`): the
+ *     override set with `layersync_document_set_default_group`, else the JWT's
+ *     `default_group`, or NULL when neither names one. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_default_group(
+    layersync_document *document, char **out_group, layersync_error *error);
+
+/**
+ * Overrides the group of the records created from now on (Instant's
+ * `overrideDefaultGroup`), kept in the layer's local store for this document (it survives
+ * a restart and a reauthentication). Creates then send it as their `group`; under a
+ * `collaboration_permissions` claim a group other than the JWT's `default_group` needs
+ * `set-group` for it, checked per create (`LAYERSYNC_ERROR_FORBIDDEN`). Records already
+ * created keep their group.
+ *
+ * @param document The document. Must not be NULL.
+ * @param group The group records created from now on get (UTF-8, non-empty, no control
+ *     characters; copied). May be NULL (go back to the JWT's `default_group` (Instant's
+ *     `resetDefaultGroup`)).
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_set_default_group(
+    layersync_document *document, const char *group, layersync_error *error);
+
+/**
  * The current sync state; `LAYERSYNC_DOCUMENT_STATE_INVALID` for NULL. Instant:
  * `InstantDocumentDescriptor.documentState`.
  *
@@ -1016,10 +1059,15 @@ struct layersync_client_delegate {
      * and are sent in its place, the server version being adopted only when there are
      * none), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`),
      * `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`: the server refused the
-     * content; like `payload_too_large`, the change goes alone), or
+     * content; like `payload_too_large`, the change goes alone),
      * `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE` (`attachment_missing`: an
      * attachment's file vanished before upload; `id` is the attachment id, the upload is
-     * dropped and the queue goes on). Delivered at least once: each report is stored in
+     * dropped and the queue goes on), or `LAYERSYNC_ERROR_FORBIDDEN` (`forbidden`: the
+     * JWT's collaboration permissions do not allow the change, e.g. they changed on the
+     * server after the engine allowed it; the server version is adopted, or the record
+     * removed when the JWT may not view it; also for queued changes of a record that left
+     * the JWT's view at a reauthentication, which can never be sent: `local` is their
+     * newest version, `server` null). Delivered at least once: each report is stored in
      * the transaction that adopted the server version, marked delivered when this
      * callback (and every observer's) has returned, and delivered again while it is not:
      * at the end of every sync cycle (a failed one too, such as a paged answer whose
@@ -1069,6 +1117,23 @@ struct layersync_client_delegate {
  * durable when the call returns: it commits in the same SQLite transaction as its pending
  * change (docs/rules.md rule 1), and the next sync cycle sends it. Reads and search never
  * touch the network; text comes back byte-exact (docs/rules.md rule 9).
+ *
+ * Every record handed out (create, update, get, list, search, comments) is its Instant
+ * JSON plus its ownership and what this document's JWT may do with it (collaboration
+ * permissions, docs/protocol.md; the names of Nutrient's Web SDK): `createdBy`,
+ * `updatedBy` (the JWT `user_id` that created / last changed it; the local user's until
+ * the server answered a local change) and `group` (strings or null), and the booleans
+ * `isEditable` (update its content: `edit`, `fill` for a `pspdfkit/form-field-value`),
+ * `isDeletable` (`delete`; for a root, on every live reply too), `canReply` (create a
+ * comment on it: `write` and `reply`), `isFillable` (form-field records only: `fill`) and
+ * `canSetGroup` (`set-group`). Without a `collaboration_permissions` claim every flag is
+ * true (`isFillable` only for form fields). A record the JWT may not `view` is never
+ * handed out (`NO_SUCH_ANNOTATION`, left out of lists). On input `group` is the record's
+ * group (create: its group, default `layersync_document_default_group`; update: another
+ * value is a group change) and the other keys are ignored, so a record handed out can be
+ * passed back as it is. A change the permissions forbid fails at once with
+ * `LAYERSYNC_ERROR_FORBIDDEN` (the message names the missing permission) and nothing is
+ * stored or queued.
  *======================================================================================*/
 
 /**
@@ -1092,7 +1157,8 @@ struct layersync_client_delegate {
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
- *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`,
+ *     `LAYERSYNC_ERROR_FORBIDDEN`.
  */
 int layersync_document_create_annotation(
     layersync_document *document, const char *annotation_json, char **out_json,
@@ -1113,7 +1179,7 @@ int layersync_document_create_annotation(
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`,
  *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`,
- *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ *     `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_FORBIDDEN`.
  */
 int layersync_document_update_annotation(
     layersync_document *document, const char *annotation_json, char **out_json,
@@ -1128,7 +1194,8 @@ int layersync_document_update_annotation(
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
- *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`,
+ *     `LAYERSYNC_ERROR_FORBIDDEN`.
  */
 int layersync_document_delete_annotation(
     layersync_document *document, const char *annotation_id, layersync_error *error);
@@ -1215,7 +1282,7 @@ int layersync_document_search_annotations(
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`,
  *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`,
- *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_FORBIDDEN`.
  */
 int layersync_document_create_comment(
     layersync_document *document, const char *root_id, const char *comment_json,

@@ -147,6 +147,24 @@ class Document(CallsIntoC):
         return decode(raw)
 
     @property
+    def default_group(self) -> str | None:
+        """The group new records get (collaboration permissions): the override set here, else
+        the JWT's ``default_group``, else None. Set a string to override it for this document
+        (kept in the local store; Instant's ``overrideDefaultGroup``), None to go back to the
+        JWT's (``resetDefaultGroup``). Under a ``collaboration_permissions`` claim, creating in
+        a group other than the JWT's ``default_group`` needs ``set-group`` for it
+        (:class:`ForbiddenError` at the create).
+
+        Raises:
+            InvalidArgumentError (an empty name, control characters), InvalidStateError.
+        """
+        return decode(self._call_out("layersync_document_default_group"))
+
+    @default_group.setter
+    def default_group(self, group: str | None) -> None:
+        self._call("layersync_document_set_default_group", None if group is None else encode_text(group, "group"))
+
+    @property
     def state(self) -> DocumentState:
         """The current :class:`DocumentState`."""
         value = int(self._invoke("layersync_document_state"))
@@ -348,20 +366,27 @@ class Document(CallsIntoC):
                 "bbox": [x, y, w, h], ...}``); a missing ``id`` is generated (ULID).
 
         Returns:
-            The stored annotation with its ``id``.
+            The stored annotation with its ``id``, its ownership (``createdBy``,
+            ``updatedBy``, ``group``) and what this JWT may do with it (``isEditable``,
+            ``isDeletable``, ``canReply``, ``isFillable``, ``canSetGroup``; see the Records
+            section of include/layersync.h). A ``group`` key in ``annotation`` is the new
+            record's group (default :attr:`default_group`); the other of those keys are ignored.
 
         Raises:
             InvalidArgumentError (not JSON, unencodable text), InvalidJSONStructureError,
+            ForbiddenError (the collaboration permissions do not allow it; nothing stored),
             NotDownloadedError, DatabaseAccessFailedError.
         """
         raw = self._call_out("layersync_document_create_annotation", encode_json(dict(annotation), "annotation"))
         return json_object(raw) if raw else dict(annotation)
 
     def update_annotation(self, annotation: Mapping[str, Any]) -> dict[str, Any]:
-        """Replaces an annotation's content (the whole object, with its ``id``).
+        """Replaces an annotation's content (the whole object, with its ``id``); a ``group``
+        other than the record's is a group change (needs ``set-group``).
 
         Raises:
-            NoSuchAnnotationError and the errors of :meth:`create_annotation`.
+            NoSuchAnnotationError, ForbiddenError (no ``edit``/``fill``/``set-group``: nothing
+            queued) and the errors of :meth:`create_annotation`.
         """
         raw = self._call_out("layersync_document_update_annotation", encode_json(dict(annotation), "annotation"))
         return json_object(raw) if raw else dict(annotation)
@@ -370,7 +395,8 @@ class Document(CallsIntoC):
         """Deletes an annotation (and its comments).
 
         Raises:
-            NoSuchAnnotationError, InvalidArgumentError, NotDownloadedError.
+            NoSuchAnnotationError, ForbiddenError (no ``delete`` on it or on one of its
+            replies: nothing queued), InvalidArgumentError, NotDownloadedError.
         """
         self._call("layersync_document_delete_annotation", encode_text(annotation_id, "annotation_id"))
 
