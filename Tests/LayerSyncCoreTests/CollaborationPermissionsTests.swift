@@ -138,4 +138,10 @@ import Testing
         let open = try JWTClaims(token: makeJWT(#"{"document_id":"d"}"#)).grant
         #expect(!open.isRestricted && open.allows(.delete, RecordOwnership(type: nil, createdBy: "x", group: "y")))
     }
+
+    @Test func aForbiddenRejectionHasItsOwnCode() {
+        let rejection = RejectedChange(recordID: "r", reason: "forbidden", localJSON: nil, serverJSON: nil)
+        #expect(rejection.code == .forbidden && rejection.code != .conflict)
+        #expect(ErrorCode.forbidden.name == "FORBIDDEN" && ErrorCode.forbidden.rawValue == 1007)
+    }
 }

@@ -36,6 +36,20 @@ if TYPE_CHECKING:  # annotations only
 __all__ = ["Document", "Attachment", "SYNC_DISABLED"]
 
 
+#: Keys a record handed out by the library carries besides its Instant JSON: its ownership
+#: (``createdBy``, ``updatedBy``, ``group``) and what the document's JWT may do with it
+#: (collaboration permissions; the Records section of include/layersync.h).
+HANDOUT_KEYS = ("createdBy", "updatedBy", "group", "isEditable", "isDeletable", "canReply", "isFillable",
+                "canSetGroup")
+
+
+def record_content(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record handed out (:meth:`Document.get_annotation`, :meth:`Document.list_annotations`,
+    ...) without its ownership and flags (:data:`HANDOUT_KEYS`): its Instant JSON content, as
+    the server stores it."""
+    return {k: v for k, v in record.items() if k not in HANDOUT_KEYS}
+
+
 def _xfdf_codec() -> Any:
     """The XFDF codec (``layersync_formats``, the repository's formats/ package, shared with the
     server); ImportError with a hint when it is not installed."""
