@@ -1118,20 +1118,22 @@ struct layersync_client_delegate {
  * change (docs/rules.md rule 1), and the next sync cycle sends it. Reads and search never
  * touch the network; text comes back byte-exact (docs/rules.md rule 9).
  *
- * Every record handed out (create, update, get, list, search, comments) is its Instant
- * JSON plus its ownership and what this document's JWT may do with it (collaboration
- * permissions, docs/protocol.md; the names of Nutrient's Web SDK): `createdBy`,
- * `updatedBy` (the JWT `user_id` that created / last changed it; the local user's until
- * the server answered a local change) and `group` (strings or null), and the booleans
- * `isEditable` (update its content: `edit`, `fill` for a `pspdfkit/form-field-value`),
- * `isDeletable` (`delete`; for a root, on every live reply too), `canReply` (create a
- * comment on it: `write` and `reply`), `isFillable` (form-field records only: `fill`) and
- * `canSetGroup` (`set-group`). Without a `collaboration_permissions` claim every flag is
- * true (`isFillable` only for form fields). A record the JWT may not `view` is never
- * handed out (`NO_SUCH_ANNOTATION`, left out of lists). On input `group` is the record's
- * group (create: its group, default `layersync_document_default_group`; update: another
- * value is a group change) and the other keys are ignored, so a record handed out can be
- * passed back as it is. A change the permissions forbid fails at once with
+ * Under a JWT with a `collaboration_permissions` claim (docs/protocol.md "Collaboration
+ * permissions"), every record handed out (create, update, get, list, search, comments) is
+ * its Instant JSON plus its ownership and what the JWT may do with it (the names of
+ * Nutrient's Web SDK): `createdBy`, `updatedBy` (the JWT `user_id` that created / last
+ * changed it; the local user's until the server answered a local change) and `group`
+ * (strings or null), and the booleans `isEditable` (update its content: `edit`, `fill`
+ * for a `pspdfkit/form-field-value`), `isDeletable` (`delete`; for a root, on every live
+ * reply too), `canReply` (create a comment on it: `write` and `reply`), `isFillable`
+ * (form-field records only: `fill`) and `canSetGroup` (`set-group`). A record the JWT may
+ * not `view` is never handed out (`NO_SUCH_ANNOTATION`, left out of lists). On input
+ * `group` is the record's group (create: its group, default
+ * `layersync_document_default_group`; update: another value is a group change) and the
+ * other keys are ignored, so a record handed out can be passed back as it is. Without the
+ * claim (full access) records are handed out as stored and taken as given, exactly as
+ * before permissions existed; their ownership is kept all the same, and creates get the
+ * default group. A change the permissions forbid fails at once with
  * `LAYERSYNC_ERROR_FORBIDDEN` (the message names the missing permission) and nothing is
  * stored or queued.
  *======================================================================================*/

@@ -8,15 +8,18 @@ import LayerSyncTransport
 /// grants. The decisions are ``PermissionGrant``'s (LayerSyncModel); the server stays the
 /// authority and rejects what slips through (a race) with reason `forbidden`.
 ///
-/// Keys of a record handed out, next to its Instant JSON (names as in Nutrient's Web SDK and
-/// Document Engine's records): `createdBy`, `updatedBy`, `group` (strings or null), and the
+/// Under a JWT with a `collaboration_permissions` claim, a record handed out carries, next to
+/// its Instant JSON (names as in Nutrient's Web SDK and Document Engine's records): `createdBy`, `updatedBy`, `group` (strings or null), and the
 /// booleans `isEditable` (update its content: `edit`, `fill` for a form field value),
 /// `isDeletable` (`delete`, for a root with replies on every live reply too), `canReply`
 /// (create a comment whose `rootId` is this record: `write` and `reply`), `isFillable` (form
 /// fields: `fill`; false for other records) and `canSetGroup` (`set-group`). On input,
 /// `group` is the record's group (a create: its group, default the current default group; an
 /// update: a new value is a group change) and the other keys are ignored (a record handed out
-/// can be passed back as it is).
+/// can be passed back as it is). Without the claim a record is handed out as stored and taken
+/// as given, as before permissions existed (the rule: without the claim, today's
+/// behaviour stays), so hosts and tests comparing records with the server's content keep
+/// working; the ownership is stored all the same, and creates get the default group.
 extension DocumentDescriptor {
     /// The keys a record handed out carries besides its content, output only.
     static let handOutOnlyKeys = ["createdBy", "updatedBy", "isEditable", "isDeletable", "canReply", "isFillable", "canSetGroup"]
@@ -58,6 +61,7 @@ extension DocumentDescriptor {
     /// The record as handed out: its content plus ownership and flags (see the type's doc),
     /// or `nil` when the token may not view it.
     func handOut(_ record: StoredRecord, _ grant: PermissionGrant) throws(LayerSyncError) -> String? {
+        guard grant.isRestricted else { return record.content }
         let ownership = record.ownership
         guard grant.allows(.view, ownership) else { return nil }
         let contentType = CollaborationPermissions.ContentType(recordType: record.type)
@@ -104,7 +108,9 @@ extension DocumentDescriptor {
     /// The `group` a record given by the host asks for, removed from it with the hand-out-only
     /// keys: `.none` when it names none, `.some(nil)` for `"group": null`.
     /// - Throws: `.invalidJSONStructure` for a `group` that is neither a string nor null.
-    static func takeOwnershipKeys(_ object: inout JSONObject) throws(LayerSyncError) -> String?? {
+    /// Without a claim (`restricted` false) nothing is taken: the record is stored as given.
+    static func takeOwnershipKeys(_ object: inout JSONObject, restricted: Bool) throws(LayerSyncError) -> String?? {
+        guard restricted else { return .none }
         for key in handOutOnlyKeys { object[key] = nil }
         guard let value = object["group"] else { return .none }
         object["group"] = nil

@@ -13,11 +13,13 @@ extension DocumentDescriptor {
     /// Creates a record (Instant's `Document.add(annotations:)`).
     /// - Parameter json: An Instant JSON object with a string `type`. A string `id` of 1–128
     ///   characters is kept; without `id` a ULID is assigned. `v` is set to 2 if missing.
-    ///   `group` (string or null) is the new record's group, default ``defaultGroup()``; the
-    ///   hand-out-only keys (`createdBy`, `isEditable`, ...) are ignored. Under a JWT
+    ///   Under a `collaboration_permissions` claim `group` (string or null) is the new record's
+    ///   group, default ``defaultGroup()``, and the hand-out-only keys (`createdBy`,
+    ///   `isEditable`, ...) are ignored; without it the record is stored as given and gets
+    ///   ``defaultGroup()``. Under a JWT
     ///   `creator_name` an annotation's or comment's `creatorName` is set to it (the server
     ///   forces it too).
-    /// - Returns: The stored record as handed out (with `id`, `v`, ownership and flags).
+    /// - Returns: The stored record as handed out (with `id`, `v`; under a claim also ownership and flags).
     /// - Throws: `.invalidArgument` (bad JSON text, or a record with that id exists),
     ///   `.invalidJSONStructure`, `.forbidden` (the collaboration permissions do not allow
     ///   creating it: no `write`, a comment without `reply` on the thread, a form field value
@@ -26,7 +28,9 @@ extension DocumentDescriptor {
     public func createAnnotation(json: String) throws(LayerSyncError) -> String {
         try requireDownloaded()
         var object = try Self.recordObject(json)
-        let groupAsked = try Self.takeOwnershipKeys(&object)
+        let claims = mutableState.withLock { $0.authentication.claims }
+        let grant = claims.grant
+        let groupAsked = try Self.takeOwnershipKeys(&object, restricted: grant.isRestricted)
         let id: String
         if let given = object["id"] {
             id = try Self.recordID(given)
@@ -35,8 +39,6 @@ extension DocumentDescriptor {
             object["id"] = .string(id)
         }
         if object["v"] == nil { object["v"] = .integer(2) }
-        let claims = mutableState.withLock { $0.authentication.claims }
-        let grant = claims.grant
         let type = object["type"]?.stringValue
         if let name = claims.creatorName, type != "pspdfkit/bookmark",
            CollaborationPermissions.ContentType(recordType: type) != .formFields {
@@ -75,7 +77,9 @@ extension DocumentDescriptor {
     public func updateAnnotation(json: String) throws(LayerSyncError) -> String {
         try requireDownloaded()
         var object = try Self.recordObject(json)
-        let groupAsked = try Self.takeOwnershipKeys(&object)
+        let claims = mutableState.withLock { $0.authentication.claims }
+        let grant = claims.grant
+        let groupAsked = try Self.takeOwnershipKeys(&object, restricted: grant.isRestricted)
         guard let given = object["id"] else {
             throw LayerSyncError(.invalidJSONStructure, "an update needs the record's \"id\"", documentID: documentID)
         }
@@ -83,8 +87,6 @@ extension DocumentDescriptor {
         if object["v"] == nil { object["v"] = .integer(2) }
         let text = JSONValue.object(object).jsonText
         let current = try visibleRecord(id)
-        let claims = mutableState.withLock { $0.authentication.claims }
-        let grant = claims.grant
         let newGroup = groupAsked.flatMap { $0 == current.group ? nil : .some($0) }
         let contentChanged = (try? JSONValue.parse(current.content)) != .object(object)
         if let why = grant.forbiddenUpdate(current: current.ownership, contentChanged: contentChanged,

@@ -367,21 +367,20 @@ package final class LayerStore: Sendable {
             // last known server version, the same in `snapshot_staging`; a queued change's group
             // (`grp`, sent when `grp_given`). Existing rows have none (NULL), as records the
             // server stamped before ownership existed.
+            // A column already there (a store a test or a downgrade rewound) is kept.
             try db.transaction { () throws(LayerSyncError) in
-                try db.execute("""
-                    ALTER TABLE records ADD COLUMN created_by TEXT;
-                    ALTER TABLE records ADD COLUMN updated_by TEXT;
-                    ALTER TABLE records ADD COLUMN grp TEXT;
-                    ALTER TABLE records ADD COLUMN server_created_by TEXT;
-                    ALTER TABLE records ADD COLUMN server_updated_by TEXT;
-                    ALTER TABLE records ADD COLUMN server_grp TEXT;
-                    ALTER TABLE snapshot_staging ADD COLUMN created_by TEXT;
-                    ALTER TABLE snapshot_staging ADD COLUMN updated_by TEXT;
-                    ALTER TABLE snapshot_staging ADD COLUMN grp TEXT;
-                    ALTER TABLE pending_changes ADD COLUMN grp_given INTEGER NOT NULL DEFAULT 0;
-                    ALTER TABLE pending_changes ADD COLUMN grp TEXT;
-                    PRAGMA user_version = 7;
-                    """)
+                let columns: [(table: String, column: String, type: String)] = [
+                    ("records", "created_by", "TEXT"), ("records", "updated_by", "TEXT"), ("records", "grp", "TEXT"),
+                    ("records", "server_created_by", "TEXT"), ("records", "server_updated_by", "TEXT"),
+                    ("records", "server_grp", "TEXT"), ("snapshot_staging", "created_by", "TEXT"),
+                    ("snapshot_staging", "updated_by", "TEXT"), ("snapshot_staging", "grp", "TEXT"),
+                    ("pending_changes", "grp_given", "INTEGER NOT NULL DEFAULT 0"), ("pending_changes", "grp", "TEXT"),
+                ]
+                for (table, column, type) in columns {
+                    let present = try db.query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", [.text(table), .text(column)])
+                    if present.isEmpty { try db.execute("ALTER TABLE \(table) ADD COLUMN \(column) \(type);") }
+                }
+                try db.execute("PRAGMA user_version = 7;")
             }
         }
     }

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from . import _ffi
 from ._library import LibraryLoadError, get_library, load_library
-from .client import (EVENT_NAMES, HANDOUT_KEYS, OBSERVER_EVENT_NAMES, SYNC_DISABLED, Attachment, Client, Document,
-                     DocumentState, Event, Observer, record_content)
+from .client import (EVENT_NAMES, OBSERVER_EVENT_NAMES, SYNC_DISABLED, Attachment, Client, Document,
+                     DocumentState, Event, Observer)
+from .document import HANDOUT_KEYS, record_content
 from .errors import *  # noqa: F401,F403  (one class per error code)
 from .errors import ERROR_CLASSES, LayerSyncError
 

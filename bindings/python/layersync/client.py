@@ -41,7 +41,7 @@ from ._callbacks import delegate_trampolines
 from ._convert import CallsIntoC, DocumentState, ErrorOut, decode, encode_json, encode_text, json_list, json_object
 from ._handle import Handle, finalize
 from ._library import get_library, load_library
-from .document import HANDOUT_KEYS, SYNC_DISABLED, Attachment, Document, record_content  # noqa: F401 (re-exported)
+from .document import SYNC_DISABLED, Attachment, Document
 from .errors import (InvalidArgumentError, InvalidStateError, LayerSyncError, check,  # noqa: F401 (re-exported)
                      exception_from_error, exception_from_struct)
 from .events import (DOWNLOAD_OUTCOME, EVENT_NAMES, OBSERVER_EVENT_NAMES, REAUTH_OUTCOME,  # noqa: F401

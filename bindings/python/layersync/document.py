@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # annotations only
 __all__ = ["Document", "Attachment", "SYNC_DISABLED"]
 
 
-#: Keys a record handed out by the library carries besides its Instant JSON: its ownership
+#: Keys a record handed out under a ``collaboration_permissions`` claim carries besides its Instant JSON: its ownership
 #: (``createdBy``, ``updatedBy``, ``group``) and what the document's JWT may do with it
 #: (collaboration permissions; the Records section of include/layersync.h).
 HANDOUT_KEYS = ("createdBy", "updatedBy", "group", "isEditable", "isDeletable", "canReply", "isFillable",
@@ -380,11 +380,12 @@ class Document(CallsIntoC):
                 "bbox": [x, y, w, h], ...}``); a missing ``id`` is generated (ULID).
 
         Returns:
-            The stored annotation with its ``id``, its ownership (``createdBy``,
-            ``updatedBy``, ``group``) and what this JWT may do with it (``isEditable``,
-            ``isDeletable``, ``canReply``, ``isFillable``, ``canSetGroup``; see the Records
-            section of include/layersync.h). A ``group`` key in ``annotation`` is the new
-            record's group (default :attr:`default_group`); the other of those keys are ignored.
+            The stored annotation with its ``id``. Under a ``collaboration_permissions`` claim
+            also its ownership (``createdBy``, ``updatedBy``, ``group``) and what this JWT may
+            do with it (``isEditable``, ``isDeletable``, ``canReply``, ``isFillable``,
+            ``canSetGroup``; see the Records section of include/layersync.h); a ``group`` key
+            in ``annotation`` is then the new record's group (default :attr:`default_group`)
+            and the other of those keys are ignored (:func:`record_content` strips them).
 
         Raises:
             InvalidArgumentError (not JSON, unencodable text), InvalidJSONStructureError,

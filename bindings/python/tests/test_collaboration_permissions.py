@@ -65,8 +65,16 @@ def open_doc(make_client, server, doc_id, user_id, claim=None, **claims):
     return client, doc, changes
 
 
-def test_records_carry_ownership_and_full_flags_without_a_claim(downloaded):
+def test_without_a_claim_records_are_handed_out_as_stored(downloaded, server):
     _, doc = downloaded(user_id="alice")
+    created = doc.create_annotation(note("mine"))
+    assert not set(created) & set(layersync.HANDOUT_KEYS)
+    doc.sync(wait=True, timeout=WAIT_S)
+    assert doc.get_annotation(created["id"]) == created == server.annotations(doc.id)[created["id"]]
+
+
+def test_records_carry_ownership_and_flags_under_a_claim(make_client, server, uploaded):
+    _, doc, _ = open_doc(make_client, server, uploaded(), "alice", LEAD)
     created = doc.create_annotation(note("mine"))
     assert (created["createdBy"], created["updatedBy"], created["group"]) == ("alice", "alice", None)
     assert created["isEditable"] and created["isDeletable"] and created["canReply"] and created["canSetGroup"]
@@ -74,9 +82,11 @@ def test_records_carry_ownership_and_full_flags_without_a_claim(downloaded):
     doc.sync(wait=True, timeout=WAIT_S)
     got = doc.get_annotation(created["id"])
     assert got["createdBy"] == "alice" and got == created
+    assert layersync.record_content(got) == server.annotations(doc.id)[created["id"]]
     # A record handed out can be passed back as it is: the hand-out keys do not go into content.
     doc.update_annotation(dict(got, text={"format": "plain", "value": "again"}))
     doc.sync(wait=True, timeout=WAIT_S)
+    assert not set(server.annotations(doc.id)[created["id"]]) & set(layersync.HANDOUT_KEYS)
 
 
 def test_reviewer_may_change_only_own_records_and_nothing_is_queued(make_client, server, uploaded):
