@@ -525,8 +525,9 @@ def run_review_round(report: Report, server: Any, pdf: Path, timeout: float, wor
                                lambda: r1.update_annotation(with_text(content_of(r1.get_annotation(n2["id"])), "rui was here")), r1)
         with step("reviewer deletes the lead's note: refused") as s:
             s.detail = refused("rosa deleting the lead's note", lambda: r2.delete_annotation(public["id"]), r2)
-        with step("reviewer moves own note to another group: refused") as s:
-            s.detail = refused("rosa moving her note", lambda: r2.update_annotation(dict(r2.get_annotation(n2["id"]), group="public")), r2)
+        with step("reviewer moves the lead's note to another group: refused") as s:
+            s.detail = refused("rosa moving the lead's public note",
+                               lambda: r2.update_annotation(dict(r2.get_annotation(public["id"]), group="private")), r2)
         with step("lead edits a reviewer's note: allowed") as s:
             lead.sync(wait=True, timeout=timeout)
             lead.update_annotation(with_text(content_of(lead.get_annotation(n1["id"])), "rui's remark, seen by the lead ✓"))
