@@ -88,6 +88,7 @@ examples:
   layersync sync                                    # two-way: send pending edits, receive others'
   layersync listen --json | jq .                    # one JSON line per change until Ctrl-C
   layersync status --json
+  layersync default-group review                    # new annotations go to group "review"
   layersync export -o layer.json                    # Instant JSON of the local layer
   layersync xfdf export -o layer.xfdf               # ... as XFDF; `xfdf import FILE` applies one
 
