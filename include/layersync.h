@@ -165,6 +165,15 @@ typedef enum {
      * its own callback).
      */
     LAYERSYNC_ERROR_INVALID_STATE = 1006,
+    /**
+     * The JWT is valid, but its `collaboration_permissions` do not allow this on this
+     * record (docs/protocol.md "Collaboration permissions"); the message names the
+     * missing permission. A local update, delete, comment, fill or group change refused
+     * at the API (nothing queued), a change the server rejected with reason `forbidden`,
+     * a rollback/restore answered 403 `forbidden`. Not an authentication failure: the
+     * token stays good.
+     */
+    LAYERSYNC_ERROR_FORBIDDEN = 1007,
 } layersync_error_code_t;
 
 /**
@@ -635,6 +644,40 @@ int layersync_document_user_id(
     const layersync_document *document, char **out_user_id, layersync_error *error);
 
 /**
+ * The document's current default group (collaboration permissions, docs/protocol.md).
+ * Instant: `InstantDocumentDescriptor.defaultGroup`.
+ *
+ * @param document The document. Must not be NULL.
+ * @param out_group Receives the group new records get (free with `layersync_free`): the
+ *     override set with `layersync_document_set_default_group`, else the JWT's
+ *     `default_group`, or NULL when neither names one. Must not be NULL.
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_default_group(
+    layersync_document *document, char **out_group, layersync_error *error);
+
+/**
+ * Overrides the group of the records created from now on (Instant's
+ * `overrideDefaultGroup`), kept in the layer's local store for this document (it survives
+ * a restart and a reauthentication). Creates then send it as their `group`; under a
+ * `collaboration_permissions` claim a group other than the JWT's `default_group` needs
+ * `set-group` for it, checked per create (`LAYERSYNC_ERROR_FORBIDDEN`). Records already
+ * created keep their group.
+ *
+ * @param document The document. Must not be NULL.
+ * @param group The group records created from now on get (UTF-8, non-empty, no control
+ *     characters; copied). May be NULL (go back to the JWT's `default_group` (Instant's
+ *     `resetDefaultGroup`)).
+ * @param error Receives the details of a failure. May be NULL.
+ * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
+ *     `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ */
+int layersync_document_set_default_group(
+    layersync_document *document, const char *group, layersync_error *error);
+
+/**
  * The current sync state; `LAYERSYNC_DOCUMENT_STATE_INVALID` for NULL. Instant:
  * `InstantDocumentDescriptor.documentState`.
  *
@@ -1046,10 +1089,15 @@ struct layersync_client_delegate {
      * and are sent in its place, the server version being adopted only when there are
      * none), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`),
      * `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`: the server refused the
-     * content; like `payload_too_large`, the change goes alone), or
+     * content; like `payload_too_large`, the change goes alone),
      * `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE` (`attachment_missing`: an
      * attachment's file vanished before upload; `id` is the attachment id, the upload is
-     * dropped and the queue goes on). Delivered at least once: each report is stored in
+     * dropped and the queue goes on), or `LAYERSYNC_ERROR_FORBIDDEN` (`forbidden`: the
+     * JWT's collaboration permissions do not allow the change, e.g. they changed on the
+     * server after the engine allowed it; the server version is adopted, or the record
+     * removed when the JWT may not view it; also for queued changes of a record that left
+     * the JWT's view at a reauthentication, which can never be sent: `local` is their
+     * newest version, `server` null). Delivered at least once: each report is stored in
      * the transaction that adopted the server version, marked delivered when this
      * callback (and every observer's) has returned, and delivered again while it is not:
      * at the end of every sync cycle (a failed one too, such as a paged answer whose
@@ -1099,6 +1147,25 @@ struct layersync_client_delegate {
  * durable when the call returns: it commits in the same SQLite transaction as its pending
  * change (docs/rules.md rule 1), and the next sync cycle sends it. Reads and search never
  * touch the network; text comes back byte-exact (docs/rules.md rule 9).
+ *
+ * Under a JWT with a `collaboration_permissions` claim (docs/protocol.md "Collaboration
+ * permissions"), every record handed out (create, update, get, list, search, comments) is
+ * its Instant JSON plus its ownership and what the JWT may do with it (the names of
+ * Nutrient's Web SDK): `createdBy`, `updatedBy` (the JWT `user_id` that created / last
+ * changed it; the local user's until the server answered a local change) and `group`
+ * (strings or null), and the booleans `isEditable` (update its content: `edit`, `fill`
+ * for a `pspdfkit/form-field-value`), `isDeletable` (`delete`; for a root, on every live
+ * reply too), `canReply` (create a comment on it: `write` and `reply`), `isFillable`
+ * (form-field records only: `fill`) and `canSetGroup` (`set-group`). A record the JWT may
+ * not `view` is never handed out (`NO_SUCH_ANNOTATION`, left out of lists). On input
+ * `group` is the record's group (create: its group, default
+ * `layersync_document_default_group`; update: another value is a group change) and the
+ * other keys are ignored, so a record handed out can be passed back as it is. Without the
+ * claim (full access) records are handed out as stored and taken as given, exactly as
+ * before permissions existed; their ownership is kept all the same, and creates get the
+ * default group. A change the permissions forbid fails at once with
+ * `LAYERSYNC_ERROR_FORBIDDEN` (the message names the missing permission) and nothing is
+ * stored or queued.
  *======================================================================================*/
 
 /**
@@ -1122,7 +1189,8 @@ struct layersync_client_delegate {
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
- *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`,
+ *     `LAYERSYNC_ERROR_FORBIDDEN`.
  */
 int layersync_document_create_annotation(
     layersync_document *document, const char *annotation_json, char **out_json,
@@ -1143,7 +1211,7 @@ int layersync_document_create_annotation(
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`,
  *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`,
- *     `LAYERSYNC_ERROR_INVALID_STATE`.
+ *     `LAYERSYNC_ERROR_INVALID_STATE`, `LAYERSYNC_ERROR_FORBIDDEN`.
  */
 int layersync_document_update_annotation(
     layersync_document *document, const char *annotation_json, char **out_json,
@@ -1158,7 +1226,8 @@ int layersync_document_update_annotation(
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
- *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`.
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_INVALID_STATE`,
+ *     `LAYERSYNC_ERROR_FORBIDDEN`.
  */
 int layersync_document_delete_annotation(
     layersync_document *document, const char *annotation_id, layersync_error *error);
@@ -1245,7 +1314,7 @@ int layersync_document_search_annotations(
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`,
  *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`,
- *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`, `LAYERSYNC_ERROR_FORBIDDEN`.
  */
 int layersync_document_create_comment(
     layersync_document *document, const char *root_id, const char *comment_json,

@@ -144,3 +144,21 @@ func withDescriptor(
         _ = try descriptor.acknowledgeRejectedChanges(idsJSON: try CString.read(reportIDsJSON, "report_ids_json"))
     }
 }
+
+@c @implementation public func layersync_document_default_group(
+    _ document: OpaquePointer?, _ outGroup: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+    _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        let outGroup = try OutParameter.required(outGroup, "out_group")
+        CString.store(try descriptor.defaultGroup(), in: outGroup)
+    }
+}
+
+@c @implementation public func layersync_document_set_default_group(
+    _ document: OpaquePointer?, _ group: UnsafePointer<CChar>?, _ error: UnsafeMutablePointer<layersync_error>?
+) -> Int32 {
+    withDescriptor(document, error) { descriptor throws(LayerSyncError) in
+        try descriptor.setDefaultGroup(try CString.readOptional(group, "group"))
+    }
+}

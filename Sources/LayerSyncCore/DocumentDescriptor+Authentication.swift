@@ -9,7 +9,10 @@ extension DocumentDescriptor {
     /// background and ends with `didFinishReauthentication` (the token is adopted, a pending
     /// sync and a listening loop stopped by an auth failure resume) or
     /// `didFailReauthentication` (`.accessDenied` if the server rejects it,
-    /// `.requestFailed` if it could not be asked; the old token stays).
+    /// `.requestFailed` if it could not be asked; the old token stays). When the new token's
+    /// `collaboration_permissions` or `user_id` differ, the records it may now view appear and
+    /// those it may no longer view disappear before `didFinishReauthentication`
+    /// (``reconcileGrant(token:cancellation:)``).
     /// - Parameter jwt: The new token.
     /// - Throws: `.invalidJWT` (shape, or another document/layer), `.userIDMismatch` (user
     ///   differs from the pinned one), `.alreadyAuthenticating`, `.invalidState` after shutdown.
@@ -47,6 +50,9 @@ extension DocumentDescriptor {
             state.authentication.finishReauthentication(with: claims)
             return state.listener.stoppedByAuth
         }
+        // Other collaboration permissions (or user): records appear and disappear before the host
+        // hears of the new token; a failure here is retried by the next sync cycle.
+        try? reconcileGrant(token: claims.token, cancellation: cancellation)
         emit(.didFinishReauthentication(self, jwt: claims.token))
         if resumeListening {
             beginListening()

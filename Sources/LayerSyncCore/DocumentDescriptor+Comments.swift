@@ -12,7 +12,8 @@ extension DocumentDescriptor {
     ///     defaults to the root's, `id` and `v` as for ``createAnnotation(json:)``; the result
     ///     must pass the record schema (`pspdfkit/comment` needs `text` and `pageIndex`).
     /// - Returns: The stored JSON.
-    /// - Throws: `.noSuchAnnotation` when the root does not exist, `.invalidJSONStructure`,
+    /// - Throws: `.noSuchAnnotation` when the root does not exist (or the token may not view
+    ///   it), `.forbidden` without `reply` on the thread (or `write`), `.invalidJSONStructure`,
     ///   `.invalidArgument`, plus the common errors.
     public func createComment(rootID: String, json: String) throws(LayerSyncError) -> String {
         try requireDownloaded()
@@ -25,9 +26,10 @@ extension DocumentDescriptor {
         if let given = object["rootId"], given.stringValue != rootID {
             throw LayerSyncError(.invalidArgument, "the comment's \"rootId\" differs from root_id")
         }
-        guard let root = try store.record(id: rootID) else {
+        guard let rootRecord = try store.storedRecord(id: rootID), grant.allows(.view, rootRecord.ownership) else {
             throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(rootID) to comment on", documentID: documentID, recordID: rootID)
         }
+        let root = rootRecord.content
         object["type"] = .string("pspdfkit/comment")
         object["rootId"] = .string(rootID)
         // Instant JSON requires a comment's pageIndex (docs/protocol.md, "Record schema"): the root's.
@@ -42,7 +44,8 @@ extension DocumentDescriptor {
     public func listComments(rootID: String) throws(LayerSyncError) -> String {
         try requireDownloaded()
         do {
-            return "[" + (try store.comments(rootID: rootID)).joined(separator: ",") + "]"
+            _ = try visibleRecord(rootID)
+            return try handOut(try store.storedComments(rootID: rootID))
         } catch {
             throw error.with(documentID: documentID)
         }
@@ -63,6 +66,6 @@ extension DocumentDescriptor {
         guard limit >= 0 else { throw LayerSyncError(.invalidArgument, "limit must not be negative") }
         try requireDownloaded()
         let count = limit == 0 ? Self.defaultSearchLimit : limit
-        return "[" + (try store.searchRecords(query: query, limit: count)).joined(separator: ",") + "]"
+        return try handOut(try store.searchStoredRecords(query: query, limit: count))
     }
 }

@@ -13,12 +13,24 @@ extension DocumentDescriptor {
     /// Creates a record (Instant's `Document.add(annotations:)`).
     /// - Parameter json: An Instant JSON object with a string `type`. A string `id` of 1–128
     ///   characters is kept; without `id` a ULID is assigned. `v` is set to 2 if missing.
-    /// - Returns: The stored JSON (with `id` and `v`).
+    ///   Under a `collaboration_permissions` claim `group` (string or null) is the new record's
+    ///   group, default ``defaultGroup()``, and the hand-out-only keys (`createdBy`,
+    ///   `isEditable`, ...) are ignored; without it the record is stored as given and gets
+    ///   ``defaultGroup()``. Under a JWT
+    ///   `creator_name` an annotation's or comment's `creatorName` is set to it (the server
+    ///   forces it too).
+    /// - Returns: The stored record as handed out (with `id`, `v`; under a claim also ownership and flags).
     /// - Throws: `.invalidArgument` (bad JSON text, or a record with that id exists),
-    ///   `.invalidJSONStructure`, plus the common errors.
+    ///   `.invalidJSONStructure`, `.forbidden` (the collaboration permissions do not allow
+    ///   creating it: no `write`, a comment without `reply` on the thread, a form field value
+    ///   without `fill`, a group other than the JWT's `default_group` without `set-group` for
+    ///   it), plus the common errors.
     public func createAnnotation(json: String) throws(LayerSyncError) -> String {
         try requireDownloaded()
         var object = try Self.recordObject(json)
+        let claims = mutableState.withLock { $0.authentication.claims }
+        let grant = claims.grant
+        let groupAsked = try Self.takeOwnershipKeys(&object, restricted: grant.isRestricted)
         let id: String
         if let given = object["id"] {
             id = try Self.recordID(given)
@@ -27,44 +39,84 @@ extension DocumentDescriptor {
             object["id"] = .string(id)
         }
         if object["v"] == nil { object["v"] = .integer(2) }
+        let type = object["type"]?.stringValue
+        if let name = claims.creatorName, type != "pspdfkit/bookmark",
+           CollaborationPermissions.ContentType(recordType: type) != .formFields {
+            object["creatorName"] = .string(name)
+        }
+        let override = try store.defaultGroupOverride()
+        // Sent when the host named one or overrode the default; else the server applies the JWT's.
+        let sendGroup = groupAsked != nil || override != nil
+        let group = groupAsked ?? override ?? claims.defaultGroup
+        var root: RecordOwnership?
+        if type == CollaborationPermissions.commentType, let rootID = object["rootId"]?.stringValue {
+            root = try store.storedRecord(id: rootID)?.ownership
+        }
+        if let why = grant.forbiddenCreate(type: type, group: group, groupGiven: sendGroup, root: root) {
+            throw forbidden(why, recordID: id)
+        }
         let text = JSONValue.object(object).jsonText
         do {
-            try store.createRecord(id: id, content: text)
+            try store.createRecord(id: id, content: text, createdBy: claims.userID, group: group, sendGroup: sendGroup)
         } catch {
             throw error.with(documentID: documentID)
         }
         didEditLocally()
-        return text
+        return try handOut(StoredRecord(id: id, content: text, createdBy: claims.userID, updatedBy: claims.userID,
+                                        group: group, type: type), grant) ?? text
     }
 
-    /// Replaces a record's content.
-    /// - Parameter json: The full new Instant JSON object, with the record's `id` and a `type`.
-    /// - Returns: The stored JSON.
-    /// - Throws: `.noSuchAnnotation` if no live record has the id, `.invalidArgument`,
-    ///   `.invalidJSONStructure`, plus the common errors.
+    /// Replaces a record's content (and with `group`, its group).
+    /// - Parameter json: The full new Instant JSON object, with the record's `id` and a `type`;
+    ///   `group` as in ``createAnnotation(json:)`` (absent: the group stays; another value: a
+    ///   group change, which needs `set-group`).
+    /// - Returns: The stored record as handed out.
+    /// - Throws: `.noSuchAnnotation` if no live record the token may view has the id,
+    ///   `.forbidden` (no `edit` / `fill` for the content, no `set-group` for the group
+    ///   change), `.invalidArgument`, `.invalidJSONStructure`, plus the common errors.
     public func updateAnnotation(json: String) throws(LayerSyncError) -> String {
         try requireDownloaded()
         var object = try Self.recordObject(json)
+        let claims = mutableState.withLock { $0.authentication.claims }
+        let grant = claims.grant
+        let groupAsked = try Self.takeOwnershipKeys(&object, restricted: grant.isRestricted)
         guard let given = object["id"] else {
             throw LayerSyncError(.invalidJSONStructure, "an update needs the record's \"id\"", documentID: documentID)
         }
         let id = try Self.recordID(given)
         if object["v"] == nil { object["v"] = .integer(2) }
         let text = JSONValue.object(object).jsonText
+        let current = try visibleRecord(id)
+        let newGroup = groupAsked.flatMap { $0 == current.group ? nil : .some($0) }
+        let contentChanged = (try? JSONValue.parse(current.content)) != .object(object)
+        if let why = grant.forbiddenUpdate(current: current.ownership, contentChanged: contentChanged,
+                                           newType: object["type"]?.stringValue, group: newGroup ?? nil,
+                                           groupGiven: newGroup != nil) {
+            throw forbidden(why, recordID: id)
+        }
         do {
-            try store.updateRecord(id: id, content: text)
+            try store.updateRecord(id: id, content: text, updatedBy: claims.userID, group: newGroup)
         } catch {
             throw error.with(documentID: documentID)
         }
         didEditLocally()
-        return text
+        let stored = StoredRecord(id: id, content: text, createdBy: current.createdBy, updatedBy: claims.userID ?? current.updatedBy,
+                                  group: newGroup ?? current.group, type: object["type"]?.stringValue)
+        return try handOut(stored, grant) ?? text
     }
 
     /// Deletes a record and the local comments whose `rootId` is its id.
     /// - Parameter id: The record id.
-    /// - Throws: `.noSuchAnnotation`, plus the common errors.
+    /// - Throws: `.noSuchAnnotation`, `.forbidden` (no `delete` on the record or on one of
+    ///   its live replies, which the delete takes with it), plus the common errors.
     public func deleteAnnotation(id: String) throws(LayerSyncError) {
         try requireDownloaded()
+        let current = try visibleRecord(id)
+        let grant = grant
+        if grant.isRestricted {
+            let replies = try store.replies(rootID: id).map { (id: $0.id, ownership: $0.ownership) }
+            if let why = grant.forbiddenDelete(current: current.ownership, replies: replies) { throw forbidden(why, recordID: id) }
+        }
         do {
             try store.deleteRecord(id: id)
         } catch {
@@ -73,19 +125,17 @@ extension DocumentDescriptor {
         didEditLocally()
     }
 
-    /// A record's content.
+    /// A record as handed out (content, ownership, flags).
     /// - Parameter id: The record id.
     /// - Returns: The Instant JSON text.
-    /// - Throws: `.noSuchAnnotation`, plus the common errors.
+    /// - Throws: `.noSuchAnnotation` (also for a record the token may not view), plus the common errors.
     public func annotation(id: String) throws(LayerSyncError) -> String {
         try requireDownloaded()
-        guard let text = try store.record(id: id) else {
-            throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(id)", documentID: documentID, recordID: id)
-        }
-        return text
+        let record = try visibleRecord(id)
+        return try handOut(record, grant) ?? record.content
     }
 
-    /// Live records, in creation order.
+    /// Live records the token may view, in creation order, as handed out.
     /// - Parameter filterJSON: `nil`, or an object with optional keys `pageIndex` (integer;
     ///   alias `page`), `type` (string), `creatorName` (string; alias `creator`), `limit` and
     ///   `offset` (integers ≥ 0).
@@ -119,7 +169,7 @@ extension DocumentDescriptor {
                 }
             }
         }
-        return "[" + (try store.listRecords(filter: filter)).joined(separator: ",") + "]"
+        return try handOut(try store.listStoredRecords(filter: filter))
     }
 
     // MARK: Helpers

@@ -78,6 +78,7 @@ extension DocumentDescriptor {
             if authFailed {
                 throw LayerSyncError(.accessDenied, "the server rejected the current JWT; call reauthenticate(jwt:)")
             }
+            try reconcileGrant(token: token, cancellation: cancellation)
             setActivity(.sendingChanges)
             var storedSyncTime: Bool
             do throws(LayerSyncError) {
@@ -366,6 +367,10 @@ extension DocumentDescriptor {
             }
             guard let next else {
                 let outcome = try store.finishSnapshot(epoch: page.epoch, revision: page.revision, reportChanges: reportChanges)
+                // The snapshot was filtered for this token's collaboration permissions.
+                if let claims = try? JWTClaims(token: token) {
+                    try store.setAppliedGrant(permissions: claims.collaboration?.entries, userID: claims.userID)
+                }
                 return (outcome, page.epoch)
             }
             since = page.nextSince

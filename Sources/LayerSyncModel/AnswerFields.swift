@@ -155,10 +155,13 @@ struct AnswerFields {
     /// the revision of the last one (so it moves forward, past `since`).
     func checkPaging(hasMore: Bool, nextSince: Int64, since: Int64, records: [ServerRecord], key: String) throws(LayerSyncError) {
         guard hasMore else { return }
-        guard let last = records.last else { throw invalid("\"has_more\" is true but \"\(key)\" is empty") }
-        guard nextSince > since, nextSince == last.revision else {
-            throw invalid("\"next_since\" \(nextSince) with \"has_more\" must be the revision of the last record "
-                          + "(\(last.revision)), above the since \(since) asked for")
+        // Under collaboration permissions the server leaves records the token may not view out
+        // of a page (protocol.md "What leaves the server"): a page may then be empty, or end
+        // below `next_since` (the last revision the server scanned). The cursor still moves.
+        let last = records.last?.revision ?? since
+        guard nextSince > since, nextSince >= last else {
+            throw invalid("\"next_since\" \(nextSince) with \"has_more\" must be at least the revision of the last record "
+                          + "(\(last)) and above the since \(since) asked for")
         }
     }
 }

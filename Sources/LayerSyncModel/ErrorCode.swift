@@ -83,6 +83,10 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let notDownloaded = ErrorCode(rawValue: 1005)
     /// The call is not allowed in the object's current state.
     public static let invalidState = ErrorCode(rawValue: 1006)
+    /// The JWT is valid, but its `collaboration_permissions` do not allow this on this record
+    /// (docs/protocol.md "Collaboration permissions"): refused at the API, rejected `forbidden`
+    /// by the server, or a rollback/restore answered 403 `forbidden`. Not an authentication failure.
+    public static let forbidden = ErrorCode(rawValue: 1007)
 
     /// Every code with its C enum suffix (`LAYERSYNC_ERROR_<name>`), in numeric order.
     public static let allNamed: [(code: ErrorCode, name: String)] = [
@@ -106,6 +110,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         (.invalidArgument, "INVALID_ARGUMENT"), (.cancelled, "CANCELLED"),
         (.storageLocked, "STORAGE_LOCKED"), (.serverReset, "SERVER_RESET"), (.conflict, "CONFLICT"),
         (.notDownloaded, "NOT_DOWNLOADED"), (.invalidState, "INVALID_STATE"),
+        (.forbidden, "FORBIDDEN"),
     ]
 
     /// The code's C enum suffix, e.g. `"REQUEST_FAILED"`, or `nil` for an unknown number.

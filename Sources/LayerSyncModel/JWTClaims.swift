@@ -17,8 +17,19 @@ package struct JWTClaims: Sendable, Equatable {
     var permissions: [String]?
     /// `exp` in seconds since the Unix epoch, if present.
     var expiresAt: Double?
-    /// `creator_name`, if present.
-    var creatorName: String?
+    /// `creator_name`, if present: forced as `creatorName` of the annotations and comments
+    /// the token creates.
+    package var creatorName: String?
+    /// `default_group`, if present: the group of the records the token creates.
+    package var defaultGroup: String?
+    /// `collaboration_permissions` parsed, `nil` when absent (full access).
+    package var collaboration: CollaborationPermissions?
+
+    /// What this token may do with records (``PermissionGrant``).
+    package var grant: PermissionGrant {
+        PermissionGrant(collaboration: collaboration, userID: userID, canWrite: permissions?.contains("write") ?? true,
+                        defaultGroup: defaultGroup)
+    }
 
     /// Shape-checks and decodes a JWT.
     /// - Parameter token: The compact JWS text.
@@ -51,7 +62,7 @@ package struct JWTClaims: Sendable, Equatable {
         if let layer, let layerAlias, layer != layerAlias { throw invalid("layer and layer_name differ") }
         let userID = try optionalString("user_id")
         let creatorName = try optionalString("creator_name")
-        _ = try optionalString("default_group")
+        let defaultGroup = try optionalString("default_group")
         var permissions: [String]?
         if let value = payload["permissions"], !value.isNull {
             guard let array = value.arrayValue else { throw invalid("permissions is not an array") }
@@ -67,11 +78,8 @@ package struct JWTClaims: Sendable, Equatable {
             guard let number = value.doubleValue else { throw invalid("exp is not a number") }
             expiresAt = number
         }
-        if let value = payload["collaboration_permissions"], !value.isNull {
-            guard let array = value.arrayValue, array.allSatisfy({ $0.stringValue != nil }) else {
-                throw invalid("collaboration_permissions is not an array of strings")
-            }
-        }
+        // A malformed entry makes the token invalid, as on the server (the entry named).
+        let collaboration = try CollaborationPermissions.parse(claim: payload["collaboration_permissions"])
         let layerName = layer ?? layerAlias ?? ""
         // docs/protocol.md: `~` spells the default layer in URLs, and ids carry no control characters.
         if layerName == "~" { throw invalid("layer \"~\" is reserved (it names the default layer in URLs)") }
@@ -86,5 +94,7 @@ package struct JWTClaims: Sendable, Equatable {
         self.permissions = permissions
         self.expiresAt = expiresAt
         self.creatorName = creatorName
+        self.defaultGroup = defaultGroup
+        self.collaboration = collaboration
     }
 }

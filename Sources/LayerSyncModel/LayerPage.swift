@@ -5,6 +5,10 @@ package struct LayerPage: Sendable {
     package var records: [ServerRecord]
     package var hasMore: Bool
     package var nextSince: Int64
+    /// `regranted` (only asked for by a reauthentication with other collaboration permissions:
+    /// `previous_permissions`): records at revisions up to `since` that appear (whole) or
+    /// disappear (bare tombstones) for the new token. Empty when not asked for.
+    package var regranted: [ServerRecord] = []
 
     /// Creates a page.
     init(epoch: String, revision: Int64, records: [ServerRecord], hasMore: Bool, nextSince: Int64) {
@@ -25,9 +29,12 @@ package struct LayerPage: Sendable {
     ///   - since: The `since` of the request.
     ///   - epoch: The epoch the client holds for the layer, `nil` when it holds none (then the
     ///     revision is not compared with `since`: a new epoch starts its revisions again).
+    ///   - regranted: Whether the request asked for `regranted` (then it must be an array of
+    ///     records at revisions up to `since`, each id once).
     /// - Throws: `.invalidServerData` saying what was wrong; nothing of such a page may be applied.
-    package init(body: [UInt8], since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
-        try self.init(fields: try AnswerFields(body: body, name: "layer page (since=\(since))"), since: since, epoch: knownEpoch)
+    package init(body: [UInt8], since: Int64, epoch knownEpoch: String?, regranted: Bool = false) throws(LayerSyncError) {
+        try self.init(fields: try AnswerFields(body: body, name: "layer page (since=\(since))"), since: since, epoch: knownEpoch,
+                      regranted: regranted)
     }
 
     /// Decodes and checks a page already parsed: the `changes` event of the change stream
@@ -35,13 +42,14 @@ package struct LayerPage: Sendable {
     /// - Parameters:
     ///   - json: The event's data.
     ///   - since: The `since` the page follows (the layer's cursor).
-    ///   - epoch: The epoch the client holds, as in ``init(body:since:epoch:)``.
+    ///   - epoch: The epoch the client holds, as in ``init(body:since:epoch:regranted:)``.
     /// - Throws: `.invalidServerData` saying what was wrong.
     package init(json: JSONValue, since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
-        try self.init(fields: try AnswerFields(json, name: "change stream page (since=\(since))"), since: since, epoch: knownEpoch)
+        try self.init(fields: try AnswerFields(json, name: "change stream page (since=\(since))"), since: since, epoch: knownEpoch,
+                      regranted: false)
     }
 
-    private init(fields: AnswerFields, since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
+    private init(fields: AnswerFields, since: Int64, epoch knownEpoch: String?, regranted: Bool) throws(LayerSyncError) {
         let epoch = try fields.epoch("epoch")
         let revision = try fields.revision("revision")
         let items = try fields.array("records")
@@ -53,5 +61,16 @@ package struct LayerPage: Sendable {
         let records = try fields.records(items, key: "records", since: since, revision: revision)
         try fields.checkPaging(hasMore: hasMore, nextSince: nextSince, since: since, records: records, key: "records")
         self.init(epoch: epoch, revision: revision, records: records, hasMore: hasMore, nextSince: nextSince)
+        if regranted {
+            var ids = Set<String>()
+            for (index, item) in try fields.array("regranted").enumerated() {
+                let record = try ServerRecord(json: item, name: "layer page (since=\(since)): regranted[\(index)]")
+                guard record.revision <= since, ids.insert(record.id).inserted else {
+                    throw fields.invalid("regranted[\(index)] has revision \(record.revision) above the since \(since) or its id twice",
+                                         recordID: record.id)
+                }
+                self.regranted.append(record)
+            }
+        }
     }
 }

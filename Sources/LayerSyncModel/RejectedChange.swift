@@ -14,7 +14,9 @@ public struct RejectedChange: Sendable, Equatable {
     public var changeID: String?
     /// The record whose local change was rejected.
     public var recordID: String
-    /// Why: the server's `reason` (`conflict`, `exists`, `not_found`, `invalid`),
+    /// Why: the server's `reason` (`conflict`, `exists`, `not_found`, `invalid`, `forbidden`:
+    /// the token's collaboration permissions do not allow the change, or, after a
+    /// reauthentication, the record left the token's view while a local change of it was queued),
     /// `payload_too_large` for a change over the server's limit, or
     /// `superseded` when a server change arrived before the local one was sent,
     /// `attachment_missing` for a queued attachment upload whose file vanished from the
@@ -28,7 +30,7 @@ public struct RejectedChange: Sendable, Equatable {
 
     /// The error code of the rejection: `.payloadLimitExceeded` for `payload_too_large`,
     /// `.noSuchAnnotation` for `not_found`, `.invalidJSONStructure` for `invalid`,
-    /// `.couldNotReadFromDiskCache` for `attachment_missing`, and
+    /// `.couldNotReadFromDiskCache` for `attachment_missing`, `.forbidden` for `forbidden`, and
     /// `.conflict` for `conflict`, `exists`, `superseded` (first writer wins).
     public var code: ErrorCode {
         switch reason {
@@ -36,6 +38,7 @@ public struct RejectedChange: Sendable, Equatable {
         case "attachment_missing": .couldNotReadFromDiskCache
         case "not_found": .noSuchAnnotation
         case "invalid": .invalidJSONStructure
+        case "forbidden": .forbidden
         default: .conflict
         }
     }

@@ -8,16 +8,32 @@ package struct ServerRecord: Sendable, Equatable {
     package var deleted: Bool
     /// The Instant JSON object, `nil` for a tombstone.
     package var content: JSONValue?
+    /// `createdBy`: the JWT `user_id` that created the record (`nil`: none, or a tombstone).
+    package var createdBy: String?
+    /// `updatedBy`: the JWT `user_id` of the last change.
+    package var updatedBy: String?
+    /// `group`: the record's group (collaboration permissions).
+    package var group: String?
 
     /// Creates a record.
-    package init(id: String, revision: Int64, deleted: Bool, content: JSONValue?) {
+    package init(id: String, revision: Int64, deleted: Bool, content: JSONValue?, createdBy: String? = nil,
+                 updatedBy: String? = nil, group: String? = nil) {
         self.id = id
         self.revision = revision
         self.deleted = deleted
         self.content = content
+        self.createdBy = createdBy
+        self.updatedBy = updatedBy
+        self.group = group
     }
 
-    /// Decodes and checks `{"id", "revision", "deleted", "content"}` (protocol.md "Record
+    /// The ownership the collaboration permissions judge the record by.
+    package var ownership: RecordOwnership {
+        RecordOwnership(type: content?["type"]?.stringValue, createdBy: createdBy, group: group)
+    }
+
+    /// Decodes and checks `{"id", "revision", "deleted", "content"}` (and the ownership
+    /// siblings `createdBy`, `updatedBy`, `group`, kept when they are strings) (protocol.md "Record
     /// shape", "What a client checks"): `id` a record id, `revision` an integer 0..2^63-1,
     /// `deleted` a boolean, `content` an object whose `id` is the record's `id` (a live
     /// record), or `null` (a tombstone; any other content of a tombstone is ignored).
@@ -40,7 +56,10 @@ package struct ServerRecord: Sendable, Equatable {
                                      recordID: id)
             }
         }
-        self.init(id: id, revision: revision, deleted: deleted, content: deleted ? nil : content)
+        // Ownership siblings (protocol.md "Record shape"): strings or null; a live record's only.
+        self.init(id: id, revision: revision, deleted: deleted, content: deleted ? nil : content,
+                  createdBy: deleted ? nil : json["createdBy"]?.stringValue, updatedBy: deleted ? nil : json["updatedBy"]?.stringValue,
+                  group: deleted ? nil : json["group"]?.stringValue)
     }
 
     /// The content as compact JSON text, `nil` for a tombstone.

@@ -7,14 +7,20 @@ extension LayerStore {
     /// - Parameters:
     ///   - id: The record id.
     ///   - content: The Instant JSON text to store.
+    ///   - createdBy: Its `createdBy` until the server answers (the token's `user_id`).
+    ///   - group: Its group (the host's or the current default group).
+    ///   - sendGroup: Whether the create sends `group` (else the server applies its `default_group`).
     /// - Throws: `.invalidArgument` if a record (live or deleted) with `id` exists; `.databaseAccessFailed`.
-    package func createRecord(id: String, content: String) throws(LayerSyncError) {
+    package func createRecord(id: String, content: String, createdBy: String? = nil, group: String? = nil,
+                              sendGroup: Bool = false) throws(LayerSyncError) {
         try localEdit { db throws(LayerSyncError) in
             if try !db.query("SELECT 1 FROM records WHERE id = ?", [.text(id)]).isEmpty {
                 throw LayerSyncError(.invalidArgument, "a record with id \(id) already exists", recordID: id)
             }
-            try db.query("INSERT INTO records(id, content) VALUES (?, ?)", [.text(id), .text(content)])
-            return ((), try Self.enqueue(db, recordID: id, operation: .create, content: content))
+            try db.query("INSERT INTO records(id, content, created_by, updated_by, grp) VALUES (?, ?, ?, ?, ?)",
+                         [.text(id), .text(content), Self.optional(createdBy), Self.optional(createdBy), Self.optional(group)])
+            return ((), try Self.enqueue(db, recordID: id, operation: .create, content: content,
+                                         group: sendGroup ? .some(group) : nil))
         }
     }
 
@@ -22,14 +28,19 @@ extension LayerStore {
     /// - Parameters:
     ///   - id: The record id.
     ///   - content: The new Instant JSON text.
+    ///   - updatedBy: Its `updatedBy` until the server answers (the token's `user_id`).
+    ///   - group: `nil` to keep the record's group, else its new group (sent with the change).
     /// - Throws: `.noSuchAnnotation` if no live record has `id`; `.databaseAccessFailed`.
-    package func updateRecord(id: String, content: String) throws(LayerSyncError) {
+    package func updateRecord(id: String, content: String, updatedBy: String? = nil,
+                              group: String?? = nil) throws(LayerSyncError) {
         try localEdit { db throws(LayerSyncError) in
             guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(id)]).first?.first else {
                 throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(id)", recordID: id)
             }
-            try db.query("UPDATE records SET content = ? WHERE id = ?", [.text(content), .text(id)])
-            return ((), try Self.enqueue(db, recordID: id, operation: .update, content: content))
+            try db.query("UPDATE records SET content = ?, updated_by = coalesce(?, updated_by) WHERE id = ?",
+                         [.text(content), Self.optional(updatedBy), .text(id)])
+            if let group { try db.query("UPDATE records SET grp = ? WHERE id = ?", [Self.optional(group), .text(id)]) }
+            return ((), try Self.enqueue(db, recordID: id, operation: .update, content: content, group: group))
         }
     }
 
@@ -63,9 +74,11 @@ extension LayerStore {
     /// create+delete of a never-sent create → nothing (the record is forgotten). A change
     /// behind a frozen (already sent) one gets its own row.
     /// - Returns: How many rows `pending_changes` gained (1, 0 or -1).
+    /// A group given (`group` non-nil: the change sends `"group"`, its value possibly null)
+    /// replaces the coalesced row's; none keeps it.
     @discardableResult
     static func enqueue(_ db: SQLiteDatabase, recordID: String, operation: PendingChange.Operation,
-                        content: String?) throws(LayerSyncError) -> Int {
+                        content: String?, group: String?? = nil) throws(LayerSyncError) -> Int {
         let rows = try db.query(
             "SELECT seq, op, attempted FROM pending_changes WHERE record_id = ? ORDER BY seq", [.text(recordID)])
         if let last = rows.last, last[2].integer == 0, let sequence = last[0].integer,
@@ -82,13 +95,20 @@ extension LayerStore {
                 try db.query("UPDATE pending_changes SET op = ?, content = ? WHERE seq = ?",
                              [.text(operation.rawValue), content.map { .text($0) } ?? .null, .integer(sequence)])
             }
+            if let group {
+                try db.query("UPDATE pending_changes SET grp_given = 1, grp = ? WHERE seq = ?", [optional(group), .integer(sequence)])
+            }
             db.rewrittenPendingChanges += 1
             return 0
         }
-        try db.query("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES (?, ?, ?, ?)",
-                     [.text(ULID.generate()), .text(recordID), .text(operation.rawValue), content.map { .text($0) } ?? .null])
+        try db.query("INSERT INTO pending_changes(change_id, record_id, op, content, grp_given, grp) VALUES (?, ?, ?, ?, ?, ?)",
+                     [.text(ULID.generate()), .text(recordID), .text(operation.rawValue), content.map { .text($0) } ?? .null,
+                      .integer(group == nil ? 0 : 1), optional(group ?? nil)])
         return 1
     }
+
+    /// A text value or NULL.
+    static func optional(_ text: String?) -> SQLiteDatabase.Value { text.map { .text($0) } ?? .null }
 
     /// The content of a live record.
     /// - Parameter id: The record id.
@@ -124,7 +144,12 @@ extension LayerStore {
     /// - Returns: The records' Instant JSON texts.
     /// - Throws: `.databaseAccessFailed`.
     package func listRecords(filter: RecordFilter) throws(LayerSyncError) -> [String] {
-        var sql = "SELECT content FROM records WHERE content IS NOT NULL"
+        try listStoredRecords(filter: filter).map(\.content)
+    }
+
+    /// ``listRecords(filter:)`` with each record's ownership.
+    package func listStoredRecords(filter: RecordFilter) throws(LayerSyncError) -> [StoredRecord] {
+        var sql = "SELECT \(Self.storedColumns) FROM records r WHERE content IS NOT NULL"
         var bindings: [SQLiteDatabase.Value] = []
         if let pageIndex = filter.pageIndex {
             sql += " AND json_extract(content, '$.pageIndex') = ?"
@@ -141,9 +166,7 @@ extension LayerStore {
         sql += " ORDER BY id LIMIT ? OFFSET ?"
         bindings.append(.integer(filter.limit ?? -1))
         bindings.append(.integer(filter.offset ?? 0))
-        return try withDatabase { db throws(LayerSyncError) in
-            try db.query(sql, bindings).compactMap { $0.first?.text }
-        }
+        return try storedRecords(sql, bindings)
     }
 
     /// Live records whose string values match a full-text query, best match first (FTS5 `rank`).
@@ -153,6 +176,11 @@ extension LayerStore {
     /// - Returns: The records' Instant JSON texts.
     /// - Throws: `.invalidArgument` for a query without words; `.databaseAccessFailed`.
     package func searchRecords(query: String, limit: Int64) throws(LayerSyncError) -> [String] {
+        try searchStoredRecords(query: query, limit: limit).map(\.content)
+    }
+
+    /// ``searchRecords(query:limit:)`` with each record's ownership.
+    package func searchStoredRecords(query: String, limit: Int64) throws(LayerSyncError) -> [StoredRecord] {
         // A word is what the unicode61 tokenizer indexes: a run of letters and digits. Pieces
         // without any ("!!!", "--") would match nothing, so they are not words.
         let words = query.split(whereSeparator: { $0.isWhitespace })
@@ -164,9 +192,9 @@ extension LayerStore {
         return try withDatabase(.relaxed) { db throws(LayerSyncError) in
             try db.transaction(.relaxed) { () throws(LayerSyncError) in try Self.indexStaleRecords(db) }
             return try db.query("""
-                SELECT r.content FROM records_fts f JOIN records r ON r.rowid = f.rowid
+                SELECT \(Self.storedColumns) FROM records_fts f JOIN records r ON r.rowid = f.rowid
                 WHERE records_fts MATCH ? AND r.content IS NOT NULL ORDER BY f.rank, r.id LIMIT ?
-                """, [.text(words.joined(separator: " ")), .integer(limit)]).compactMap { $0.first?.text }
+                """, [.text(words.joined(separator: " ")), .integer(limit)]).compactMap(Self.storedRecord)
         }
     }
 
@@ -199,14 +227,19 @@ extension LayerStore {
     /// - Returns: The comments' Instant JSON texts.
     /// - Throws: `.noSuchAnnotation` when no live record has `rootID`; `.databaseAccessFailed`.
     package func comments(rootID: String) throws(LayerSyncError) -> [String] {
+        try storedComments(rootID: rootID).map(\.content)
+    }
+
+    /// ``comments(rootID:)`` with each comment's ownership.
+    package func storedComments(rootID: String) throws(LayerSyncError) -> [StoredRecord] {
         try withDatabase { db throws(LayerSyncError) in
             guard case .text? = try db.query("SELECT content FROM records WHERE id = ?", [.text(rootID)]).first?.first else {
                 throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(rootID)", recordID: rootID)
             }
             return try db.query("""
-                SELECT content FROM records WHERE content IS NOT NULL AND id <> ? AND json_extract(content, '$.rootId') = ?
+                SELECT \(Self.storedColumns) FROM records r WHERE content IS NOT NULL AND id <> ? AND json_extract(content, '$.rootId') = ?
                 ORDER BY json_extract(content, '$.createdAt'), id
-                """, [.text(rootID), .text(rootID)]).compactMap { $0.first?.text }
+                """, [.text(rootID), .text(rootID)]).compactMap(Self.storedRecord)
         }
     }
 }

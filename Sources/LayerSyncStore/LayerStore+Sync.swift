@@ -89,7 +89,7 @@ extension LayerStore {
         try db.forEachRow("""
             SELECT p.seq, p.record_id, p.change_id, p.op, p.attempted, p.payload, p.base_revision,
                 CASE WHEN p.attempted = 1 OR p.op = 'create' THEN NULL ELSE (SELECT r.server_revision FROM records r WHERE r.id = p.record_id) END,
-                p.content
+                p.content, p.grp_given, p.grp
             FROM pending_changes p ORDER BY p.seq
             """) { row throws(LayerSyncError) in
             guard let sequence = row.integer(0) else { return true }
@@ -108,7 +108,8 @@ extension LayerStore {
             let stored = attempted ? row.text(5) : nil
             let (payload, contentRange) = stored.map { ($0, nil) } ?? row.withText(8) { content in
                 changePayload(changeID: changeID, recordID: recordID, operation: operation,
-                              content: row.isNull(8) ? nil : content, baseRevision: base)
+                              content: row.isNull(8) ? nil : content, baseRevision: base,
+                              group: row.integer(9) == 1 ? .some(row.text(10)) : nil)
             }
             let size = payload.utf8.count
             let change = PendingChange(sequence: sequence, changeID: changeID, recordID: recordID,
@@ -173,8 +174,10 @@ extension LayerStore {
     /// sent as `null`, which the server rejects for this change alone.
     /// - Returns: The payload, and where the stored content is in it (UTF-8 offsets; `nil` when
     ///   it is not there as stored).
+    ///   `group`: the change's `"group"` (protocol.md: a sibling of `content`), `nil` for none.
     static func changePayload(changeID: String, recordID: String, operation: PendingChange.Operation,
-                              content: UnsafeBufferPointer<UInt8>?, baseRevision: Int64?) -> (String, Range<Int>?) {
+                              content: UnsafeBufferPointer<UInt8>?, baseRevision: Int64?,
+                              group: String?? = nil) -> (String, Range<Int>?) {
         var contentRange: Range<Int>?
         var output: [UInt8] = []
         output.reserveCapacity(96 + changeID.utf8.count + recordID.utf8.count + (content?.count ?? 0))
@@ -196,6 +199,10 @@ extension LayerStore {
             } else {
                 output.append(contentsOf: "null".utf8)
             }
+        }
+        if operation != .delete, let group {
+            output.append(contentsOf: #","group":"#.utf8)
+            (group.map(JSONValue.string) ?? .null).write(to: &output)
         }
         output.append(UInt8(ascii: "}"))
         let payload = String(decoding: output, as: UTF8.self)
@@ -323,7 +330,8 @@ extension LayerStore {
                 let content: SQLiteDatabase.Value = change.operation == .delete ? .null
                     : change.contentRange.map { .textBytes(change.payload, $0) } ?? .null
                 try db.query("""
-                    UPDATE records SET server_revision = ?1, server_content = ?2, server_deleted = ?3
+                    UPDATE records SET server_revision = ?1, server_content = ?2, server_deleted = ?3,
+                        server_created_by = created_by, server_updated_by = updated_by, server_grp = grp
                     WHERE id = ?4 AND (server_revision IS NULL OR server_revision <= ?1)
                     """, [.integer(answer.revision), content, .integer(change.operation == .delete ? 1 : 0), .text(answer.recordID)])
                 updated = db.changes
@@ -332,7 +340,8 @@ extension LayerStore {
                     continue  // not (or no longer) queued: nothing to do
                 }
                 try db.query("""
-                    UPDATE records SET server_revision = ?2, (server_content, server_deleted) = (
+                    UPDATE records SET server_revision = ?2, server_created_by = created_by, server_updated_by = updated_by,
+                        server_grp = grp, (server_content, server_deleted) = (
                         SELECT CASE op WHEN 'delete' THEN NULL ELSE content END, op = 'delete'
                         FROM pending_changes WHERE seq = ?4 AND change_id = ?1)
                     WHERE id = ?3 AND (server_revision IS NULL OR server_revision <= ?2)
@@ -521,11 +530,14 @@ extension LayerStore {
                 for record in records {
                     let content = record.contentText
                     try db.query("""
-                        INSERT INTO snapshot_staging(id, revision, content, deleted) VALUES (?, ?, ?, ?)
+                        INSERT INTO snapshot_staging(id, revision, content, deleted, created_by, updated_by, grp)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
                         ON CONFLICT(id) DO UPDATE SET revision = excluded.revision, content = excluded.content,
-                            deleted = excluded.deleted WHERE excluded.revision > snapshot_staging.revision
+                            deleted = excluded.deleted, created_by = excluded.created_by, updated_by = excluded.updated_by,
+                            grp = excluded.grp WHERE excluded.revision > snapshot_staging.revision
                         """, [.text(record.id), .integer(record.revision), content.map { .text($0) } ?? .null,
-                              .integer(record.deleted || content == nil ? 1 : 0)])
+                              .integer(record.deleted || content == nil ? 1 : 0), Self.optional(record.createdBy),
+                              Self.optional(record.updatedBy), Self.optional(record.group)])
                 }
             }
         }
@@ -571,7 +583,8 @@ extension LayerStore {
             try db.query("DELETE FROM records AS r WHERE \(notPending) AND NOT EXISTS (SELECT 1 FROM snapshot_staging s WHERE s.id = r.id)")
             try db.query("""
                 UPDATE records AS r SET content = s.content, server_revision = s.revision, server_content = s.content,
-                    server_deleted = s.deleted
+                    server_deleted = s.deleted, created_by = s.created_by, updated_by = s.updated_by, grp = s.grp,
+                    server_created_by = s.created_by, server_updated_by = s.updated_by, server_grp = s.grp
                 FROM snapshot_staging s WHERE s.id = r.id AND \(notPending)
                 """)
             // Records with queued changes keep their content; only their server version changes.
@@ -579,7 +592,10 @@ extension LayerStore {
                 UPDATE records AS r SET
                     server_revision = (SELECT s.revision FROM snapshot_staging s WHERE s.id = r.id),
                     server_content = (SELECT s.content FROM snapshot_staging s WHERE s.id = r.id),
-                    server_deleted = coalesce((SELECT s.deleted FROM snapshot_staging s WHERE s.id = r.id), 0)
+                    server_deleted = coalesce((SELECT s.deleted FROM snapshot_staging s WHERE s.id = r.id), 0),
+                    (server_created_by, server_updated_by, server_grp) = (
+                        SELECT s.created_by, s.updated_by, s.grp FROM snapshot_staging s WHERE s.id = r.id),
+                    created_by = coalesce((SELECT s.created_by FROM snapshot_staging s WHERE s.id = r.id), r.created_by)
                 WHERE NOT \(notPending)
                 """)
             // New records go in already indexed (fts_stale = 0, their FTS rows written straight
@@ -590,8 +606,10 @@ extension LayerStore {
             let lastRowid = try db.query("SELECT coalesce(max(rowid), 0) FROM records").first?.first?.integer ?? 0
             let indexNow = lastRowid < Int64.max
             try db.query("""
-                INSERT INTO records(id, content, server_revision, server_content, server_deleted, fts_stale)
-                SELECT s.id, s.content, s.revision, s.content, s.deleted, ? FROM snapshot_staging s
+                INSERT INTO records(id, content, server_revision, server_content, server_deleted, fts_stale,
+                    created_by, updated_by, grp, server_created_by, server_updated_by, server_grp)
+                SELECT s.id, s.content, s.revision, s.content, s.deleted, ?, s.created_by, s.updated_by, s.grp,
+                    s.created_by, s.updated_by, s.grp FROM snapshot_staging s
                 WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.id = s.id) ORDER BY s.rowid
                 """, [.integer(indexNow ? 0 : 1)])
             if indexNow { try Self.indexRecords(db, afterRowid: lastRowid) }
@@ -611,6 +629,12 @@ extension LayerStore {
                 }
                 try db.query("INSERT INTO pending_changes(change_id, record_id, op, content) VALUES (?, ?, ?, ?)",
                              [.text(ULID.generate()), .text(id), .text(operation.rawValue), local.map { .text($0) } ?? .null])
+                // The local group goes with it when the snapshot's differs (a create: when it has one).
+                try db.query("""
+                    UPDATE pending_changes SET grp_given = 1, grp = (SELECT grp FROM records WHERE id = ?1)
+                    WHERE record_id = ?1 AND op <> 'delete'
+                        AND (SELECT r.grp IS NOT r.server_grp OR (r.server_revision IS NULL AND r.grp IS NOT NULL) FROM records r WHERE r.id = ?1)
+                    """, [.text(id)])
                 outcome.rebased.append(id)
             }
             try db.query("DELETE FROM snapshot_staging")
@@ -645,19 +669,25 @@ extension LayerStore {
 
     /// The last known server version of a record, `nil` if the server has never confirmed it.
     static func serverVersion(_ db: SQLiteDatabase, id: String) throws(LayerSyncError) -> ServerRecord? {
-        guard let row = try db.query("SELECT server_revision, server_content, server_deleted FROM records WHERE id = ?",
-                                     [.text(id)]).first,
+        guard let row = try db.query("""
+            SELECT server_revision, server_content, server_deleted, server_created_by, server_updated_by, server_grp
+            FROM records WHERE id = ?
+            """, [.text(id)]).first,
               let revision = row[0].integer else { return nil }
         let deleted = row[2].integer == 1
         let content = deleted ? nil : row[1].text.flatMap { try? JSONValue.parse($0) }
-        return ServerRecord(id: id, revision: revision, deleted: deleted || content == nil, content: content)
+        return ServerRecord(id: id, revision: revision, deleted: deleted || content == nil, content: content,
+                            createdBy: row[3].text, updatedBy: row[4].text, group: row[5].text)
     }
 
     /// Records `server` as the record's server version without touching local content.
     static func setServerVersion(_ db: SQLiteDatabase, id: String, server: ServerRecord?) throws(LayerSyncError) {
-        try db.query("UPDATE records SET server_revision = ?, server_content = ?, server_deleted = ? WHERE id = ?",
-                     [server.map { .integer($0.revision) } ?? .null, server?.contentText.map { .text($0) } ?? .null,
-                      .integer(server?.deleted == true ? 1 : 0), .text(id)])
+        try db.query("""
+            UPDATE records SET server_revision = ?, server_content = ?, server_deleted = ?, server_created_by = ?,
+                server_updated_by = ?, server_grp = ? WHERE id = ?
+            """, [server.map { .integer($0.revision) } ?? .null, server?.contentText.map { .text($0) } ?? .null,
+                  .integer(server?.deleted == true ? 1 : 0), optional(server?.createdBy), optional(server?.updatedBy),
+                  optional(server?.group), .text(id)])
     }
 
     /// Makes the server version the local one and notes the visible difference in `outcome`.
@@ -668,14 +698,21 @@ extension LayerStore {
         let oldContent = row?[0].text
         let newContent = server?.contentText
         if let server {
+            let ownership: [SQLiteDatabase.Value] = [optional(server.createdBy), optional(server.updatedBy), optional(server.group)]
             if row == nil {
-                try db.query("INSERT INTO records(id, content, server_revision, server_content, server_deleted) VALUES (?, ?, ?, ?, ?)",
+                try db.query("""
+                    INSERT INTO records(id, content, server_revision, server_content, server_deleted, created_by, updated_by, grp,
+                        server_created_by, server_updated_by, server_grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6, ?7, ?8)
+                    """,
                              [.text(id), newContent.map { .text($0) } ?? .null, .integer(server.revision),
-                              newContent.map { .text($0) } ?? .null, .integer(server.deleted ? 1 : 0)])
+                              newContent.map { .text($0) } ?? .null, .integer(server.deleted ? 1 : 0)] + ownership)
             } else {
-                try db.query("UPDATE records SET content = ?, server_revision = ?, server_content = ?, server_deleted = ? WHERE id = ?",
-                             [newContent.map { .text($0) } ?? .null, .integer(server.revision),
-                              newContent.map { .text($0) } ?? .null, .integer(server.deleted ? 1 : 0), .text(id)])
+                try db.query("""
+                    UPDATE records SET content = ?1, server_revision = ?2, server_content = ?1, server_deleted = ?3,
+                        created_by = ?4, updated_by = ?5, grp = ?6, server_created_by = ?4, server_updated_by = ?5, server_grp = ?6
+                    WHERE id = ?7
+                    """, [newContent.map { .text($0) } ?? .null, .integer(server.revision), .integer(server.deleted ? 1 : 0)]
+                        + ownership + [.text(id)])
             }
         } else if row != nil {
             try db.query("DELETE FROM records WHERE id = ?", [.text(id)])

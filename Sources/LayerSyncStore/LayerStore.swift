@@ -18,15 +18,21 @@ import Glibc
 /// Within a process every opener of the same directory shares one instance
 /// (``open(directory:localWriteDurability:)``); a second process gets `.storageLocked`.
 ///
-/// Tables (schema version 6, `PRAGMA user_version`; version 1 lacked `records_fts`,
+/// Tables (schema version 7, `PRAGMA user_version`; version 1 lacked `records_fts`,
 /// version 2 `attachments`, version 3 indexed records for search by triggers on every write,
 /// version 4 had a UNIQUE index on `pending_changes.change_id`, version 5 lacked
-/// `rejected_changes`):
-/// - `records`: `content` is the local view (NULL when deleted locally);
-///   `server_revision`/`server_content`/`server_deleted` the last known server version
+/// `rejected_changes`, version 6 lacked record ownership):
+/// - `records`: `content` is the local view (NULL when deleted locally), `created_by`,
+///   `updated_by`, `grp` its ownership (collaboration permissions);
+///   `server_revision`/`server_content`/`server_deleted`/`server_created_by`/
+///   `server_updated_by`/`server_grp` the last known server version
 ///   (`server_revision` NULL = the server has never confirmed this record).
-/// - `pending_changes`: the outgoing queue, see ``PendingChange``.
-/// - `meta`: `epoch`, `since`, `user_id`, `client_id`, `downloaded`, `document_id`, `layer_name`.
+/// - `pending_changes`: the outgoing queue, see ``PendingChange`` (`grp`/`grp_given`: the
+///   group a change sends).
+/// - `meta`: `epoch`, `since`, `user_id`, `client_id`, `downloaded`, `document_id`, `layer_name`,
+///   `default_group_override` (the host's ``setDefaultGroupOverride(_:)``),
+///   `applied_permissions`/`applied_user_id` (the collaboration permissions and user the local
+///   records were last filtered for by the server; see LayerStore+Permissions.swift).
 /// - `records_fts` (FTS5, rowid = `records.rowid`): the string values of each live record's
 ///   content, for ``searchRecords(query:limit:)``. Indexed lazily: a write only sets
 ///   `records.fts_stale` (same row, no FTS pages); ``indexStaleRecords(_:)`` brings the
@@ -40,7 +46,7 @@ import Glibc
 ///   acknowledged them; see LayerStore+RejectionReports.swift.
 package final class LayerStore: Sendable {
     /// Schema version stored in `PRAGMA user_version`.
-    static let schemaVersion: Int64 = 6
+    static let schemaVersion: Int64 = 7
 
     /// The layer directory.
     package let directory: String
@@ -353,6 +359,28 @@ package final class LayerStore: Sendable {
                     CREATE INDEX rejected_changes_undelivered ON rejected_changes(seq) WHERE delivered = 0;
                     PRAGMA user_version = 6;
                     """)
+            }
+        }
+        if version < 7 {
+            // Version 7: record ownership for collaboration permissions (protocol.md "Record
+            // shape"): `created_by`, `updated_by`, `grp` of the local view and `server_*` of the
+            // last known server version, the same in `snapshot_staging`; a queued change's group
+            // (`grp`, sent when `grp_given`). Existing rows have none (NULL), as records the
+            // server stamped before ownership existed.
+            // A column already there (a store a test or a downgrade rewound) is kept.
+            try db.transaction { () throws(LayerSyncError) in
+                let columns: [(table: String, column: String, type: String)] = [
+                    ("records", "created_by", "TEXT"), ("records", "updated_by", "TEXT"), ("records", "grp", "TEXT"),
+                    ("records", "server_created_by", "TEXT"), ("records", "server_updated_by", "TEXT"),
+                    ("records", "server_grp", "TEXT"), ("snapshot_staging", "created_by", "TEXT"),
+                    ("snapshot_staging", "updated_by", "TEXT"), ("snapshot_staging", "grp", "TEXT"),
+                    ("pending_changes", "grp_given", "INTEGER NOT NULL DEFAULT 0"), ("pending_changes", "grp", "TEXT"),
+                ]
+                for (table, column, type) in columns {
+                    let present = try db.query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", [.text(table), .text(column)])
+                    if present.isEmpty { try db.execute("ALTER TABLE \(table) ADD COLUMN \(column) \(type);") }
+                }
+                try db.execute("PRAGMA user_version = 7;")
             }
         }
     }

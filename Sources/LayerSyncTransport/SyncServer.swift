@@ -112,6 +112,39 @@ package final class SyncServer: Sendable {
         return try LayerPage(body: response.body, since: since, epoch: epoch)
     }
 
+    /// `GET .../records?since=&previous_permissions=&previous_user_id=`: the delta page of a
+    /// token whose collaboration permissions (or user) differ from the previous token's, with
+    /// `regranted` (protocol.md "Reauthentication with other grants").
+    /// - Parameters:
+    ///   - previousPermissions: The previous token's claim entries, `nil` when it had none.
+    ///   - previousUserID: The previous token's `user_id`.
+    /// - Throws: `.invalidServerData` for a page that fails the checks, and the other mapped errors.
+    package func regrantedRecords(documentID: String, layer: String, since: Int64, epoch: String?,
+                                  previousPermissions: [String]?, previousUserID: String?, jwt: String,
+                                  session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> LayerPage {
+        let claim = previousPermissions.map { JSONValue.array($0.map(JSONValue.string)) } ?? .null
+        var path = layerPath(documentID, layer) + "/records?since=\(since)&previous_permissions=" + Self.queryEscaped(claim.jsonText)
+        if let previousUserID { path += "&previous_user_id=" + Self.queryEscaped(previousUserID) }
+        let response = try send(HTTPRequest(url: url.url(path)), jwt: jwt, session: session, cancellation: cancellation)
+        return try LayerPage(body: response.body, since: since, epoch: epoch, regranted: true)
+    }
+
+    /// Percent-encodes a query parameter value (RFC 3986 unreserved characters stay).
+    static func queryEscaped(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                let hex = Array("0123456789ABCDEF")
+                out += "%" + String(hex[Int(byte >> 4)]) + String(hex[Int(byte & 15)])
+            }
+        }
+        return out
+    }
+
     /// `GET .../changes?since=&wait=` (long-poll).
     /// - Parameter epoch: The epoch the client holds (see ``records(documentID:layer:since:epoch:limit:jwt:session:cancellation:)``).
     /// - Throws: `.invalidServerData` for a page that fails the checks, and the other mapped errors.
@@ -277,6 +310,9 @@ package final class SyncServer: Sendable {
         let code: ErrorCode
         switch response.status {
         case 400: code = .invalidRequest
+        // 403 `forbidden`: the token is good, its collaboration permissions refuse this record
+        // (rollback/restore); not an authentication failure (protocol.md "Error envelope").
+        case 403 where envelopeCode == "forbidden": code = .forbidden
         case 401, 403: code = .accessDenied
         case 404: code = .invalidDocument
         case 409: code = envelopeCode == "epoch_mismatch" ? .serverReset : .conflict

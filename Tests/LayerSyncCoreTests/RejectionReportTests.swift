@@ -135,7 +135,7 @@ import Testing
             try db.execute("DROP TABLE rejected_changes; PRAGMA user_version = 5;")
         }
         let store = try LayerStore.open(directory: directory)
-        #expect(try store.withDatabase { db throws(LayerSyncError) in try db.query("PRAGMA user_version").first?.first?.integer } == 6)
+        #expect(try store.withDatabase { db throws(LayerSyncError) in try db.query("PRAGMA user_version").first?.first?.integer } == LayerStore.schemaVersion)
         #expect(try store.record(id: "a") == #"{"n":"mine"}"#)
         #expect(try store.pendingCount() == 1)
         #expect(try store.rejectionReports().isEmpty)

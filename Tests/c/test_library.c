@@ -46,6 +46,7 @@ static const struct {
     {LAYERSYNC_ERROR_CONFLICT, "CONFLICT"},
     {LAYERSYNC_ERROR_NOT_DOWNLOADED, "NOT_DOWNLOADED"},
     {LAYERSYNC_ERROR_INVALID_STATE, "INVALID_STATE"},
+    {LAYERSYNC_ERROR_FORBIDDEN, "FORBIDDEN"},
 };
 
 int main(void)
@@ -67,7 +68,7 @@ int main(void)
                   codes[i].code, name ? name : "(null)", codes[i].name);
         CHECK(layersync_error_code_name(codes[i].code) == name); /* static storage */
     }
-    const int unknown[] = {-1, 9, 15, 20, 999, 1007, 2000, INT32_MAX, INT32_MIN};
+    const int unknown[] = {-1, 9, 15, 20, 999, 1008, 2000, INT32_MAX, INT32_MIN};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         const char *name = layersync_error_code_name(unknown[i]);
         CHECK_MSG(name != NULL && strcmp(name, "UNRECOGNIZED") == 0, "layersync_error_code_name(%d) = %s", unknown[i],

@@ -174,6 +174,13 @@ def with_text(content: dict[str, Any], text: str) -> dict[str, Any]:
     return out
 
 
+def content_of(record: dict[str, Any]) -> dict[str, Any]:
+    """A record handed out, without its ownership and flags (``layersync.HANDOUT_KEYS``): its
+    Instant JSON content, as the server has it."""
+    import layersync
+    return layersync.record_content(record)
+
+
 def by_id(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {a["id"]: a for a in items}
 
@@ -416,8 +423,8 @@ def run_document(report: Report, server: Any, pdf: Path, index: int, a: Party, b
         s.detail = f"A {A.state.name}, B {B.state.name}"
     server_records = server.annotations(doc_id)
     with step("A == B == server (all records, all fields)") as s:
-        ra = {k: v for k, v in by_id(A.list_annotations()).items()}
-        rb = {k: v for k, v in by_id(B.list_annotations()).items()}
+        ra = {k: content_of(v) for k, v in by_id(A.list_annotations()).items()}
+        rb = {k: content_of(v) for k, v in by_id(B.list_annotations()).items()}
         problems = [p for p in (diff("A", ra, "B", rb), diff("A", ra, "server", server_records)) if p]
         expect(not problems, " | ".join(problems))
         expect(text_of(server_records[created_a["id"]]) == NEW_TEXT, "server text of A's note is not byte-exact")
@@ -440,6 +447,123 @@ def run_document(report: Report, server: Any, pdf: Path, index: int, a: Party, b
                f"{len(annots)} annotations in the PDF, {len(expected)} live records on the server")
         expect(any(NEW_TEXT == c for c in contents), "A's new note text is not in the PDF")
         s.detail = f"{len(annots)} annotations = {len(expected)} records; new text present; {out.name}"
+
+
+# ---------------------------------------------------------------------------------------
+# Review round: collaboration permissions (docs/protocol.md "Collaboration permissions")
+
+REVIEWER = ["annotations:*:self", "annotations:view:all", "comments:view:all", "comments:reply:all"]
+LEAD = ["annotations:*:all", "comments:*:all", "form-fields:*:all"]
+GUEST = ["annotations:view:group=public", "comments:view:group=public"]
+
+
+def run_review_round(report: Report, server: Any, pdf: Path, timeout: float, workdir: Path) -> None:
+    """Two reviewers who may change only their own notes, a lead who may change all, and a
+    guest who sees only the "public" group: each tries something forbidden and gets the clear
+    error at once (nothing queued); the guest's client never receives a record outside its view,
+    checked on the wire through a recording proxy, not only through the API."""
+    import layersync
+    sys.path.insert(0, str(REPO / "bindings" / "python" / "tests"))
+    from faultproxy import Action, FaultProxy
+
+    label = f"review {pdf.name}"
+    doc_id = "demo-review"
+    step = lambda name, **kw: report.step(label, name, **kw)  # noqa: E731
+    print(f"\n▶ {label}  (document {doc_id}: collaboration permissions)", flush=True)
+    clients: list[Any] = []
+    answers: list[bytes] = []
+
+    def record_answer(status: int, headers: dict[str, str], body: bytes) -> bytes:
+        answers.append(body)
+        return body
+
+    proxy = FaultProxy(server.url, lambda request: Action.mutate(record_answer))
+
+    def party(name: str, user: str, claim: list[str], url: str | None = None) -> Any:
+        client = layersync.Client(url or server.url, workdir / f"review-{name}", sync_delay_s=None)
+        clients.append(client)
+        client.wait_validated(timeout=timeout)
+        doc = client.document_for_jwt(server.mint_token(doc_id, user_id=user, collaboration_permissions=claim))
+        doc.download(wait=True, timeout=timeout)
+        return doc
+
+    def refused(what: str, call: Callable[[], Any], doc: Any) -> str:
+        try:
+            call()
+        except layersync.ForbiddenError as exc:
+            expect(not doc.has_unsynced_changes, f"{what}: refused, but something was queued")
+            return exc.message if hasattr(exc, "message") else str(exc)
+        raise Check(f"{what} was allowed")
+
+    try:
+        with step("upload PDF for the review", critical=True):
+            server.upload(pdf, doc_id)
+        with step("lead, two reviewers, guest: download with their grants", critical=True) as s:
+            lead = party("lead", "lena", LEAD)
+            r1 = party("r1", "rui", REVIEWER)
+            r2 = party("r2", "rosa", REVIEWER)
+            guest = party("guest", "gus", GUEST, url=proxy.url)
+            s.detail = "lead annotations:*:all; reviewers annotations:*:self + view:all; guest view:group=public"
+        with step("lead: a public and a private note") as s:
+            public = lead.create_annotation(dict(note("for the client 🌍"), group="public"))
+            private = lead.create_annotation(dict(note("internal only 🔒", x=90), group="private"))
+            lead.sync(wait=True, timeout=timeout)
+            s.detail = f"public {public['id'][:8]}…, private {private['id'][:8]}…"
+        with step("reviewers: own notes, flags on the others'") as s:
+            n1 = r1.create_annotation(note("rui's remark", x=140))
+            n2 = r2.create_annotation(note("rosa's remark", x=190))
+            r1.sync(wait=True, timeout=timeout)
+            r2.sync(wait=True, timeout=timeout)
+            r1.sync(wait=True, timeout=timeout)
+            seen = r1.get_annotation(n2["id"])
+            expect(seen["createdBy"] == "rosa" and not seen["isEditable"] and not seen["isDeletable"],
+                   f"rui sees rosa's note as {dict((k, seen.get(k)) for k in layersync.HANDOUT_KEYS)}")
+            expect(n1["isEditable"] and n1["isDeletable"], "rui may not edit his own note")
+            s.detail = "rosa's note: createdBy rosa, isEditable false, isDeletable false"
+        with step("reviewer edits another reviewer's note: refused") as s:
+            s.detail = refused("rui editing rosa's note",
+                               lambda: r1.update_annotation(with_text(content_of(r1.get_annotation(n2["id"])), "rui was here")), r1)
+        with step("reviewer deletes the lead's note: refused") as s:
+            s.detail = refused("rosa deleting the lead's note", lambda: r2.delete_annotation(public["id"]), r2)
+        with step("reviewer moves the lead's note to another group: refused") as s:
+            s.detail = refused("rosa moving the lead's public note",
+                               lambda: r2.update_annotation(dict(r2.get_annotation(public["id"]), group="private")), r2)
+        with step("lead edits a reviewer's note: allowed") as s:
+            lead.sync(wait=True, timeout=timeout)
+            lead.update_annotation(with_text(content_of(lead.get_annotation(n1["id"])), "rui's remark, seen by the lead ✓"))
+            lead.sync(wait=True, timeout=timeout)
+            r1.sync(wait=True, timeout=timeout)
+            expect(text_of(r1.get_annotation(n1["id"])) == "rui's remark, seen by the lead ✓", "rui did not get the lead's edit")
+            s.detail = "synced to rui"
+        with step("guest: sees only the public note, edits refused") as s:
+            guest.sync(wait=True, timeout=timeout)
+            ids = {r["id"] for r in guest.list_annotations()}
+            expect(ids == {public["id"]}, f"the guest sees {len(ids)} records: {sorted(ids)}")
+            s.detail = refused("the guest editing the public note",
+                               lambda: guest.update_annotation(with_text(content_of(guest.get_annotation(public["id"])), "guest")), guest)
+        with step("guest: no private record on the wire") as s:
+            leaked, live = [], 0
+            for body in answers:
+                try:
+                    answer = json.loads(body)
+                except ValueError:
+                    continue  # the PDF
+                if not isinstance(answer, dict):
+                    continue
+                for key in ("records", "changes", "regranted"):
+                    for record in answer.get(key) or []:
+                        if isinstance(record, dict) and not record.get("deleted"):
+                            live += 1
+                            if record.get("group") != "public":
+                                leaked.append(record.get("id"))
+            expect(not leaked, f"records outside the guest's view crossed the wire: {leaked}")
+            expect(live >= 1, "the guest received no record at all")
+            s.detail = f"{len(answers)} answers recorded, {live} live record(s), all in group public"
+    finally:
+        for c in clients:
+            with contextlib.suppress(Exception):
+                c.close()
+        proxy.close()
 
 
 # ---------------------------------------------------------------------------------------
@@ -509,6 +633,10 @@ def main(argv: list[str] | None = None) -> int:
                     with contextlib.suppress(Exception):
                         p.client.set_network_available(True)
                     p.doc = None
+        try:
+            run_review_round(report, server, pdfs[0], args.timeout, workdir)
+        except AbortDocument as exc:
+            report.skip("review", "remaining steps", f"after failed step {exc}")
     except AbortDocument:
         pass
     finally:

@@ -59,6 +59,7 @@ LAYERSYNC_ERROR_SERVER_RESET = 1003
 LAYERSYNC_ERROR_CONFLICT = 1004
 LAYERSYNC_ERROR_NOT_DOWNLOADED = 1005
 LAYERSYNC_ERROR_INVALID_STATE = 1006
+LAYERSYNC_ERROR_FORBIDDEN = 1007
 
 LAYERSYNC_DURABILITY_FULL = 0
 LAYERSYNC_DURABILITY_NORMAL = 1
@@ -115,6 +116,7 @@ ERROR_CODE_NAMES = {
     1004: 'CONFLICT',
     1005: 'NOT_DOWNLOADED',
     1006: 'INVALID_STATE',
+    1007: 'FORBIDDEN',
 }
 
 #: Python exception class of each error code (layersync/errors.py): its name and the
@@ -156,6 +158,7 @@ ERROR_EXCEPTIONS = {
     1004: ('ConflictError', "A local change was rejected in favour of the server's (first writer wins)."),
     1005: ('NotDownloadedError', 'The document must be downloaded first.'),
     1006: ('InvalidStateError', 'The call is not allowed in the current state (for example destroying a client from its own callback).'),
+    1007: ('ForbiddenError', 'The JWT is valid, but its `collaboration_permissions` do not allow this on this record (docs/protocol.md "Collaboration permissions"); the message names the missing permission. A local update, delete, comment, fill or group change refused at the API (nothing queued), a change the server rejected with reason `forbidden`, a rollback/restore answered 403 `forbidden`. Not an authentication failure: the token stays good.'),
 }
 
 class layersync_error(ctypes.Structure):
@@ -299,6 +302,8 @@ FUNCTIONS = {
     'layersync_document_id': (ctypes.c_char_p, [ctypes.c_void_p]),
     'layersync_document_layer_name': (ctypes.c_char_p, [ctypes.c_void_p]),
     'layersync_document_user_id': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_document_default_group': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
+    'layersync_document_set_default_group': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(layersync_error)]),
     'layersync_document_state': (ctypes.c_int, [ctypes.c_void_p]),
     'layersync_document_is_downloaded': (ctypes.c_bool, [ctypes.c_void_p]),
     'layersync_document_has_unsynced_changes': (ctypes.c_bool, [ctypes.c_void_p]),

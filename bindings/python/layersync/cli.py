@@ -88,6 +88,7 @@ examples:
   layersync sync                                    # two-way: send pending edits, receive others'
   layersync listen --json | jq .                    # one JSON line per change until Ctrl-C
   layersync status --json
+  layersync default-group review                    # new annotations go to group "review"
   layersync export -o layer.json                    # Instant JSON of the local layer
   layersync xfdf export -o layer.xfdf               # ... as XFDF; `xfdf import FILE` applies one
 
@@ -219,6 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
         "  \"last_sync_time\": seconds since the Unix epoch or null (never synced), \"pdf_path\"?, \"annotations\"?}\n"
         "The human form shows last_sync as local time, or \"never\".\n"
         "example:\n  layersync status --json | jq .pending_change_count")
+    p = add(sub, "default-group", "show or set the group new annotations get (collaboration permissions)",
+            "Without arguments prints the current default group (the override, else the JWT's\n"
+            "default_group; empty when none). NAME overrides it for this document (kept in the local\n"
+            "store, Instant's overrideDefaultGroup); --reset goes back to the JWT's (resetDefaultGroup).\n"
+            "output (--json): {\"default_group\": NAME or null}\n"
+            "example:\n  layersync default-group review\n  layersync default-group --reset")
+    p.add_argument("name", metavar="NAME", nargs="?", help="the group to use from now on")
+    p.add_argument("--reset", action="store_true", help="go back to the JWT's default_group")
     p = add(sub, "export", "write the local layer as an Instant JSON document",
             f"output: {{\"format\": \"{INSTANT_JSON_FORMAT}\", \"annotations\": [Instant JSON v2 ...]}}\n"
             "example:\n  layersync export -o layer.json")
@@ -593,6 +602,14 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             width = max(len(k) for k in shown) + 2
             human = "\n".join(f"{k:<{width}}{'' if v is None else v}" for k, v in shown.items())
             out.data(status, human)
+            return EXIT_OK
+        if args.command == "default-group":
+            if args.reset and args.name is not None:
+                raise _UsageError("give NAME or --reset, not both")
+            if args.reset or args.name is not None:
+                doc.default_group = None if args.reset else args.name
+            group = doc.default_group
+            out.data({"default_group": group}, group or "")
             return EXIT_OK
         downloaded_now = _download(client, doc, out, args.timeout)
         if args.command == "download":

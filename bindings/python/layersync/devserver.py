@@ -23,7 +23,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 __all__ = ["ReferenceServer", "find_server_command", "stop_process"]
 
@@ -133,9 +133,21 @@ class ReferenceServer:
     # -- helpers ---------------------------------------------------------------------
 
     def mint_token(self, document_id: str, *, layer: str | None = None, user_id: str | None = None,
-                   expires_in_s: int | None = None) -> str:
-        """A signed client JWT from ``layersync-server mint-token``."""
+                   expires_in_s: int | None = None, collaboration_permissions: Sequence[str] | None = None,
+                   default_group: str | None = None, creator_name: str | None = None,
+                   permissions: Sequence[str] | None = None) -> str:
+        """A signed client JWT from ``layersync-server mint-token``; ``collaboration_permissions``
+        (entries ``<content-type>:<action>:<scope>``), ``default_group``, ``creator_name`` and
+        ``permissions`` set those claims (docs/protocol.md "Collaboration permissions")."""
         args = ["mint-token", "--private-key", str(self.private_key), "--document-id", document_id]
+        for entry in collaboration_permissions or ():
+            args += ["--collaboration-permissions", entry]
+        if default_group is not None:
+            args += ["--default-group", default_group]
+        if creator_name is not None:
+            args += ["--creator-name", creator_name]
+        if permissions is not None:
+            args += ["--permissions", *permissions]
         if layer is not None:
             args += ["--layer", layer]
         if user_id is not None:

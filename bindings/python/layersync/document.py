@@ -36,6 +36,20 @@ if TYPE_CHECKING:  # annotations only
 __all__ = ["Document", "Attachment", "SYNC_DISABLED"]
 
 
+#: Keys a record handed out under a ``collaboration_permissions`` claim carries besides its Instant JSON: its ownership
+#: (``createdBy``, ``updatedBy``, ``group``) and what the document's JWT may do with it
+#: (collaboration permissions; the Records section of include/layersync.h).
+HANDOUT_KEYS = ("createdBy", "updatedBy", "group", "isEditable", "isDeletable", "canReply", "isFillable",
+                "canSetGroup")
+
+
+def record_content(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record handed out (:meth:`Document.get_annotation`, :meth:`Document.list_annotations`,
+    ...) without its ownership and flags (:data:`HANDOUT_KEYS`): its Instant JSON content, as
+    the server stores it."""
+    return {k: v for k, v in record.items() if k not in HANDOUT_KEYS}
+
+
 def _xfdf_codec() -> Any:
     """The XFDF codec (``layersync_formats``, the repository's formats/ package, shared with the
     server); ImportError with a hint when it is not installed."""
@@ -145,6 +159,24 @@ class Document(CallsIntoC):
         """The JWT's ``user_id``, or None when it has none."""
         raw = self._call_out("layersync_document_user_id")
         return decode(raw)
+
+    @property
+    def default_group(self) -> str | None:
+        """The group new records get (collaboration permissions): the override set here, else
+        the JWT's ``default_group``, else None. Set a string to override it for this document
+        (kept in the local store; Instant's ``overrideDefaultGroup``), None to go back to the
+        JWT's (``resetDefaultGroup``). Under a ``collaboration_permissions`` claim, creating in
+        a group other than the JWT's ``default_group`` needs ``set-group`` for it
+        (:class:`ForbiddenError` at the create).
+
+        Raises:
+            InvalidArgumentError (an empty name, control characters), InvalidStateError.
+        """
+        return decode(self._call_out("layersync_document_default_group"))
+
+    @default_group.setter
+    def default_group(self, group: str | None) -> None:
+        self._call("layersync_document_set_default_group", None if group is None else encode_text(group, "group"))
 
     @property
     def state(self) -> DocumentState:
@@ -348,20 +380,28 @@ class Document(CallsIntoC):
                 "bbox": [x, y, w, h], ...}``); a missing ``id`` is generated (ULID).
 
         Returns:
-            The stored annotation with its ``id``.
+            The stored annotation with its ``id``. Under a ``collaboration_permissions`` claim
+            also its ownership (``createdBy``, ``updatedBy``, ``group``) and what this JWT may
+            do with it (``isEditable``, ``isDeletable``, ``canReply``, ``isFillable``,
+            ``canSetGroup``; see the Records section of include/layersync.h); a ``group`` key
+            in ``annotation`` is then the new record's group (default :attr:`default_group`)
+            and the other of those keys are ignored (:func:`record_content` strips them).
 
         Raises:
             InvalidArgumentError (not JSON, unencodable text), InvalidJSONStructureError,
+            ForbiddenError (the collaboration permissions do not allow it; nothing stored),
             NotDownloadedError, DatabaseAccessFailedError.
         """
         raw = self._call_out("layersync_document_create_annotation", encode_json(dict(annotation), "annotation"))
         return json_object(raw) if raw else dict(annotation)
 
     def update_annotation(self, annotation: Mapping[str, Any]) -> dict[str, Any]:
-        """Replaces an annotation's content (the whole object, with its ``id``).
+        """Replaces an annotation's content (the whole object, with its ``id``); a ``group``
+        other than the record's is a group change (needs ``set-group``).
 
         Raises:
-            NoSuchAnnotationError and the errors of :meth:`create_annotation`.
+            NoSuchAnnotationError, ForbiddenError (no ``edit``/``fill``/``set-group``: nothing
+            queued) and the errors of :meth:`create_annotation`.
         """
         raw = self._call_out("layersync_document_update_annotation", encode_json(dict(annotation), "annotation"))
         return json_object(raw) if raw else dict(annotation)
@@ -370,7 +410,8 @@ class Document(CallsIntoC):
         """Deletes an annotation (and its comments).
 
         Raises:
-            NoSuchAnnotationError, InvalidArgumentError, NotDownloadedError.
+            NoSuchAnnotationError, ForbiddenError (no ``delete`` on it or on one of its
+            replies: nothing queued), InvalidArgumentError, NotDownloadedError.
         """
         self._call("layersync_document_delete_annotation", encode_text(annotation_id, "annotation_id"))
 

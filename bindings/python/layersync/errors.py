@@ -306,6 +306,15 @@ class InvalidStateError(LayerSyncError, RuntimeError):
     default_code = _ffi.LAYERSYNC_ERROR_INVALID_STATE
 
 
+class ForbiddenError(LayerSyncError, PermissionError):
+    """The JWT is valid, but its ``collaboration_permissions`` do not allow this on this
+    record (a local update, delete, comment, fill or group change refused at once, nothing
+    queued; a rollback/restore the server answered 403 ``forbidden``). The message names the
+    missing permission. Not an authentication failure. Code 1007 ``FORBIDDEN``."""
+
+    default_code = _ffi.LAYERSYNC_ERROR_FORBIDDEN
+
+
 def _exception_classes(namespace: dict[str, Any],
                        exceptions: Mapping[int, tuple[str, str]]) -> dict[int, type[LayerSyncError]]:
     """Code → class from ``exceptions`` (``_ffi.ERROR_EXCEPTIONS``, generated from

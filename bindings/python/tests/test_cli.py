@@ -305,3 +305,21 @@ def test_comments_search_attachments_history(cli_env, server, tmp_path):
     assert json.loads(missing.stderr)["error"]["name"] == "NO_SUCH_ATTACHMENT"
     piped = run("attachments", "add", "-", "--content-type", "text/plain", "--no-sync", env=env, stdin="héllo")
     assert piped.returncode == 0 and len(piped.stdout.strip()) == 64
+
+
+def test_default_group_shows_sets_and_resets(server, uploaded, tmp_path):
+    doc_id = uploaded()
+    token = tmp_path / "token.jwt"
+    token.write_text(server.mint_token(doc_id, user_id="cli", default_group="team") + "\n")
+    env = {"LAYERSYNC_SERVER": server.url, "LAYERSYNC_JWT": f"@{token}", "LAYERSYNC_STORAGE": str(tmp_path / "store")}
+    shown = run("default-group", "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == {"default_group": "team"}
+    assert run("default-group", "drafts", env=env).returncode == 0
+    assert run("default-group", env=env).stdout.strip() == "drafts"  # kept in the local store
+    added = run("annotations", "add", json.dumps(NOTE), env=env)
+    assert added.returncode == 0, added.stderr
+    groups = {r["id"]: r["group"] for r in server.admin_json(f"/api/documents/{doc_id}/annotations")["data"]["annotations"]}
+    assert groups[added.stdout.strip()] == "drafts"
+    assert run("default-group", "--reset", "--json", env=env).stdout.strip() == '{"default_group": "team"}'
+    assert run("default-group", "x", "--reset", env=env).returncode != 0

@@ -1,0 +1,290 @@
+/// Collaboration permissions (Instant's content ownership): the JWT claim
+/// `collaboration_permissions` parsed, and THE client-side decision of what a user may do
+/// with a record (docs/protocol.md "Collaboration permissions").
+///
+/// The server is the authority (`server/layersync_server/permissions.py`); this type mirrors
+/// its rules one for one so that the engine can refuse a change the server would reject
+/// before queuing it, and can tell the host what it may do with each record. The cases in
+/// `Tests/LayerSyncCoreTests/Resources/permission-cases.json` are checked against both.
+///
+/// Syntax: `<content-type>:<action>:<scope>`; content types `annotations` (every record that
+/// is not one of the two others), `comments` (`pspdfkit/comment`), `form-fields`
+/// (`pspdfkit/form-field/*`, `pspdfkit/widget`, `pspdfkit/form-field-value`); actions `view`,
+/// `edit`, `delete`, `set-group`, `reply` (comments only), `fill` (form fields only), `*`;
+/// scopes `all`, `self`, `group=<name>`, `createdBy=<user_id>`. Entries add up.
+package struct CollaborationPermissions: Sendable, Equatable {
+    /// A claim's content type.
+    package enum ContentType: String, Sendable, CaseIterable {
+        case annotations, comments, formFields = "form-fields"
+
+        /// The actions an entry may name for this content type (`*` stands for all of them).
+        var actions: [Action] {
+            switch self {
+            case .annotations: [.view, .edit, .delete, .setGroup]
+            case .comments: [.view, .edit, .delete, .reply, .setGroup]
+            case .formFields: [.view, .edit, .delete, .fill, .setGroup]
+            }
+        }
+
+        /// The content type of a record whose `content.type` is `recordType` (`nil`: none, or
+        /// not a string, which counts as `annotations` like any type the claim does not name).
+        package init(recordType: String?) {
+            guard let recordType else { self = .annotations; return }
+            if recordType == CollaborationPermissions.commentType {
+                self = .comments
+            } else if recordType.hasPrefix("pspdfkit/form-field/") || recordType == "pspdfkit/widget"
+                        || recordType == CollaborationPermissions.formFieldValueType {
+                self = .formFields
+            } else {
+                self = .annotations
+            }
+        }
+    }
+
+    /// A claim's action.
+    package enum Action: String, Sendable, CaseIterable {
+        case view, edit, delete, reply, fill, setGroup = "set-group"
+    }
+
+    /// Who one grant covers.
+    struct Scope: Sendable, Equatable {
+        var all = false
+        var own = false
+        var groups: Set<String> = []
+        var creators: Set<String> = []
+
+        func covers(createdBy: String?, group: String?, userID: String?) -> Bool {
+            if all { return true }
+            if own, let userID, createdBy == userID { return true }
+            if let group, groups.contains(group) { return true }
+            if let createdBy, creators.contains(createdBy) { return true }
+            return false
+        }
+    }
+
+    /// `pspdfkit/comment`.
+    package static let commentType = "pspdfkit/comment"
+    /// `pspdfkit/form-field-value`.
+    package static let formFieldValueType = "pspdfkit/form-field-value"
+
+    /// The entries as given (what a reauthentication sends back as `previous_permissions`).
+    package let entries: [String]
+    private var scopes: [String: Scope] = [:]
+
+    private static func key(_ contentType: ContentType, _ action: Action) -> String {
+        contentType.rawValue + ":" + action.rawValue
+    }
+
+    /// Parses the claim's entries.
+    /// - Parameter entries: The array's strings.
+    /// - Throws: `.invalidJWT` naming the first malformed entry: not three `:`-separated parts,
+    ///   an unknown content type, an action that content type does not have (`reply` only for
+    ///   comments, `fill` only for form fields) and not `*`, a scope other than `all`, `self`,
+    ///   `group=<name>`, `createdBy=<user_id>` (a name not empty). The same rules and words as
+    ///   the server's `parse_claim`.
+    package init(entries: [String]) throws(LayerSyncError) {
+        self.entries = entries
+        for entry in entries {
+            func invalid(_ why: String) -> LayerSyncError {
+                LayerSyncError(.invalidJWT, "malformed JWT: collaboration_permissions entry \"\(entry)\": \(why)")
+            }
+            // Python's split(":", 2): the scope keeps any further colons.
+            let parts = entry.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
+            guard parts.count == 3 else { throw invalid("expected <content-type>:<action>:<scope>") }
+            guard let contentType = ContentType(rawValue: parts[0]) else {
+                throw invalid("content type must be one of annotations, comments, form-fields")
+            }
+            let actions: [Action]
+            if parts[1] == "*" {
+                actions = contentType.actions
+            } else if let action = Action(rawValue: parts[1]), contentType.actions.contains(action) {
+                actions = [action]
+            } else {
+                let names = contentType.actions.map(\.rawValue).joined(separator: ", ")
+                throw invalid("action must be one of \(names) or * for \(contentType.rawValue)")
+            }
+            var grant = Scope()
+            let scopeText = parts[2]
+            if scopeText == "all" {
+                grant.all = true
+            } else if scopeText == "self" {
+                grant.own = true
+            } else if let equals = scopeText.firstIndex(of: "="), scopeText[scopeText.index(after: equals)...].isEmpty == false,
+                      ["group", "createdBy"].contains(String(scopeText[..<equals])) {
+                let value = String(scopeText[scopeText.index(after: equals)...])
+                if scopeText.hasPrefix("group=") { grant.groups.insert(value) } else { grant.creators.insert(value) }
+            } else {
+                throw invalid("scope must be all, self, group=<name> or createdBy=<user_id>")
+            }
+            for action in actions {
+                var scope = scopes[Self.key(contentType, action)] ?? Scope()
+                scope.all = scope.all || grant.all
+                scope.own = scope.own || grant.own
+                scope.groups.formUnion(grant.groups)
+                scope.creators.formUnion(grant.creators)
+                scopes[Self.key(contentType, action)] = scope
+            }
+        }
+    }
+
+    /// Parses the claim's value as it is in the JWT payload.
+    /// - Parameter value: The claim (`nil` or JSON `null`: absent).
+    /// - Returns: The permissions, `nil` when the claim is absent (full access).
+    /// - Throws: `.invalidJWT` for a value that is not an array of strings or a malformed entry.
+    package static func parse(claim value: JSONValue?) throws(LayerSyncError) -> CollaborationPermissions? {
+        guard let value, !value.isNull else { return nil }
+        guard let array = value.arrayValue else {
+            throw LayerSyncError(.invalidJWT, "malformed JWT: claim collaboration_permissions must be an array of strings")
+        }
+        var entries: [String] = []
+        for element in array {
+            guard let string = element.stringValue else {
+                throw LayerSyncError(.invalidJWT, "malformed JWT: claim collaboration_permissions must be an array of strings")
+            }
+            entries.append(string)
+        }
+        return try CollaborationPermissions(entries: entries)
+    }
+
+    func scope(_ contentType: ContentType, _ action: Action) -> Scope {
+        scopes[Self.key(contentType, action)] ?? Scope()
+    }
+
+    package static func == (lhs: Self, rhs: Self) -> Bool { lhs.entries == rhs.entries }
+}
+
+/// A record's ownership as the permissions see it: its `content.type`, `createdBy`, `group`.
+package struct RecordOwnership: Sendable, Equatable {
+    /// `content.type` (`nil` when missing or not a string).
+    package var type: String?
+    /// The JWT `user_id` that created it (`nil`: nobody, e.g. imported from the PDF).
+    package var createdBy: String?
+    /// Its group (`nil`: none).
+    package var group: String?
+
+    /// - Parameters:
+    ///   - type: `content.type`.
+    ///   - createdBy: `createdBy`.
+    ///   - group: `group`.
+    package init(type: String?, createdBy: String?, group: String?) {
+        self.type = type
+        self.createdBy = createdBy
+        self.group = group
+    }
+}
+
+/// What one user (a token's `collaboration_permissions`, `user_id`, `permissions`,
+/// `default_group`) may do: the one decision function of the client (mirrors `allows` and
+/// `forbidden_change` of the server's permissions.py).
+package struct PermissionGrant: Sendable, Equatable {
+    /// The parsed claim, `nil` = no claim = full access to the layer.
+    package var collaboration: CollaborationPermissions?
+    /// The token's `user_id`.
+    package var userID: String?
+    /// Whether the token has the plain `write` permission (creating needs it under a claim).
+    package var canWrite: Bool
+    /// The token's `default_group` claim (the group the server gives a create without `group`).
+    package var defaultGroup: String?
+
+    /// - Parameters:
+    ///   - collaboration: The claim, `nil` for none.
+    ///   - userID: `user_id`.
+    ///   - canWrite: `write` in `permissions` (or no `permissions` claim).
+    ///   - defaultGroup: `default_group`.
+    package init(collaboration: CollaborationPermissions?, userID: String?, canWrite: Bool, defaultGroup: String?) {
+        self.collaboration = collaboration
+        self.userID = userID
+        self.canWrite = canWrite
+        self.defaultGroup = defaultGroup
+    }
+
+    /// Whether the token has a claim at all (without one, everything is allowed).
+    package var isRestricted: Bool { collaboration != nil }
+
+    /// May the user do `action` to a record owned as `record`? Every action other than `view`
+    /// also needs `view` (nobody edits what they cannot see). No claim: always.
+    package func allows(_ action: CollaborationPermissions.Action, _ record: RecordOwnership) -> Bool {
+        guard let collaboration else { return true }
+        let contentType = CollaborationPermissions.ContentType(recordType: record.type)
+        guard collaboration.scope(contentType, .view).covers(createdBy: record.createdBy, group: record.group, userID: userID) else {
+            return false
+        }
+        return action == .view
+            || collaboration.scope(contentType, action).covers(createdBy: record.createdBy, group: record.group, userID: userID)
+    }
+
+    /// Why the user may not create a record, or `nil` (they may).
+    /// - Parameters:
+    ///   - type: The new record's `content.type`.
+    ///   - group: The group the create asks for; `nil` for none given (the server then uses
+    ///     `default_group`).
+    ///   - groupGiven: Whether the create names a group (`group` may then be `nil`: no group).
+    ///   - root: For a comment, the thread's root record (`nil`: absent or deleted).
+    /// - Returns: The missing permission in words (the server's words), or `nil`.
+    package func forbiddenCreate(type: String?, group: String?, groupGiven: Bool, root: RecordOwnership?) -> String? {
+        guard collaboration != nil else { return nil }
+        if !canWrite { return "token lacks the 'write' permission, which creating a record needs" }
+        let groupOfNew = groupGiven ? group : defaultGroup
+        if type == CollaborationPermissions.commentType {
+            guard let root, allows(.view, root),
+                  allows(.reply, RecordOwnership(type: CollaborationPermissions.commentType, createdBy: root.createdBy,
+                                                 group: root.group)) else {
+                return "may not reply to this thread"
+            }
+        }
+        if type == CollaborationPermissions.formFieldValueType,
+           !allows(.fill, RecordOwnership(type: type, createdBy: userID, group: groupOfNew)) {
+            return "may not fill this form field"
+        }
+        if groupGiven, group != defaultGroup, !allows(.setGroup, RecordOwnership(type: type, createdBy: userID, group: group)) {
+            return "may not create a record in group \(Self.quoted(group))"
+        }
+        return nil
+    }
+
+    /// Why the user may not update a record, or `nil`.
+    /// - Parameters:
+    ///   - current: The record as it is.
+    ///   - contentChanged: Whether the content changes (else a pure group change).
+    ///   - newType: The new content's `type`.
+    ///   - group: The group asked for, when `groupGiven`.
+    ///   - groupGiven: Whether the update names a group.
+    /// - Returns: The missing permission in words, or `nil`.
+    package func forbiddenUpdate(current: RecordOwnership, contentChanged: Bool, newType: String?, group: String?,
+                                 groupGiven: Bool) -> String? {
+        guard collaboration != nil else { return nil }
+        if !allows(.view, current) { return "may not view this record" }
+        if contentChanged {
+            let action: CollaborationPermissions.Action = current.type == CollaborationPermissions.formFieldValueType ? .fill : .edit
+            if !allows(action, current) { return "may not \(action.rawValue) this record" }
+            if CollaborationPermissions.ContentType(recordType: newType) != CollaborationPermissions.ContentType(recordType: current.type),
+               !allows(.edit, RecordOwnership(type: newType, createdBy: current.createdBy, group: current.group)) {
+                return "may not edit a record of that type"
+            }
+        }
+        if groupGiven, group != current.group,
+           !(allows(.setGroup, current)
+             && allows(.setGroup, RecordOwnership(type: newType, createdBy: current.createdBy, group: group))) {
+            return "may not move this record to group \(Self.quoted(group))"
+        }
+        return nil
+    }
+
+    /// Why the user may not delete a record (and the live replies it takes with it), or `nil`.
+    /// - Parameters:
+    ///   - current: The record.
+    ///   - replies: Its live replies (id and ownership), which the delete takes with it.
+    /// - Returns: The missing permission in words, or `nil`.
+    package func forbiddenDelete(current: RecordOwnership, replies: [(id: String, ownership: RecordOwnership)]) -> String? {
+        guard collaboration != nil else { return nil }
+        if !allows(.view, current) { return "may not view this record" }
+        if !allows(.delete, current) { return "may not delete this record" }
+        for reply in replies where !allows(.delete, reply.ownership) {
+            return "may not delete reply \(reply.id) of this thread"
+        }
+        return nil
+    }
+
+    /// Python's `repr` of a group, as the server's messages write it.
+    private static func quoted(_ group: String?) -> String { group.map { "'\($0)'" } ?? "None" }
+}

@@ -1,0 +1,147 @@
+import Foundation
+import Testing
+@testable import LayerSyncCore
+@testable import LayerSyncModel
+
+/// The client's evaluator (LayerSyncModel/CollaborationPermissions.swift) against the server's
+/// rules: tests/permission-cases.json is generated from server/layersync_server/permissions.py
+/// by tools/gen_permission_cases.py (bindings/python/tests/test_permission_parity.py checks it
+/// still is), a matrix of content type x action x scope x ownership plus creates, updates,
+/// group changes and deletes of roots with replies, with the server's answer and message.
+@Suite struct CollaborationPermissionsTests {
+    static let cases: JSONValue = {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("tests/permission-cases.json").path
+        let data = FileManager.default.contents(atPath: path) ?? Data()
+        return (try? JSONValue.parse(bytes: Array(data))) ?? .null
+    }()
+
+    static func permissions(_ claim: JSONValue?) throws(LayerSyncError) -> CollaborationPermissions? {
+        try CollaborationPermissions.parse(claim: claim)
+    }
+
+    static func ownership(_ value: JSONValue?) -> RecordOwnership? {
+        guard let value, !value.isNull else { return nil }
+        return RecordOwnership(type: value["type"]?.stringValue, createdBy: value["createdBy"]?.stringValue,
+                               group: value["group"]?.stringValue)
+    }
+
+    @Test func theCasesFileIsThere() {
+        #expect((Self.cases["allows"]?.arrayValue?.count ?? 0) > 50)
+        #expect((Self.cases["changes"]?.arrayValue?.count ?? 0) > 10)
+    }
+
+    @Test func allowsMatchesTheServerOverTheMatrix() throws {
+        let user = Self.cases["user_id"]?.stringValue
+        let matrix = try #require(Self.cases["matrix"])
+        let types = matrix["types"]?.arrayValue?.map(\.stringValue) ?? []
+        let actions = matrix["actions"]?.arrayValue?.compactMap { $0.stringValue.flatMap(CollaborationPermissions.Action.init) } ?? []
+        let owners = matrix["owners"]?.arrayValue ?? []
+        #expect(actions.count == 6 && types.count >= 3 && owners.count >= 4)
+        var checked = 0
+        var mismatches: [String] = []
+        for entry in Self.cases["allows"]?.arrayValue ?? [] {
+            let grant = PermissionGrant(collaboration: try Self.permissions(entry["claim"]), userID: user, canWrite: true,
+                                        defaultGroup: nil)
+            let decisions = Array(entry["decisions"]?.stringValue ?? "")
+            var index = 0
+            for type in types {
+                for action in actions {
+                    for owner in owners {
+                        let record = RecordOwnership(type: type, createdBy: owner["createdBy"]?.stringValue,
+                                                     group: owner["group"]?.stringValue)
+                        let expected = index < decisions.count && decisions[index] == "1"
+                        if grant.allows(action, record) != expected {
+                            mismatches.append("\(entry["claim"]?.jsonText ?? "") \(action.rawValue) \(type ?? "nil") \(record)")
+                        }
+                        index += 1
+                        checked += 1
+                    }
+                }
+            }
+            #expect(index == decisions.count)
+        }
+        #expect(checked > 10_000)
+        #expect(mismatches.isEmpty, "\(mismatches.prefix(5))")
+    }
+
+    @Test func changesMatchTheServerWithItsWords() throws {
+        let user = Self.cases["user_id"]?.stringValue
+        var checked = 0
+        var mismatches: [String] = []
+        for grantCase in Self.cases["changes"]?.arrayValue ?? [] {
+            let grant = PermissionGrant(collaboration: try Self.permissions(grantCase["claim"]), userID: user,
+                                        canWrite: grantCase["write"]?.boolValue ?? true,
+                                        defaultGroup: grantCase["default_group"]?.stringValue)
+            for change in grantCase["cases"]?.arrayValue ?? [] {
+                let expected = change["forbidden"]?.stringValue
+                let type = change["type"]?.stringValue
+                let groupGiven = change["group_given"]?.boolValue ?? false
+                let group = change["group"]?.stringValue
+                let got: String?
+                switch change["op"]?.stringValue {
+                case "create":
+                    got = grant.forbiddenCreate(type: type, group: group, groupGiven: groupGiven, root: Self.ownership(change["root"]))
+                case "update":
+                    got = grant.forbiddenUpdate(current: try #require(Self.ownership(change["current"])),
+                                                contentChanged: change["content_changed"]?.boolValue ?? false, newType: type,
+                                                group: group, groupGiven: groupGiven)
+                default:
+                    let replies = (change["replies"]?.arrayValue ?? []).map {
+                        (id: $0["id"]?.stringValue ?? "", ownership: Self.ownership($0) ?? RecordOwnership(type: nil, createdBy: nil, group: nil))
+                    }
+                    got = grant.forbiddenDelete(current: try #require(Self.ownership(change["current"])), replies: replies)
+                }
+                if got != expected { mismatches.append("\(grantCase["claim"]?.jsonText ?? "") \(change.jsonText): \(got ?? "allowed")") }
+                checked += 1
+            }
+        }
+        #expect(checked > 500)
+        #expect(mismatches.isEmpty, "\(mismatches.prefix(5))")
+    }
+
+    @Test func malformedEntriesMakeTheJWTInvalidNamingTheEntry() throws {
+        var checked = 0
+        for entry in Self.cases["claims"]?.arrayValue ?? [] {
+            let claim = try #require(entry["claim"])
+            let name = entry["entry"]?.stringValue ?? ""
+            if entry["valid"]?.boolValue == true {
+                #expect(throws: Never.self) { _ = try Self.permissions(claim) }
+            } else {
+                do throws(LayerSyncError) {
+                    _ = try Self.permissions(claim)
+                    Issue.record("\(name) was accepted")
+                } catch {
+                    #expect(error.code == .invalidJWT)
+                    #expect(error.message.contains("\"\(name)\""), "\(error.message)")
+                }
+                // The same through the token.
+                let token = makeJWT(#"{"document_id":"d","collaboration_permissions":\#(claim.jsonText)}"#)
+                #expect(throws: LayerSyncError.self) { _ = try JWTClaims(token: token) }
+            }
+            checked += 1
+        }
+        #expect(checked >= 15)
+        for bad in [#""annotations:view:all""#, #"[1]"#, #"{}"#] {
+            let token = makeJWT(#"{"document_id":"d","collaboration_permissions":\#(bad)}"#)
+            #expect(throws: LayerSyncError.self) { _ = try JWTClaims(token: token) }
+        }
+    }
+
+    @Test func claimsOfTheTokenMakeItsGrant() throws {
+        let token = makeJWT(#"{"document_id":"d","user_id":"u","default_group":"team","creator_name":"U. Ser","permissions":["read-document"],"collaboration_permissions":["annotations:view:all"]}"#)
+        let claims = try JWTClaims(token: token)
+        #expect(claims.defaultGroup == "team" && claims.creatorName == "U. Ser")
+        let grant = claims.grant
+        #expect(grant.isRestricted && !grant.canWrite && grant.userID == "u" && grant.defaultGroup == "team")
+        #expect(grant.forbiddenCreate(type: "pspdfkit/note", group: nil, groupGiven: false, root: nil) != nil)
+        let open = try JWTClaims(token: makeJWT(#"{"document_id":"d"}"#)).grant
+        #expect(!open.isRestricted && open.allows(.delete, RecordOwnership(type: nil, createdBy: "x", group: "y")))
+    }
+
+    @Test func aForbiddenRejectionHasItsOwnCode() {
+        let rejection = RejectedChange(recordID: "r", reason: "forbidden", localJSON: nil, serverJSON: nil)
+        #expect(rejection.code == .forbidden && rejection.code != .conflict)
+        #expect(ErrorCode.forbidden.name == "FORBIDDEN" && ErrorCode.forbidden.rawValue == 1007)
+    }
+}

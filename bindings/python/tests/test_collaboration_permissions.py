@@ -1,0 +1,259 @@
+"""Collaboration permissions on the client, against the real server (docs/protocol.md
+"Collaboration permissions"): records handed out with ownership and flags, forbidden local
+changes refused with nothing queued, the default group, reauthentication widening and
+narrowing the view, and a change the server forbids in the middle of a big batch."""
+from __future__ import annotations
+
+import base64
+import json
+import threading
+
+import pytest
+
+import layersync
+from conftest import WAIT_S
+
+LEAD = ["annotations:*:all", "comments:*:all", "form-fields:*:all"]
+REVIEWER = ["annotations:view:all", "annotations:edit:self", "annotations:delete:self",
+            "comments:view:all", "comments:reply:all", "comments:edit:self", "comments:delete:self"]
+GUEST = ["annotations:view:group=public", "comments:view:group=public"]
+
+
+def note(text: str, **extra):
+    return {"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 24, 24], "icon": "comment",
+            "color": "#ffd600", "text": {"format": "plain", "value": text}, **extra}
+
+
+class Changes:
+    """Collects did_receive_changes and did_reject_changes of one document."""
+
+    def __init__(self, client: layersync.Client) -> None:
+        self.received: list[tuple[list, list, list]] = []
+        self.rejected: list[dict] = []
+        self.auth_failures = 0
+        self._cv = threading.Condition()
+        client.on("did_receive_changes", self._receive)
+        client.on("did_reject_changes", self._reject)
+        client.on("did_fail_authentication", self._auth)
+
+    def _receive(self, doc, changes) -> None:
+        with self._cv:
+            self.received.append((list(changes["created"]), list(changes["updated"]), list(changes["deleted"])))
+            self._cv.notify_all()
+
+    def _reject(self, doc, rejections) -> None:
+        with self._cv:
+            self.rejected.extend(rejections)
+            self._cv.notify_all()
+
+    def _auth(self, doc, error) -> None:
+        self.auth_failures += 1
+
+    def created(self) -> set:
+        return {i for c, _, _ in self.received for i in c}
+
+    def deleted(self) -> set:
+        return {i for _, _, d in self.received for i in d}
+
+
+def open_doc(make_client, server, doc_id, user_id, claim=None, **claims):
+    client = make_client()
+    client.wait_validated(timeout=WAIT_S)
+    changes = Changes(client)
+    doc = client.document_for_jwt(server.mint_token(doc_id, user_id=user_id, collaboration_permissions=claim, **claims))
+    doc.download(wait=True, timeout=WAIT_S)
+    return client, doc, changes
+
+
+def test_without_a_claim_records_are_handed_out_as_stored(downloaded, server):
+    _, doc = downloaded(user_id="alice")
+    created = doc.create_annotation(note("mine"))
+    assert not set(created) & set(layersync.HANDOUT_KEYS)
+    doc.sync(wait=True, timeout=WAIT_S)
+    assert doc.get_annotation(created["id"]) == created == server.annotations(doc.id)[created["id"]]
+
+
+def test_records_carry_ownership_and_flags_under_a_claim(make_client, server, uploaded):
+    _, doc, _ = open_doc(make_client, server, uploaded(), "alice", LEAD)
+    created = doc.create_annotation(note("mine"))
+    assert (created["createdBy"], created["updatedBy"], created["group"]) == ("alice", "alice", None)
+    assert created["isEditable"] and created["isDeletable"] and created["canReply"] and created["canSetGroup"]
+    assert created["isFillable"] is False  # not a form field
+    doc.sync(wait=True, timeout=WAIT_S)
+    got = doc.get_annotation(created["id"])
+    assert got["createdBy"] == "alice" and got == created
+    assert layersync.record_content(got) == server.annotations(doc.id)[created["id"]]
+    # A record handed out can be passed back as it is: the hand-out keys do not go into content.
+    doc.update_annotation(dict(got, text={"format": "plain", "value": "again"}))
+    doc.sync(wait=True, timeout=WAIT_S)
+    assert not set(server.annotations(doc.id)[created["id"]]) & set(layersync.HANDOUT_KEYS)
+
+
+def test_reviewer_may_change_only_own_records_and_nothing_is_queued(make_client, server, uploaded):
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    theirs = lead.create_annotation(note("lead's"))
+    lead.sync(wait=True, timeout=WAIT_S)
+    _, bob, _ = open_doc(make_client, server, doc_id, "bob", REVIEWER)
+    seen = bob.get_annotation(theirs["id"])
+    assert seen["createdBy"] == "lead"
+    assert (seen["isEditable"], seen["isDeletable"], seen["canReply"], seen["canSetGroup"]) == (False, False, True, False)
+    before = bob.list_annotations()
+    with pytest.raises(layersync.ForbiddenError, match="may not edit") as info:
+        bob.update_annotation(dict(seen, text={"format": "plain", "value": "bob was here"}))
+    assert info.value.code == layersync._ffi.LAYERSYNC_ERROR_FORBIDDEN
+    with pytest.raises(layersync.ForbiddenError, match="may not delete"):
+        bob.delete_annotation(theirs["id"])
+    with pytest.raises(layersync.ForbiddenError, match="group"):
+        bob.update_annotation(dict(seen, group="elsewhere"))
+    assert not bob.has_unsynced_changes and bob.list_annotations() == before
+    own = bob.create_annotation(note("bob's"))
+    assert own["isEditable"] and own["isDeletable"] and not own["canSetGroup"]
+    bob.update_annotation(dict(own, text={"format": "plain", "value": "bob edits his own"}))
+    reply = bob.create_comment(theirs["id"], "a reply")
+    assert reply["createdBy"] == "bob"
+    bob.sync(wait=True, timeout=WAIT_S)
+    assert not bob.rejected_changes()
+    # The lead's root now carries bob's reply: bob still may not delete it.
+    assert not bob.get_annotation(theirs["id"])["isDeletable"]
+    # The lead may not delete it either under delete:self of comments; with comments:*:all she may.
+    lead.sync(wait=True, timeout=WAIT_S)
+    assert lead.get_annotation(theirs["id"])["isDeletable"]
+
+
+def test_reply_and_fill_need_their_permissions(make_client, server, uploaded):
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    root = lead.create_annotation(note("root", ))
+    lead.sync(wait=True, timeout=WAIT_S)
+    _, eve, _ = open_doc(make_client, server, doc_id, "eve",
+                         ["annotations:view:all", "comments:view:all", "form-fields:view:all"])
+    assert eve.get_annotation(root["id"])["canReply"] is False
+    with pytest.raises(layersync.ForbiddenError, match="reply"):
+        eve.create_comment(root["id"], "not allowed")
+    with pytest.raises(layersync.ForbiddenError, match="fill"):
+        eve.create_annotation({"type": "pspdfkit/form-field-value", "v": 1, "name": "field", "value": "x"})
+    assert not eve.has_unsynced_changes
+
+
+def test_default_group_get_set_reset_and_persisted(make_client, server, uploaded, tmp_path):
+    doc_id = uploaded()
+    storage = tmp_path / "dg"
+    client = make_client(storage_path=storage)
+    token = server.mint_token(doc_id, user_id="ann", default_group="team",
+                              collaboration_permissions=["annotations:*:group=team", "annotations:view:all",
+                                                         "annotations:set-group:group=drafts"])
+    doc = client.document_for_jwt(token)
+    doc.download(wait=True, timeout=WAIT_S)
+    assert doc.default_group == "team"
+    assert doc.create_annotation(note("in team"))["group"] == "team"
+    doc.default_group = "drafts"
+    assert doc.default_group == "drafts"
+    made = doc.create_annotation(note("in drafts"))
+    assert made["group"] == "drafts" and made["createdBy"] == "ann"
+    doc.default_group = "secret"  # no set-group for it: creating there is refused
+    with pytest.raises(layersync.ForbiddenError, match="group 'secret'"):
+        doc.create_annotation(note("nope"))
+    doc.default_group = "drafts"
+    client.close()
+    client = make_client(storage_path=storage)
+    doc = client.document_for_jwt(token)
+    assert doc.default_group == "drafts"  # kept in the local store
+    doc.sync(wait=True, timeout=WAIT_S)
+    groups = {r["content"]["text"]["value"]: r["group"]
+              for r in server.admin_json(f"/api/documents/{doc_id}/annotations")["data"]["annotations"]}
+    assert groups["in drafts"] == "drafts" and groups["in team"] == "team"
+    doc.default_group = None
+    assert doc.default_group == "team"
+    with pytest.raises(layersync.InvalidArgumentError):
+        doc.default_group = ""
+
+
+def test_malformed_claim_is_invalid_jwt_offline(make_client, server, uploaded):
+    def part(obj) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+    token = ".".join([part({"alg": "RS256"}), part({"document_id": "d", "collaboration_permissions":
+                                                    ["annotations:view:all", "annotations:fill:all"]}), "c2ln"])
+    client = make_client()
+    with pytest.raises(layersync.InvalidJWTError, match="annotations:fill:all"):
+        client.document_for_jwt(token)
+
+
+def test_reauth_widening_and_narrowing_make_records_appear_and_disappear(make_client, server, uploaded):
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    public = lead.create_annotation(note("for everyone", group="public"))
+    private = lead.create_annotation(note("internal", group="private"))
+    lead.sync(wait=True, timeout=WAIT_S)
+    _, guest, changes = open_doc(make_client, server, doc_id, "guest", GUEST)
+    ids = {r["id"] for r in guest.list_annotations()}
+    assert public["id"] in ids and private["id"] not in ids
+    with pytest.raises(layersync.NoSuchAnnotationError):
+        guest.get_annotation(private["id"])
+    guest.reauthenticate(server.mint_token(doc_id, user_id="guest", collaboration_permissions=["annotations:view:all"]))
+    assert private["id"] in changes.created()
+    assert guest.get_annotation(private["id"])["group"] == "private"
+    guest.reauthenticate(server.mint_token(doc_id, user_id="guest", collaboration_permissions=GUEST))
+    assert private["id"] in changes.deleted() and public["id"] not in changes.deleted()
+    ids = {r["id"] for r in guest.list_annotations()}
+    assert public["id"] in ids and private["id"] not in ids
+    guest.sync(wait=True, timeout=WAIT_S)  # nothing left to reconcile
+    assert private["id"] not in {r["id"] for r in guest.list_annotations()}
+
+
+def test_narrowing_drops_queued_edits_of_records_that_disappear_as_forbidden(make_client, server, uploaded):
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    private = lead.create_annotation(note("internal", group="private"))
+    lead.sync(wait=True, timeout=WAIT_S)
+    client, doc, changes = open_doc(make_client, server, doc_id, "lead2", LEAD)
+    client.set_network_available(False)
+    doc.update_annotation(dict(doc.get_annotation(private["id"]), text={"format": "plain", "value": "queued"}))
+    client.set_network_available(True)
+    doc.reauthenticate(server.mint_token(doc_id, user_id="lead2", collaboration_permissions=GUEST))
+    assert private["id"] in changes.deleted() and not doc.has_unsynced_changes
+    report = [r for r in doc.rejected_changes() if r["id"] == private["id"]]
+    assert report and report[0]["reason"] == "forbidden" and report[0]["code"] == layersync._ffi.LAYERSYNC_ERROR_FORBIDDEN
+    assert report[0]["local"]["text"]["value"] == "queued"
+
+
+def test_a_change_the_server_forbids_in_a_1000_change_batch_is_rejected_alone(make_client, server, uploaded):
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    target = lead.create_annotation(note("public one", group="public"))
+    lead.sync(wait=True, timeout=WAIT_S)
+    client, doc, changes = open_doc(make_client, server, doc_id, "rita",
+                                    ["annotations:view:all", "annotations:edit:group=public", "annotations:edit:self"])
+    made = [doc.create_annotation(note(f"rita {i}"))["id"] for i in range(500)]
+    doc.update_annotation(dict(doc.get_annotation(target["id"]), text={"format": "plain", "value": "rita's edit"}))
+    made += [doc.create_annotation(note(f"rita {i}"))["id"] for i in range(500, 999)]
+    # Meanwhile the lead moves the record out of the public group (the client still allows it).
+    current = server.admin_json(f"/api/documents/{doc_id}/annotations/{target['id']}")
+    server.admin_request(f"/api/documents/{doc_id}/annotations/{target['id']}", method="PUT",
+                         json_body={"content": current["content"], "group": "private"})
+    assert server.admin_json(f"/api/documents/{doc_id}/annotations/{target['id']}")["group"] == "private"
+    doc.sync(wait=True, timeout=WAIT_S)
+    assert [r["id"] for r in changes.rejected] == [target["id"]]
+    assert changes.rejected[0]["reason"] == "forbidden"
+    assert changes.rejected[0]["code"] == layersync._ffi.LAYERSYNC_ERROR_FORBIDDEN
+    assert set(made) <= set(server.annotations(doc_id))
+    back = doc.get_annotation(target["id"])
+    assert back["text"]["value"] == "public one" and back["group"] == "private" and not back["isEditable"]
+    assert not doc.has_unsynced_changes
+
+
+def test_forbidden_rollback_is_not_an_authentication_failure(make_client, server, uploaded):
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    target = lead.create_annotation(note("v1"))
+    lead.sync(wait=True, timeout=WAIT_S)
+    lead.update_annotation(dict(lead.get_annotation(target["id"]), text={"format": "plain", "value": "v2"}))
+    lead.sync(wait=True, timeout=WAIT_S)
+    _, bob, changes = open_doc(make_client, server, doc_id, "bob", REVIEWER)
+    first = bob.annotation_history(target["id"])[-1]
+    with pytest.raises(layersync.ForbiddenError):
+        bob.rollback_annotation(target["id"], first["revision"])
+    assert changes.auth_failures == 0
+    bob.create_annotation(note("still syncing"))
+    bob.sync(wait=True, timeout=WAIT_S)  # the token stays good
+    assert changes.auth_failures == 0 and not bob.has_unsynced_changes
