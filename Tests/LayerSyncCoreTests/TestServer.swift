@@ -98,10 +98,17 @@ final class TestServer: @unchecked Sendable {
 
     /// The layer's records per the admin API: id → content.
     func serverAnnotations(documentID: String) throws -> [String: JSONValue] {
-        let body = try Self.httpGet(url + "/api/documents/\(documentID)/annotations", headers: ["Authorization": "Token token=\"secret\""])
+        let admin = ["Authorization": "Token token=\"secret\""]
+        let body = try Self.httpGet(url + "/api/documents/\(documentID)/annotations", headers: admin)
         var result: [String: JSONValue] = [:]
         for item in try JSONValue.parse(body)["data"]?["annotations"]?.arrayValue ?? [] {
             if let id = item["id"]?.stringValue, let content = item["content"] { result[id] = content }
+        }
+        // Document Engine's listing holds annotations only; comments are in document.json's
+        // `comments` (their content carries the record id).
+        let document = try Self.httpGet(url + "/api/documents/\(documentID)/document.json", headers: admin)
+        for content in try JSONValue.parse(document)["comments"]?.arrayValue ?? [] {
+            if let id = content["id"]?.stringValue { result[id] = content }
         }
         return result
     }
