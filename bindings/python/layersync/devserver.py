@@ -186,14 +186,18 @@ class ReferenceServer:
         return json.loads(self.admin_request(path).decode("utf-8"))
 
     def annotations(self, document_id: str, layer: str | None = None) -> dict[str, dict[str, Any]]:
-        """The server's live annotations of a layer: ``{id: content}``, all of them (the
-        NDJSON listing: the JSON one stops at 1000 with ``"truncated": true``)."""
+        """The server's live annotations and comments of a layer: ``{id: content}``, all of
+        them: the annotation listing as NDJSON (the JSON one stops at 1000 with
+        ``"truncated": true``), plus the comments, which Document Engine's listing leaves out,
+        from the layer's ``document.json`` (a comment's content carries its id)."""
+        base = f"/api/documents/{document_id}"
         if layer:
-            path = f"/api/documents/{document_id}/layers/{urllib.parse.quote(layer, safe='')}/annotations"
-        else:
-            path = f"/api/documents/{document_id}/annotations"
-        request = urllib.request.Request(self.url + path, headers={
+            base += f"/layers/{urllib.parse.quote(layer, safe='')}"
+        request = urllib.request.Request(self.url + base + "/annotations", headers={
             "Authorization": f'Token token="{self.admin_token}"', "Accept": "application/x-ndjson"})
         with urllib.request.urlopen(request, timeout=60) as response:
             lines = response.read().decode("utf-8").splitlines()
-        return {a["id"]: a["content"] for a in map(json.loads, filter(None, lines))}
+        found = {a["id"]: a["content"] for a in map(json.loads, filter(None, lines))}
+        for comment in self.admin_json(base + "/document.json")["comments"]:
+            found[comment["id"]] = comment
+        return found
