@@ -16,6 +16,7 @@ from layersync_server.notify import LayerNotifier
 from layersync_server.settings import Settings
 from layersync_server.storage import DocumentNotFound, LayerDeleted, Storage
 from layersync_server.storage.base import WriteWouldWait
+from layersync_server.wire_json import parse_json
 
 #: The default layer (name "") is written "~" in paths (docs/protocol.md, Conventions).
 DEFAULT_LAYER_SEGMENT = "~"
@@ -218,6 +219,18 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
             raise payload_too_large(max_bytes)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_json_object(request: Request, ctx: "AppContext") -> dict:
+    """The request's body as a JSON object (at most ``max_request_bytes``); an empty body is
+    ``{}``. Raises 400 ``invalid_request`` for JSON that is not an object."""
+    raw = await read_body(request, ctx.settings.max_request_bytes)
+    if not raw.strip():
+        return {}
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise invalid_request("body must be a JSON object")
+    return body
 
 
 def replayed_request(request: Request, body: bytes) -> Request:

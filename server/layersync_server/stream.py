@@ -49,7 +49,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from layersync_server.auth import Grant
-from layersync_server.context import AppContext, read_body, run_in_worker
+from layersync_server.context import AppContext, read_json_object, run_in_worker
 from layersync_server.errors import ApiError, access_denied, invalid_request, not_found
 from layersync_server.errors_http import api_error_response
 from layersync_server.ids import is_valid_layer_name
@@ -57,7 +57,7 @@ from layersync_server.json_http import WireJSONResponse
 from layersync_server.notify import page_after
 from layersync_server.routes.access import grant as grant_of, list_page, page_json
 from layersync_server.storage.base import RecordPage
-from layersync_server.wire_json import MAX_REVISION, encode_response, parse_json
+from layersync_server.wire_json import MAX_REVISION, encode_response
 
 log = logging.getLogger(__name__)
 
@@ -538,16 +538,6 @@ def _hub(ctx: AppContext) -> StreamHub:
     return ctx.notifier.hub
 
 
-async def _json_object(request: Request, ctx: AppContext) -> dict:
-    raw = await read_body(request, ctx.settings.max_request_bytes)
-    if not raw.strip():
-        return {}
-    body = parse_json(raw)
-    if not isinstance(body, dict):
-        raise invalid_request("body must be a JSON object")
-    return body
-
-
 def _stream_of(hub: StreamHub, stream_id: str) -> Stream:
     stream = hub.streams.get(stream_id)
     if stream is None or stream.closing:
@@ -590,7 +580,7 @@ class OpenStream(_Endpoint):
         found = ctx.verifier.verify(request.headers.get("authorization"))
         if found.jti is not None and await run_in_worker(ctx.storage.is_token_revoked, found.jti):
             raise access_denied("token revoked")
-        await _json_object(request, ctx)
+        await read_json_object(request, ctx)
         hub = _hub(ctx)
         stream = hub.open()
         await send({"type": "http.response.start", "status": 200, "headers": [
@@ -612,7 +602,7 @@ class Subscriptions(_Endpoint):
     async def subscribe(self, scope, receive):
         ctx, hub = self.ctx, _hub(self.ctx)
         request = Request(scope, receive)
-        body = await _json_object(request, ctx)
+        body = await read_json_object(request, ctx)
         document_id, since, epoch = body.get("document_id"), body.get("since", 0), body.get("epoch")
         if not isinstance(document_id, str):
             raise invalid_request("document_id must be a string")

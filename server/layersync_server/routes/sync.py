@@ -18,7 +18,7 @@ from layersync_server import openapi_bodies as bodies
 from layersync_server.auth import Grant
 from layersync_server.changes import content_problem, is_revision
 from layersync_server.context import (AppContext, commit, get_context, layer_from_segment,
-                                      no_document, read_body)
+                                      no_document, read_body, read_json_object)
 from layersync_server.errors import ApiError, forbidden, invalid_request, not_found
 from layersync_server.errors_http import COMMON_ERROR_RESPONSES, error_responses
 from layersync_server.ids import is_sha256_hex, is_valid_record_id
@@ -216,16 +216,6 @@ def _attachment_visible(ctx: AppContext, grant: Grant, sha256: str) -> bool:
 
 # -- history, rollback, deleted list, restore ------------------------------------------------
 
-async def _json_body(request: Request, ctx: AppContext) -> dict:
-    raw = await read_body(request, ctx.settings.max_request_bytes)
-    if not raw.strip():
-        return {}
-    body = parse_json(raw)
-    if not isinstance(body, dict):
-        raise invalid_request("body must be a JSON object")
-    return body
-
-
 def _check_record_id(record_id: str) -> None:
     if not is_valid_record_id(record_id):
         raise invalid_request("record id must be 1..128 characters without control characters "
@@ -363,7 +353,7 @@ async def rollback_record(document_id: str, layer: str, record_id: str, request:
     name = layer_from_segment(layer)
     _check_record_id(record_id)
     grant = await _grant(request, ctx, document_id, name, "write")
-    body = await _json_body(request, ctx)
+    body = await read_json_object(request, ctx)
     target = body.get("revision")
     if not is_revision(target) or target < 1:
         raise invalid_request(f"revision must be an integer 1..{MAX_REVISION}")
@@ -392,7 +382,7 @@ async def restore_record(document_id: str, layer: str, record_id: str, request: 
     name = layer_from_segment(layer)
     _check_record_id(record_id)
     grant = await _grant(request, ctx, document_id, name, "write")
-    body = await _json_body(request, ctx)
+    body = await read_json_object(request, ctx)
 
     def pick(current, history):
         if not current.deleted:
