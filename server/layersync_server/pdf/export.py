@@ -189,8 +189,16 @@ def _rgb(color) -> Array | None:
     return Array(rgb) if rgb else None
 
 
-def _border(width) -> Dictionary:
-    return Dictionary(W=float(width if width is not None else 1.0), S=Name.S)
+def _border(width, dashes=None) -> Dictionary:
+    """``/BS``: the width, solid (``/S /S``) or, for a ``strokeDashArray``, dashed
+    (``/S /D`` with the pattern in ``/D``, PDF 32000-1 Table 166)."""
+    border = Dictionary(W=float(width if width is not None else 1.0), S=Name.S)
+    if isinstance(dashes, list) and dashes and all(
+            isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) and d >= 0
+            for d in dashes):
+        border.S = Name.D
+        border.D = Array([float(d) for d in dashes])
+    return border
 
 
 def _text_value(content: dict) -> str | None:
@@ -415,7 +423,7 @@ def _w_ink(annot, c, space, _):
 
 
 def _w_stroke(annot, c):
-    annot.BS = _border(c.get("strokeWidth"))
+    annot.BS = _border(c.get("strokeWidth"), c.get("strokeDashArray"))
     _set(annot, "/C", _rgb(c.get("strokeColor")))
     _set(annot, "/IC", _rgb(c.get("fillColor")))
 

@@ -318,7 +318,7 @@ def _free_text(annot, space):
 def free_text_style(annot) -> dict:
     """``font``, ``fontSize`` and ``fontColor`` of a free text annotation the way Acrobat
     and pdf.js draw it: ``/DA``, overridden by the CSS of ``/DS``, overridden by the
-    style of ``/RC`` (its body, first paragraph, first span)."""
+    default style of ``/RC`` (:func:`~layersync_formats.richtext.rich_text_style`)."""
     return resolve_free_text_style(decode_text(annot.get("/DA")), decode_text(annot.get("/DS")),
                                    parse_rich_text(decode_text(annot.get("/RC"))))
 
@@ -339,10 +339,25 @@ def _markup(annot, space):
             {"rects": rects, "color": color_to_hex(annot.get("/C")) or MARKUP_DEFAULT_COLOR})  # required
 
 
+def _dash_array(annot) -> list | None:
+    """``strokeDashArray`` of a dashed border: ``/BS /S /D`` with its ``/D`` (default
+    ``[3]``, PDF 32000-1 Table 166); None when solid or the pattern is unusable."""
+    bs = annot.get("/BS")
+    if not isinstance(bs, pikepdf.Dictionary) or str(bs.get("/S", "/S")) != "/D":
+        return None
+    pattern = bs.get("/D", pikepdf.Array([3]))
+    if not isinstance(pattern, pikepdf.Array):
+        return None
+    dashes = [_number(d) for d in pattern]
+    if not dashes or any(d is None or d < 0 for d in dashes) or not any(dashes):
+        return None
+    return [int(d) if float(d).is_integer() else d for d in dashes]
+
+
 def _stroke(annot) -> dict:
     return {"strokeColor": color_to_hex(annot.get("/C")),
             "fillColor": color_to_hex(annot.get("/IC")),
-            "strokeWidth": _border_width(annot)}
+            "strokeWidth": _border_width(annot), "strokeDashArray": _dash_array(annot)}
 
 
 def _ink(annot, space):
