@@ -79,14 +79,60 @@ def _page_index_in_range(record: dict, pages: PageBoxes) -> None:
 
 
 def _records(container: ET.Element, pages: PageBoxes, attachments: dict) -> list[dict]:
+    elements = [e for e in container if namespace_of(e.tag) in ("", XFDF_NS)]
+    partners = replace_text_groups(elements)
+    folded = {id(caret) for caret in partners.values()}
     out = []
-    for element in container:
-        if namespace_of(element.tag) not in ("", XFDF_NS):
-            continue
-        record = record_of(element, pages, attachments)
+    for element in elements:
+        if id(element) in folded:
+            continue  # part of its strikeout's record (replaceTextCaret)
+        record = record_of(element, pages, attachments, partners.get(id(element)))
         if record is not None:
             out.append(record)
     return out
+
+
+def replace_text_groups(elements: list[ET.Element]) -> dict[int, ET.Element]:
+    """Acrobat's "replace text" pairs among ``elements``: ``id(strikeout)`` → its
+    ``<caret>``, for each ``<strikeout inreplyto=caret replyType="group">`` whose caret is
+    in the same list (as PDF's StrikeOut ``/IRT`` Caret with ``/RT /Group``). Such a
+    pair is one record, the strikeout with ``replaceTextCaret``, as the PDF import makes it."""
+    carets = {e.get("name"): e for e in elements if local_name(e.tag) == "caret" and e.get("name")}
+    return {id(e): carets[e.get("inreplyto")] for e in elements
+            if local_name(e.tag) == "strikeout" and e.get("replyType") == "group"
+            and e.get("inreplyto") in carets}
+
+
+def replace_text_caret(caret: ET.Element, space: PageBox) -> dict:
+    """``replaceTextCaret`` of a "replace text" strikeout from its ``<caret>``: ``bbox``,
+    ``text`` (the replacement, as a note's text) and ``color`` (what the PDF import reads
+    from the Caret annotation)."""
+    out: dict[str, Any] = {"text": _text_of(caret)}
+    rect = numbers_of(caret.get("rect"))
+    if len(rect) == 4:
+        out["bbox"] = space.rect_to_bbox(rect)
+    if color_of(caret.get("color")):
+        out["color"] = color_of(caret.get("color"))
+    return out
+
+
+def _contents(element: ET.Element) -> tuple[str | None, str | None]:
+    """``(<contents> text, <contents-richtext> body as an Instant fragment)``; None for absent."""
+    contents = rich = None
+    for child in element:
+        name = local_name(child.tag)
+        if name == "contents":
+            contents = child.text or ""
+        elif name == "contents-richtext":
+            body = next((c for c in child if local_name(c.tag) == "body"), None)
+            rich = xhtml_inner(body) if body is not None else None
+    return contents, rich
+
+
+def _text_of(element: ET.Element) -> dict:
+    """Instant ``text`` of an element: its rich text as xhtml, else ``<contents>`` plain."""
+    contents, rich = _contents(element)
+    return {"format": "xhtml", "value": rich} if rich is not None else {"format": "plain", "value": contents or ""}
 
 
 def _thread_comments(records: list[dict]) -> None:
@@ -119,10 +165,11 @@ def _read_fields(element: ET.Element, path: tuple[str, ...], out: dict) -> None:
         _read_fields(child, here, out)
 
 
-def record_of(element: ET.Element, pages: PageBoxes = None,
-              attachments: dict | None = None) -> dict | None:
+def record_of(element: ET.Element, pages: PageBoxes = None, attachments: dict | None = None,
+              caret: ET.Element | None = None) -> dict | None:
     """The record an XFDF annotation element says (with its ``<ls:instant-json>`` applied);
-    None for elements that are not annotations. Embedded files go to ``attachments``."""
+    None for elements that are not annotations. Embedded files go to ``attachments``;
+    ``caret`` is the ``<caret>`` of a "replace text" strikeout (:func:`replace_text_groups`)."""
     tag = local_name(element.tag)
     extension = None
     for child in element:
@@ -130,6 +177,8 @@ def record_of(element: ET.Element, pages: PageBoxes = None,
             extension = child
     if tag in TYPES or (tag == "text" and element.get("inreplyto")):
         record = _mapped_record(element, tag, pages, attachments if attachments is not None else {})
+        if caret is not None and tag == "strikeout":
+            record["replaceTextCaret"] = replace_text_caret(caret, PageBox.at(pages, record["pageIndex"]))
     elif tag in RAW_ELEMENTS or (tag and tag not in ("annots", "fields", "f", "ids")):
         record = _raw_record(element, tag, pages)
     else:
@@ -217,17 +266,9 @@ def _mapped_record(element: ET.Element, tag: str, pages: PageBoxes, attachments:
     if created or modified:
         record["createdAt"] = created or modified
         record["updatedAt"] = modified or created
-    contents = rich = None
-    for child in element:
-        name = local_name(child.tag)
-        if name == "contents":
-            contents = child.text or ""
-        elif name == "contents-richtext":
-            body = next((c for c in child if local_name(c.tag) == "body"), None)
-            rich = xhtml_inner(body) if body is not None else None
+    contents, _ = _contents(element)
     if kind in ("pspdfkit/note", "pspdfkit/text", "pspdfkit/comment"):
-        record["text"] = ({"format": "xhtml", "value": rich} if rich is not None
-                          else {"format": "plain", "value": contents or ""})
+        record["text"] = _text_of(element)
     elif contents is not None:
         record["description" if kind == "pspdfkit/file" else "note"] = contents
     _TYPE_READERS.get(kind, lambda *a: None)(element, record, space, attachments)

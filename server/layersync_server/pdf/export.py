@@ -481,21 +481,30 @@ def _w_file(annot, c, space, attachments):
 def _write_field_value(pdf: pikepdf.Pdf, widget: Dictionary, value) -> None:
     """Set a widget's form field value (``/V`` on the field that has the name).
 
-    Buttons get a name value and the widget's ``/AS`` follows (``/Off`` when the value
-    is not one of its appearance states); text and choice fields get text, and the
-    form asks viewers to rebuild appearances (``/NeedAppearances``).
+    The field's widgets (its ``/Kids`` without a ``/T``) lose a ``/V`` of their own, a
+    stale one PDF writers leave (f1040's checkboxes carry ``/V /Off``) which importers and
+    viewers would read before the field's. Buttons get a name value and each widget's
+    ``/AS`` follows (``/Off`` when the value is not one of its appearance states); text and
+    choice fields get text, and the form asks viewers to rebuild appearances
+    (``/NeedAppearances``).
     """
     field = field_node(widget, "/T") or widget
     type_node = field_node(widget, "/FT")
     is_button = type_node is not None and str(type_node.FT) == "/Btn"
+    kids = [k for k in field.get("/Kids", []) if isinstance(k, Dictionary) and "/T" not in k] \
+        if isinstance(field.get("/Kids"), Array) else []
+    for kid in kids:
+        if "/V" in kid:
+            del kid["/V"]
     if value is None:
         if "/V" in field:
             del field["/V"]
     elif is_button:
         field.V = Name("/" + str(value))
-        states = widget.get("/AP", {}).get("/N") if isinstance(widget.get("/AP"), Dictionary) else None
-        if isinstance(states, Dictionary):
-            widget.AS = Name("/" + str(value)) if ("/" + str(value)) in states else Name.Off
+        for kid in kids if any(_objgen(k) == _objgen(widget) for k in kids) else [widget]:
+            states = kid.get("/AP", {}).get("/N") if isinstance(kid.get("/AP"), Dictionary) else None
+            if isinstance(states, Dictionary):
+                kid.AS = Name("/" + str(value)) if ("/" + str(value)) in states else Name.Off
     elif isinstance(value, list):
         field.V = Array([encode_text(str(v)) for v in value])
     else:
