@@ -190,10 +190,21 @@ def record_of(element: ET.Element, pages: PageBoxes = None, attachments: dict | 
             raise XfdfError("<ls:instant-json> must hold a JSON object") from None
         if not isinstance(ext, dict) or not isinstance(ext.get("set", {}), dict):
             raise XfdfError("<ls:instant-json> must hold a JSON object")
-        record.update(ext.get("set", {}))
-        for key in ext.get("unset", []) if isinstance(ext.get("unset", []), list) else []:
+        unset = ext.get("unset", []) if isinstance(ext.get("unset", []), list) else []
+        sets = ext.get("set", {})
+        kept = KEPT_FIELDS if sets.get("type", record.get("type")) != "pspdfkit/comment" else ("type", "id")
+        if removed := [k for k in kept if k in record and (k in unset or (k in sets and sets[k] is None))]:
+            raise XfdfError(f"<ls:instant-json> must not unset {', '.join(removed)}: an annotation has them")
+        record.update(sets)
+        for key in unset:
             record.pop(key, None)
     return record
+
+
+#: Fields an annotation element says (what and where it is; a comment: the first two), which
+#: the extension may change but not remove: a record without them is no annotation
+#: (Document Engine answers 422 for such an ``AnnotationContent``).
+KEPT_FIELDS = ("type", "id", "pageIndex", "bbox")
 
 
 def _no_constant(name: str) -> float:

@@ -16,7 +16,9 @@ Comments (``pspdfkit/comment``) are written as PDF replies to their root's annot
 (``/IRT``, ``/RT /R``, a ``/Popup``); a strikeout with ``replaceTextCaret`` as Acrobat's
 "replace text" pair (``/RT /Group``). Rich text (``{"format": "xhtml"}``) goes to ``/RC``
 with its plain text in ``/Contents``; ``customData`` to ``/LSYN_CustomData``.
-Not written: types without a PDF mapping.
+Bookmarks (``pspdfkit/bookmark``) are the outline (``/Outlines``):
+:func:`~layersync_server.pdf.outlines.write_bookmarks`. Not written: types without a PDF
+mapping.
 
 Every new annotation except links gets a normal appearance stream
 (:mod:`layersync_server.pdf.appearance`), since most viewers draw nothing else; kept
@@ -37,6 +39,7 @@ from pikepdf import Array, Dictionary, Name
 
 from layersync_server.pdf.appearance import write_appearance
 from layersync_server.pdf.geometry import PageSpace
+from layersync_server.pdf.outlines import BOOKMARK_TYPE, write_bookmarks
 from layersync_server.pdf.import_ import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT, field_node,
                                          embedded_file_bytes, indirect_key, open_pdf,
                                          read_annotations)
@@ -99,8 +102,9 @@ def export_pdf(original: bytes, contents: list[dict],
         originals = {a.id: a for a in removed}
         objects = {a.id: a.obj for a in imported if a.id in kept}  # record id → annotation
         comments = []
+        skipped += write_bookmarks(pdf, sha256, contents)
         for content in contents:
-            if content["id"] in kept:
+            if content["id"] in kept or content.get("type") == BOOKMARK_TYPE:
                 continue
             if content.get("type") == "pspdfkit/comment":
                 comments.append(content)  # after every root has its annotation

@@ -12,7 +12,8 @@ pspdfkit/markup/{highlight,underline,strikeout,squiggly}, Ink → pspdfkit/ink,
 Square → pspdfkit/shape/rectangle, Circle → pspdfkit/shape/ellipse,
 Line → pspdfkit/shape/line, Polygon/PolyLine → pspdfkit/shape/{polygon,polyline},
 Stamp → pspdfkit/stamp, FileAttachment → pspdfkit/file, Link → pspdfkit/link,
-Widget → pspdfkit/widget. Coordinates: :mod:`layersync_server.pdf.geometry`.
+Widget → pspdfkit/widget. Coordinates: :mod:`layersync_server.pdf.geometry`. The
+outline (``/Outlines``) gives ``pspdfkit/bookmark`` records: :mod:`~layersync_server.pdf.outlines`.
 
 Rich text (``/RC``) becomes ``{"format": "xhtml"}`` text, free-text style is resolved
 from ``/RC`` and ``/DS`` over ``/DA``, ``customData`` comes from ``/LSYN_CustomData``,
@@ -32,6 +33,7 @@ import pikepdf
 
 from layersync_server.ids import derived_ulid, is_valid_pdf_name_id
 from layersync_server.pdf.geometry import PageSpace
+from layersync_server.pdf.outlines import read_bookmarks
 from layersync_formats.richtext import free_text_style as resolve_free_text_style
 from layersync_formats.richtext import parse_rich_text, rich_text_to_instant
 from layersync_formats.threads import thread_root
@@ -81,11 +83,13 @@ class ImportedDocument:
     annotations: list[ImportedAnnotation]
     #: Embedded files of file annotations: SHA-256 hex → bytes (``fileAttachmentId``).
     attachments: dict[str, bytes] = None
+    #: ``pspdfkit/bookmark`` records of the outline (:mod:`layersync_server.pdf.outlines`).
+    bookmarks: list[dict] = None
 
     @property
     def records(self) -> list[dict]:
-        """The record contents, in page and ``/Annots`` order."""
-        return [a.content for a in self.annotations]
+        """The record contents, in page and ``/Annots`` order, then the bookmarks."""
+        return [a.content for a in self.annotations] + list(self.bookmarks or [])
 
 
 def open_pdf(data: bytes) -> pikepdf.Pdf:
@@ -111,6 +115,11 @@ def import_pdf(data: bytes) -> ImportedDocument:
         except (pikepdf.PdfError, KeyError, TypeError, ValueError, AttributeError, IndexError,
                 RecursionError) as exc:
             raise PdfImportError(f"cannot read the PDF's annotations: {exc}") from None
+        try:
+            bookmarks = [content for content, _ in read_bookmarks(pdf, sha256)]
+        except (pikepdf.PdfError, KeyError, TypeError, ValueError, AttributeError, IndexError,
+                RecursionError):
+            bookmarks = []  # a broken outline: the annotations still import
         attachments = {}
         for a in annotations:
             if a.content.get("fileAttachmentId"):
@@ -119,7 +128,7 @@ def import_pdf(data: bytes) -> ImportedDocument:
                     attachments[a.content["fileAttachmentId"]] = data_bytes
             a.obj = None  # the Pdf closes; keep only plain data
         title = decode_text(pdf.docinfo.get("/Title")) if pdf.trailer.get("/Info") is not None else None
-        return ImportedDocument(sha256, len(pdf.pages), title or None, annotations, attachments)
+        return ImportedDocument(sha256, len(pdf.pages), title or None, annotations, attachments, bookmarks)
 
 
 def read_annotations(pdf: pikepdf.Pdf, sha256: str) -> list[ImportedAnnotation]:

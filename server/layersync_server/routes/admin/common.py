@@ -119,6 +119,10 @@ def annotation_write(item: object, record_id: str | None = None,
         raise unprocessable(f"{where} must be a JSON object")
     if not isinstance(item.get("content"), dict):
         raise unprocessable(f"{where}: 'content' (the annotation) is required and must be an object")
+    if not isinstance(item["content"].get("type"), str) and not isinstance(
+            item["content"].get("content"), dict):
+        # Document Engine's AnnotationContent is one of its annotation types: each has a type
+        raise unprocessable(f"{where}: 'content.type' (the annotation's type) is required")
     for key in ("user_id", "group"):
         if item.get(key) is not None and not isinstance(item[key], str):
             raise unprocessable(f"{where}: '{key}' must be a string or null")
