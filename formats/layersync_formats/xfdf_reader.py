@@ -17,7 +17,7 @@ from layersync_formats.richtext import free_text_style, parse_css_style, xhtml_i
 from layersync_formats.safexml import XmlRefused, local_name, namespace_of, parse_untrusted
 from layersync_formats.threads import MAX_REPLY_DEPTH, thread_root
 from layersync_formats.values import (LINE_CAPS, NOTE_ICONS, STAMP_TYPES, PageBox, PageBoxes, color_of,
-                                      maybe_int, pdf_date_to_iso)
+                                      maybe_int, page_past_last, pdf_date_to_iso)
 from layersync_formats.xfdf import (FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, RAW_ELEMENTS, TYPES, XFDF_NS,
                                     XfdfChanges, XfdfError, numbers_of, strip_xfdf_namespace)
 
@@ -70,12 +70,10 @@ def read_xfdf(data: bytes | str, *, pages: PageBoxes = None) -> XfdfChanges:
 
 
 def _page_index_in_range(record: dict, pages: PageBoxes) -> None:
-    """A page the document does not have cannot place an annotation (its coordinates are
-    in that page's box): refused when the pages are known as a list."""
-    page = record.get("pageIndex", 0)
-    if isinstance(pages, (list, tuple)) and pages and isinstance(page, int) and page >= len(pages):
-        raise XfdfError(f"page {record['pageIndex']} is past the document's last page "
-                        f"({len(pages) - 1})")
+    """:func:`~layersync_formats.values.page_past_last`, when the pages are known as a list."""
+    problem = page_past_last(record, len(pages)) if isinstance(pages, (list, tuple)) else None
+    if problem:
+        raise XfdfError(problem)
 
 
 def _records(container: ET.Element, pages: PageBoxes, attachments: dict) -> list[dict]:

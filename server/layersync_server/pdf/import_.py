@@ -197,8 +197,13 @@ def _threads_and_groups(result: list[ImportedAnnotation], space_of: dict) -> Non
         node.content["isCommentThreadRoot"] = True
         c = a.content
         comment = {"v": 2, "id": c["id"], "type": "pspdfkit/comment", "rootId": node.id,
-                   "pageIndex": c["pageIndex"], "text": c["text"],
-                   "createdAt": c["createdAt"], "updatedAt": c["updatedAt"]}
+                   "pageIndex": c["pageIndex"], "text": c["text"]}
+        # a comment's dates are optional: only the reply's own (/CreationDate, /M), never
+        # the document's, so a comment written without them comes back without them
+        modified = iso_date(a.obj.get("/M"))
+        created = iso_date(a.obj.get("/CreationDate")) or modified
+        if created:
+            comment.update(createdAt=created, updatedAt=modified or created)
         for key in ("creatorName", "customData"):
             if key in c:
                 comment[key] = c[key]

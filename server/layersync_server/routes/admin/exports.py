@@ -144,9 +144,9 @@ def put_entries(writer, entries: list[dict]) -> tuple[int, int]:
 
 
 async def _apply_instant_json(request: Request, ctx: AppContext, document_id: str, layer: str) -> dict:
-    await find_document(ctx, document_id)
+    info = await find_document(ctx, document_id)
     body = await instant_json_body(request, ctx)
-    entries = instant_json_entries(body)
+    entries = instant_json_entries(body, info.page_count)
     # form field values land on the widget records of those fields
     entries += await widget_value_entries(ctx, document_id, layer, _form_field_values(body))
     state, (created, updated) = await commit(ctx, document_id, layer, lambda writer: put_entries(writer, entries))

@@ -213,7 +213,7 @@ def upload_attachment_records(attachment: bytes, pdf: bytes, pdf_records: list[d
         problem = json_problem(body, None)
         if problem:
             raise invalid_request(f"attachment: {problem}")
-        entries, files = instant_json_entries(body), {}
+        entries, files = instant_json_entries(body, len(page_boxes(pdf))), {}
         deleted: list[str] = []
     else:
         changes = read_xfdf_body(attachment, page_boxes(pdf))
