@@ -88,8 +88,13 @@ class ImportedDocument:
 
     @property
     def records(self) -> list[dict]:
-        """The record contents, in page and ``/Annots`` order, then the bookmarks."""
-        return [a.content for a in self.annotations] + list(self.bookmarks or [])
+        """The annotation (and comment) record contents, in page and ``/Annots`` order."""
+        return [a.content for a in self.annotations]
+
+    @property
+    def layer_records(self) -> list[dict]:
+        """Every record a layer made from the PDF holds: :attr:`records`, then the bookmarks."""
+        return self.records + list(self.bookmarks or [])
 
 
 def open_pdf(data: bytes) -> pikepdf.Pdf:

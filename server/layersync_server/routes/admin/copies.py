@@ -75,7 +75,7 @@ async def _merged(ctx: AppContext, document_id: str, layer: str, body: dict | No
     if body is not None:
         for entry in instant_json_entries(body, page_count):
             contents[entry["id"]] = entry
-        for widget in with_field_values(contents.values(), exports._form_field_values(body)):
+        for widget in with_field_values(contents.values(), exports._form_field_values(body))[0]:
             contents[widget["id"]] = widget
         added = _instant_json_attachments(body)
     merged = list(contents.values())

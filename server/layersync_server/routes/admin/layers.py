@@ -88,7 +88,7 @@ async def create_layer(document_id: str, request: Request,
     if source is None:
         pdf = await run_in_threadpool(ctx.storage.read_pdf, document_id)
         imported = await run_in_threadpool(import_pdf, pdf)
-        records = imported.records
+        records = imported.layer_records
     else:
         records = [r.content for r in
                    await run_in_threadpool(lambda: list(ctx.storage.iter_records(document_id, source)))]

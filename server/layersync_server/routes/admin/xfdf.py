@@ -142,7 +142,8 @@ async def apply_xfdf(ctx: AppContext, document_id: str, layer: str, data: bytes)
     pdf = await run_in_threadpool(ctx.storage.read_pdf, document_id)
     changes = read_xfdf_body(data, await run_in_threadpool(page_boxes, pdf))
     added, modified = checked_entries(changes.added), checked_entries(changes.modified)
-    values = await widget_value_entries(ctx, document_id, layer, changes.form_field_values)
+    values, unknown = await widget_value_entries(ctx, document_id, layer, changes.form_field_values,
+                                                 added + modified)
     for sha, content in changes.attachments.items():  # content-addressed: safe to keep on failure
         await run_in_threadpool(ctx.storage.put_attachment, document_id, sha, "application/octet-stream",
                                 content)
@@ -172,7 +173,8 @@ async def apply_xfdf(ctx: AppContext, document_id: str, layer: str, data: bytes)
     entries = len(added) + len(modified) + len(values)
     state, (created, updated, deleted) = await commit(ctx, document_id, layer, work)
     return {"data": {"created": created, "updated": updated, "deleted": deleted,
-                     "unchanged": entries - created - updated, "revision": state.revision}}
+                     "unchanged": entries - created - updated, "revision": state.revision,
+                     **({"skippedFormFieldValues": unknown} if unknown else {})}}
 
 
 _APPLY_BODY = {"requestBody": {"required": True, "content": {
