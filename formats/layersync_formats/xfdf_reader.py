@@ -18,7 +18,8 @@ from layersync_formats.safexml import XmlRefused, local_name, namespace_of, pars
 from layersync_formats.threads import MAX_REPLY_DEPTH, thread_root
 from layersync_formats.values import (LINE_CAPS, NOTE_ICONS, STAMP_TYPES, PageBox, PageBoxes, color_of,
                                       maybe_int, page_past_last, pdf_date_to_iso)
-from layersync_formats.xfdf import (FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, RAW_ELEMENTS, TYPES, XFDF_NS,
+from layersync_formats.xfdf import (EXTENSION_TYPES, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, RAW_ELEMENTS,
+                                    TYPES, XFDF_NS,
                                     XfdfChanges, XfdfError, numbers_of, strip_xfdf_namespace)
 
 
@@ -58,6 +59,8 @@ def read_xfdf(data: bytes | str, *, pages: PageBoxes = None) -> XfdfChanges:
                                 and (i.text or "").strip()]
         elif name == "fields":
             _read_fields(child, (), changes.form_field_values)
+        elif name == "instant-json" and namespace_of(child.tag) == LS_NS:
+            changes.extension_records += _extension_records(child)
     seen: set[str] = set()
     for record in changes.added + changes.modified:
         _page_index_in_range(record, pages)
@@ -67,6 +70,22 @@ def read_xfdf(data: bytes | str, *, pages: PageBoxes = None) -> XfdfChanges:
             seen.add(record["id"])
     _thread_comments(changes.records)
     return changes
+
+
+def _extension_records(element: ET.Element) -> list[dict]:
+    """The records of the document's ``<ls:instant-json>`` (``{"records": [...]}``): only
+    those of :data:`~layersync_formats.xfdf.EXTENSION_TYPES` (what XFDF has no element for;
+    an annotation there would bypass its element). Raises :class:`XfdfError`."""
+    try:
+        ext = json.loads(element.text or "{}", parse_constant=_no_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        raise XfdfError("<ls:instant-json> must hold a JSON object") from None
+    records = ext.get("records", []) if isinstance(ext, dict) else None
+    if not isinstance(records, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("type"), str) and r["type"].startswith(EXTENSION_TYPES)
+            for r in records):
+        raise XfdfError('the document\'s <ls:instant-json> must be {"records": [bookmarks and form fields]}')
+    return records
 
 
 def _page_index_in_range(record: dict, pages: PageBoxes) -> None:

@@ -12,8 +12,8 @@ from layersync_formats.richtext import css_style, rich_body, rich_text_plain
 from layersync_formats.safexml import XmlRefused, parse_untrusted
 from layersync_formats.values import (LINE_CAPS, PageBox, PageBoxes, color_of, default_appearance,
                                       iso_to_pdf_date, number_text)
-from layersync_formats.xfdf import (ELEMENTS, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, XFDF_NS,
-                                    strip_xfdf_namespace)
+from layersync_formats.xfdf import (ELEMENTS, EXTENSION_TYPES, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS,
+                                    XFDF_NS, strip_xfdf_namespace)
 from layersync_formats.xfdf_reader import record_of
 
 
@@ -23,8 +23,9 @@ def write_xfdf(records: Iterable[Mapping[str, Any]], *, pages: PageBoxes = None,
     """An XFDF document of ``records`` (Instant JSON v2 annotations and comments).
 
     Args:
-        records: record contents; those of a type XFDF cannot express (links, widgets,
-            images, redactions, an application's own types) are left out, see
+        records: record contents; bookmarks and form field definitions travel in the
+            document's ``<ls:instant-json>``; those of a type XFDF cannot express (links,
+            widgets, images, redactions, an application's own types) are left out, see
             :func:`unwritable`.
         pages: each page's CropBox ``(left, bottom, right, top)`` by page index
             (sequence or mapping); Letter for pages not given.
@@ -42,12 +43,23 @@ def write_xfdf(records: Iterable[Mapping[str, Any]], *, pages: PageBoxes = None,
         annots.extend(annotation_elements(record, pages, attachments or {}, by_id))
     if form_field_values:
         root.append(fields_element(form_field_values))
+    carried = [r for r in records if _carried(r)]
+    if carried:  # what XFDF has no element for, for LayerSync readers (others ignore it)
+        ext = ET.SubElement(root, "ls:instant-json", {"xmlns:ls": LS_NS})
+        ext.text = json.dumps({"records": carried}, ensure_ascii=False, sort_keys=True)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
 def unwritable(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Ids of the records :func:`write_xfdf` leaves out (no XFDF element for their type)."""
-    return [str(r.get("id")) for r in records if not _writable(r)]
+    """Ids of the records :func:`write_xfdf` leaves out (no XFDF element for their type,
+    and not carried in the document's ``<ls:instant-json>``)."""
+    return [str(r.get("id")) for r in records if not _writable(r) and not _carried(r)]
+
+
+def _carried(record: Mapping[str, Any]) -> bool:
+    """A record of :data:`~layersync_formats.xfdf.EXTENSION_TYPES` (bookmarks, form field
+    definitions): written in the document's ``<ls:instant-json>``."""
+    return isinstance(record.get("type"), str) and record["type"].startswith(EXTENSION_TYPES)
 
 
 def _writable(record: Mapping[str, Any]) -> bool:

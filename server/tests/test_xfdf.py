@@ -310,3 +310,29 @@ def test_xfdf_extension_may_not_unset_what_makes_an_annotation(server, field):
         response = _apply(server, doc, xfdf)
         assert response.status_code == 400, response.text
     assert _records(server, doc) == []
+
+
+def test_xfdf_carries_bookmarks_and_form_field_definitions(server):
+    """XFDF has no outline and no field definitions: a layer's bookmarks and stored form
+    fields travel in the document's <ls:instant-json> and come back on apply, so
+    layer -> document.xfdf -> apply on another document loses neither."""
+    doc = server.empty_document()
+    bookmark = {"v": 1, "type": "pspdfkit/bookmark", "id": "bm-x", "name": "Intro",
+                "action": {"type": "goTo", "pageIndex": 0}}
+    field = {"v": 1, "type": "pspdfkit/form-field/text", "id": "ff-x", "name": "lonely", "label": "L",
+             "annotationIds": [], "doNotSpellCheck": False, "doNotScroll": False, "multiLine": False,
+             "comb": False, "defaultValue": ""}
+    server.apply_instant_json(doc, {"bookmarks": [bookmark], "formFields": [field]})
+    exported = _xfdf(server, doc)
+    assert exported.status_code == 200
+    again = server.empty_document()
+    response = _apply(server, again, exported.content)
+    assert response.status_code == 200, response.text
+    back = server.document_json(again)
+    assert back["bookmarks"] == server.document_json(doc)["bookmarks"]
+    assert [f for f in back["formFields"] if f["id"] == "ff-x"] == \
+        [f for f in server.document_json(doc)["formFields"] if f["id"] == "ff-x"]
+    # only bookmarks and form fields may travel there (an annotation has its element)
+    bad = (f'<xfdf xmlns="{XFDF_NS}"><ls:instant-json xmlns:ls="https://layersync.dev/ns/xfdf/1">'
+           '{"records": [{"type": "pspdfkit/note", "id": "n"}]}</ls:instant-json></xfdf>')
+    assert _apply(server, again, bad).status_code == 400
