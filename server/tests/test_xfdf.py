@@ -336,3 +336,18 @@ def test_xfdf_carries_bookmarks_and_form_field_definitions(server):
     bad = (f'<xfdf xmlns="{XFDF_NS}"><ls:instant-json xmlns:ls="https://layersync.dev/ns/xfdf/1">'
            '{"records": [{"type": "pspdfkit/note", "id": "n"}]}</ls:instant-json></xfdf>')
     assert _apply(server, again, bad).status_code == 400
+
+
+def test_upload_with_an_xfdf_attachment_keeps_the_pdfs_bookmarks(server):
+    """The attachment replaces the PDF's annotations; the outline is none, so its bookmarks
+    stay."""
+    pdf = pikepdf.new()
+    pdf.add_blank_page()
+    with pdf.open_outline() as outline:
+        outline.root.append(pikepdf.OutlineItem("Start", 0))
+    out = io.BytesIO()
+    pdf.save(out)
+    xfdf = f'<xfdf xmlns="{XFDF_NS}"><annots/></xfdf>'.encode()
+    document_id, response = _upload_with(server, out.getvalue(), xfdf)
+    assert response.status_code == 200, response.text
+    assert [b["name"] for b in server.document_json(document_id)["bookmarks"]] == ["Start"]

@@ -166,8 +166,11 @@ async def upload_document(request: Request, document_id: str | None = Query(None
     records, files = imported.layer_records, imported.attachments or {}
     if attachment is not None:  # XFDF or Instant JSON replacing (or kept over) the PDF's annotations
         records, attached_files = await run_in_threadpool(
-            upload_attachment_records, attachment, data, records, _flag(fields, "keep_current_annotations"))
+            upload_attachment_records, attachment, data, imported.records,
+            _flag(fields, "keep_current_annotations"))
         files = {**files, **attached_files}
+        ids = {r["id"] for r in records}  # the outline is no annotation: its bookmarks stay
+        records += [b for b in imported.bookmarks or [] if b["id"] not in ids]
     new = NewDocument(document_id, title, data, imported.sha256, imported.page_count, records, files)
     if overwrite:
         await _delete_document(ctx, document_id, missing_ok=True)
