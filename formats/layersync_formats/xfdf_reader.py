@@ -19,8 +19,8 @@ from layersync_formats.threads import MAX_REPLY_DEPTH, thread_root
 from layersync_formats.values import (LINE_CAPS, NOTE_ICONS, STAMP_TYPES, PageBox, PageBoxes, color_of,
                                       maybe_int, page_past_last, pdf_date_to_iso)
 from layersync_formats.xfdf import (EXTENSION_TYPES, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, RAW_ELEMENTS,
-                                    TYPES, XFDF_NS,
-                                    XfdfChanges, XfdfError, numbers_of, strip_xfdf_namespace)
+                                    TYPES, XFDF_NS, XfdfChanges, XfdfError, numbers_of,
+                                    strip_xfdf_namespace)
 
 
 def parse(data: bytes | str) -> ET.Element:
@@ -76,11 +76,7 @@ def _extension_records(element: ET.Element) -> list[dict]:
     """The records of the document's ``<ls:instant-json>`` (``{"records": [...]}``): only
     those of :data:`~layersync_formats.xfdf.EXTENSION_TYPES` (what XFDF has no element for;
     an annotation there would bypass its element). Raises :class:`XfdfError`."""
-    try:
-        ext = json.loads(element.text or "{}", parse_constant=_no_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        raise XfdfError("<ls:instant-json> must hold a JSON object") from None
-    records = ext.get("records", []) if isinstance(ext, dict) else None
+    records = _extension_json(element).get("records", [])
     if not isinstance(records, list) or not all(
             isinstance(r, dict) and isinstance(r.get("type"), str) and r["type"].startswith(EXTENSION_TYPES)
             for r in records):
@@ -201,11 +197,8 @@ def record_of(element: ET.Element, pages: PageBoxes = None, attachments: dict | 
     else:
         return None
     if extension is not None:
-        try:
-            ext = json.loads(extension.text or "{}", parse_constant=_no_constant, parse_float=_finite_float)
-        except (ValueError, RecursionError):
-            raise XfdfError("<ls:instant-json> must hold a JSON object") from None
-        if not isinstance(ext, dict) or not isinstance(ext.get("set", {}), dict):
+        ext = _extension_json(extension)
+        if not isinstance(ext.get("set", {}), dict):
             raise XfdfError("<ls:instant-json> must hold a JSON object")
         unset = ext.get("unset", []) if isinstance(ext.get("unset", []), list) else []
         sets = ext.get("set", {})
@@ -222,6 +215,18 @@ def record_of(element: ET.Element, pages: PageBoxes = None, attachments: dict | 
 #: the extension may change but not remove: a record without them is no annotation
 #: (Document Engine answers 422 for such an ``AnnotationContent``).
 KEPT_FIELDS = ("type", "id", "pageIndex", "bbox")
+
+
+def _extension_json(element: ET.Element) -> dict:
+    """The JSON object an ``<ls:instant-json>`` holds (finite numbers only). Raises
+    :class:`XfdfError`."""
+    try:
+        ext = json.loads(element.text or "{}", parse_constant=_no_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        raise XfdfError("<ls:instant-json> must hold a JSON object") from None
+    if not isinstance(ext, dict):
+        raise XfdfError("<ls:instant-json> must hold a JSON object")
+    return ext
 
 
 def _no_constant(name: str) -> float:
