@@ -280,16 +280,26 @@ def css_style(font: str | None, size: float | None, color: str | None,
 
 
 def rich_text_style(root: ET.Element) -> dict:
-    """The style the first characters of parsed rich text are drawn in, as Acrobat and
-    pdf.js resolve it: the body's ``style``, then the first ``p``'s, then its first
-    ``span``'s (each overriding the one before)."""
+    """The default style of parsed rich text (what the record's font fields say), as
+    Acrobat and pdf.js resolve it: the body's ``style``, then the first block's (``p`` or
+    ``div``), then that of a ``span`` that wraps the block's whole text (Acrobat writes
+    ``<p><span style=...>text</span></p>``), each overriding the one before. A span
+    around only part of the text styles that part; it stays in the XHTML and is not the
+    default."""
     out: dict = {}
     node: ET.Element | None = root
     depth = 0
     while node is not None and depth < 8:
-        if _tag(node) in ("body", "p", "span", "div"):
+        tag = _tag(node)
+        if tag in ("body", "p", "div", "span"):
             out.update(parse_css_style(node.get("style")))
-        node = next((c for c in node if isinstance(c.tag, str)), None)
+        children = [c for c in node if isinstance(c.tag, str)]
+        if tag == "body":
+            node = children[0] if children else None
+        else:  # descend only into a span that is the block's whole content
+            whole = (len(children) == 1 and _tag(children[0]) == "span" and not (node.text or "").strip()
+                     and not (children[0].tail or "").strip())
+            node = children[0] if whole else None
         depth += 1
     return out
 
@@ -297,8 +307,8 @@ def rich_text_style(root: ET.Element) -> dict:
 def free_text_style(da: str | None, ds: str | None, rich: ET.Element | None = None) -> dict:
     """``font``, ``fontSize`` and ``fontColor`` of free text the way Acrobat and pdf.js
     draw it: ``/DA`` (``defaultappearance``), overridden by the CSS of ``/DS``
-    (``defaultstyle``), overridden by the style of the parsed rich text ``rich`` (its
-    body, first paragraph, first span) when given."""
+    (``defaultstyle``), overridden by the default style of the parsed rich text ``rich``
+    (:func:`rich_text_style`) when given."""
     style = parse_default_appearance(da)
     style.update(parse_css_style(ds))
     if rich is not None:

@@ -69,6 +69,19 @@ def maybe_int(value: float) -> float | int:
 
 # -- page boxes ------------------------------------------------------------------------------
 
+def page_past_last(record: Mapping, page_count: int | None) -> str | None:
+    """Why ``record`` cannot be on the document: an integer ``pageIndex`` at or past
+    ``page_count`` (its coordinates are in a page box the document does not have, and no
+    export could place it); None when it fits or the page count is unknown. The one rule
+    Instant JSON and XFDF apply (and upload attachments) refuse such a record by."""
+    page = record.get("pageIndex")
+    if isinstance(page, float) and page.is_integer():
+        page = int(page)
+    if page_count and isinstance(page, int) and not isinstance(page, bool) and page >= page_count:
+        return f"page {page} is past the document's last page ({page_count - 1})"
+    return None
+
+
 PageBoxes = Mapping[int, Sequence[float]] | Sequence[Sequence[float]] | None
 
 

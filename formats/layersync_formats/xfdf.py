@@ -53,6 +53,10 @@ TYPES = {element: instant for instant, element in ELEMENTS.items()}
 #: records holding the element (``xfdf`` field), written back unchanged.
 RAW_ELEMENTS = ("caret", "sound", "link", "redact", "polygonline", "movie", "widget", "popup")
 
+#: Record types with no XFDF element that travel in the document's ``<ls:instant-json>``
+#: (``{"records": [...]}``, a child of ``<xfdf>``): bookmarks and form field definitions.
+EXTENSION_TYPES = ("pspdfkit/bookmark", "pspdfkit/form-field/")
+
 #: Instant ``flags`` ↔ XFDF ``flags`` words (XFDF has ``print``, Instant ``noPrint``).
 FLAGS = {"hidden": "hidden", "invisible": "invisible", "noZoom": "nozoom",
          "noRotate": "norotate", "noView": "noview", "readOnly": "readonly", "locked": "locked",
@@ -85,12 +89,16 @@ class XfdfChanges:
     form_field_values: dict[str, Any] = field(default_factory=dict)
     #: Embedded files of ``<fileattachment><data>``: SHA-256 hex (``fileAttachmentId``) → bytes.
     attachments: dict[str, bytes] = field(default_factory=dict)
+    #: Records XFDF has no element for (bookmarks, form field definitions), from the
+    #: document's ``<ls:instant-json>``: each creates its record or replaces the one with
+    #: its id, in a command document too.
+    extension_records: list[dict] = field(default_factory=list)
     is_command: bool = False
 
     @property
     def records(self) -> list[dict]:
-        """``added`` then ``modified`` (every record the document carries)."""
-        return self.added + self.modified
+        """``added``, ``modified`` and ``extension_records`` (every record the document carries)."""
+        return self.added + self.modified + self.extension_records
 
 
 # -- values only XFDF has ---------------------------------------------------------------

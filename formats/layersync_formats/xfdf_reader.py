@@ -17,9 +17,10 @@ from layersync_formats.richtext import free_text_style, parse_css_style, xhtml_i
 from layersync_formats.safexml import XmlRefused, local_name, namespace_of, parse_untrusted
 from layersync_formats.threads import MAX_REPLY_DEPTH, thread_root
 from layersync_formats.values import (LINE_CAPS, NOTE_ICONS, STAMP_TYPES, PageBox, PageBoxes, color_of,
-                                      maybe_int, pdf_date_to_iso)
-from layersync_formats.xfdf import (FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, RAW_ELEMENTS, TYPES, XFDF_NS,
-                                    XfdfChanges, XfdfError, numbers_of, strip_xfdf_namespace)
+                                      maybe_int, page_past_last, pdf_date_to_iso)
+from layersync_formats.xfdf import (EXTENSION_TYPES, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, RAW_ELEMENTS,
+                                    TYPES, XFDF_NS, XfdfChanges, XfdfError, numbers_of,
+                                    strip_xfdf_namespace)
 
 
 def parse(data: bytes | str) -> ET.Element:
@@ -58,6 +59,8 @@ def read_xfdf(data: bytes | str, *, pages: PageBoxes = None) -> XfdfChanges:
                                 and (i.text or "").strip()]
         elif name == "fields":
             _read_fields(child, (), changes.form_field_values)
+        elif name == "instant-json" and namespace_of(child.tag) == LS_NS:
+            changes.extension_records += _extension_records(child)
     seen: set[str] = set()
     for record in changes.added + changes.modified:
         _page_index_in_range(record, pages)
@@ -69,24 +72,80 @@ def read_xfdf(data: bytes | str, *, pages: PageBoxes = None) -> XfdfChanges:
     return changes
 
 
+def _extension_records(element: ET.Element) -> list[dict]:
+    """The records of the document's ``<ls:instant-json>`` (``{"records": [...]}``): only
+    those of :data:`~layersync_formats.xfdf.EXTENSION_TYPES` (what XFDF has no element for;
+    an annotation there would bypass its element). Raises :class:`XfdfError`."""
+    records = _extension_json(element).get("records", [])
+    if not isinstance(records, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("type"), str) and r["type"].startswith(EXTENSION_TYPES)
+            for r in records):
+        raise XfdfError('the document\'s <ls:instant-json> must be {"records": [bookmarks and form fields]}')
+    return records
+
+
 def _page_index_in_range(record: dict, pages: PageBoxes) -> None:
-    """A page the document does not have cannot place an annotation (its coordinates are
-    in that page's box): refused when the pages are known as a list."""
-    page = record.get("pageIndex", 0)
-    if isinstance(pages, (list, tuple)) and pages and isinstance(page, int) and page >= len(pages):
-        raise XfdfError(f"page {record['pageIndex']} is past the document's last page "
-                        f"({len(pages) - 1})")
+    """:func:`~layersync_formats.values.page_past_last`, when the pages are known as a list."""
+    problem = page_past_last(record, len(pages)) if isinstance(pages, (list, tuple)) else None
+    if problem:
+        raise XfdfError(problem)
 
 
 def _records(container: ET.Element, pages: PageBoxes, attachments: dict) -> list[dict]:
+    elements = [e for e in container if namespace_of(e.tag) in ("", XFDF_NS)]
+    partners = replace_text_groups(elements)
+    folded = {id(caret) for caret in partners.values()}
     out = []
-    for element in container:
-        if namespace_of(element.tag) not in ("", XFDF_NS):
-            continue
-        record = record_of(element, pages, attachments)
+    for element in elements:
+        if id(element) in folded:
+            continue  # part of its strikeout's record (replaceTextCaret)
+        record = record_of(element, pages, attachments, partners.get(id(element)))
         if record is not None:
             out.append(record)
     return out
+
+
+def replace_text_groups(elements: list[ET.Element]) -> dict[int, ET.Element]:
+    """Acrobat's "replace text" pairs among ``elements``: ``id(strikeout)`` → its
+    ``<caret>``, for each ``<strikeout inreplyto=caret replyType="group">`` whose caret is
+    in the same list (as PDF's StrikeOut ``/IRT`` Caret with ``/RT /Group``). Such a
+    pair is one record, the strikeout with ``replaceTextCaret``, as the PDF import makes it."""
+    carets = {e.get("name"): e for e in elements if local_name(e.tag) == "caret" and e.get("name")}
+    return {id(e): carets[e.get("inreplyto")] for e in elements
+            if local_name(e.tag) == "strikeout" and e.get("replyType") == "group"
+            and e.get("inreplyto") in carets}
+
+
+def replace_text_caret(caret: ET.Element, space: PageBox) -> dict:
+    """``replaceTextCaret`` of a "replace text" strikeout from its ``<caret>``: ``bbox``,
+    ``text`` (the replacement, as a note's text) and ``color`` (what the PDF import reads
+    from the Caret annotation)."""
+    out: dict[str, Any] = {"text": _text_of(caret)}
+    rect = numbers_of(caret.get("rect"))
+    if len(rect) == 4:
+        out["bbox"] = space.rect_to_bbox(rect)
+    if color_of(caret.get("color")):
+        out["color"] = color_of(caret.get("color"))
+    return out
+
+
+def _contents(element: ET.Element) -> tuple[str | None, str | None]:
+    """``(<contents> text, <contents-richtext> body as an Instant fragment)``; None for absent."""
+    contents = rich = None
+    for child in element:
+        name = local_name(child.tag)
+        if name == "contents":
+            contents = child.text or ""
+        elif name == "contents-richtext":
+            body = next((c for c in child if local_name(c.tag) == "body"), None)
+            rich = xhtml_inner(body) if body is not None else None
+    return contents, rich
+
+
+def _text_of(element: ET.Element) -> dict:
+    """Instant ``text`` of an element: its rich text as xhtml, else ``<contents>`` plain."""
+    contents, rich = _contents(element)
+    return {"format": "xhtml", "value": rich} if rich is not None else {"format": "plain", "value": contents or ""}
 
 
 def _thread_comments(records: list[dict]) -> None:
@@ -119,10 +178,11 @@ def _read_fields(element: ET.Element, path: tuple[str, ...], out: dict) -> None:
         _read_fields(child, here, out)
 
 
-def record_of(element: ET.Element, pages: PageBoxes = None,
-              attachments: dict | None = None) -> dict | None:
+def record_of(element: ET.Element, pages: PageBoxes = None, attachments: dict | None = None,
+              caret: ET.Element | None = None) -> dict | None:
     """The record an XFDF annotation element says (with its ``<ls:instant-json>`` applied);
-    None for elements that are not annotations. Embedded files go to ``attachments``."""
+    None for elements that are not annotations. Embedded files go to ``attachments``;
+    ``caret`` is the ``<caret>`` of a "replace text" strikeout (:func:`replace_text_groups`)."""
     tag = local_name(element.tag)
     extension = None
     for child in element:
@@ -130,21 +190,43 @@ def record_of(element: ET.Element, pages: PageBoxes = None,
             extension = child
     if tag in TYPES or (tag == "text" and element.get("inreplyto")):
         record = _mapped_record(element, tag, pages, attachments if attachments is not None else {})
+        if caret is not None and tag == "strikeout":
+            record["replaceTextCaret"] = replace_text_caret(caret, PageBox.at(pages, record["pageIndex"]))
     elif tag in RAW_ELEMENTS or (tag and tag not in ("annots", "fields", "f", "ids")):
         record = _raw_record(element, tag, pages)
     else:
         return None
     if extension is not None:
-        try:
-            ext = json.loads(extension.text or "{}", parse_constant=_no_constant, parse_float=_finite_float)
-        except (ValueError, RecursionError):
-            raise XfdfError("<ls:instant-json> must hold a JSON object") from None
-        if not isinstance(ext, dict) or not isinstance(ext.get("set", {}), dict):
+        ext = _extension_json(extension)
+        if not isinstance(ext.get("set", {}), dict):
             raise XfdfError("<ls:instant-json> must hold a JSON object")
-        record.update(ext.get("set", {}))
-        for key in ext.get("unset", []) if isinstance(ext.get("unset", []), list) else []:
+        unset = ext.get("unset", []) if isinstance(ext.get("unset", []), list) else []
+        sets = ext.get("set", {})
+        kept = KEPT_FIELDS if sets.get("type", record.get("type")) != "pspdfkit/comment" else ("type", "id")
+        if removed := [k for k in kept if k in record and (k in unset or (k in sets and sets[k] is None))]:
+            raise XfdfError(f"<ls:instant-json> must not unset {', '.join(removed)}: an annotation has them")
+        record.update(sets)
+        for key in unset:
             record.pop(key, None)
     return record
+
+
+#: Fields an annotation element says (what and where it is; a comment: the first two), which
+#: the extension may change but not remove: a record without them is no annotation
+#: (Document Engine answers 422 for such an ``AnnotationContent``).
+KEPT_FIELDS = ("type", "id", "pageIndex", "bbox")
+
+
+def _extension_json(element: ET.Element) -> dict:
+    """The JSON object an ``<ls:instant-json>`` holds (finite numbers only). Raises
+    :class:`XfdfError`."""
+    try:
+        ext = json.loads(element.text or "{}", parse_constant=_no_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        raise XfdfError("<ls:instant-json> must hold a JSON object") from None
+    if not isinstance(ext, dict):
+        raise XfdfError("<ls:instant-json> must hold a JSON object")
+    return ext
 
 
 def _no_constant(name: str) -> float:
@@ -217,17 +299,9 @@ def _mapped_record(element: ET.Element, tag: str, pages: PageBoxes, attachments:
     if created or modified:
         record["createdAt"] = created or modified
         record["updatedAt"] = modified or created
-    contents = rich = None
-    for child in element:
-        name = local_name(child.tag)
-        if name == "contents":
-            contents = child.text or ""
-        elif name == "contents-richtext":
-            body = next((c for c in child if local_name(c.tag) == "body"), None)
-            rich = xhtml_inner(body) if body is not None else None
+    contents, _ = _contents(element)
     if kind in ("pspdfkit/note", "pspdfkit/text", "pspdfkit/comment"):
-        record["text"] = ({"format": "xhtml", "value": rich} if rich is not None
-                          else {"format": "plain", "value": contents or ""})
+        record["text"] = _text_of(element)
     elif contents is not None:
         record["description" if kind == "pspdfkit/file" else "note"] = contents
     _TYPE_READERS.get(kind, lambda *a: None)(element, record, space, attachments)

@@ -12,8 +12,8 @@ from layersync_formats.richtext import css_style, rich_body, rich_text_plain
 from layersync_formats.safexml import XmlRefused, parse_untrusted
 from layersync_formats.values import (LINE_CAPS, PageBox, PageBoxes, color_of, default_appearance,
                                       iso_to_pdf_date, number_text)
-from layersync_formats.xfdf import (ELEMENTS, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, XFDF_NS,
-                                    strip_xfdf_namespace)
+from layersync_formats.xfdf import (ELEMENTS, EXTENSION_TYPES, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS,
+                                    XFDF_NS, strip_xfdf_namespace)
 from layersync_formats.xfdf_reader import record_of
 
 
@@ -23,8 +23,9 @@ def write_xfdf(records: Iterable[Mapping[str, Any]], *, pages: PageBoxes = None,
     """An XFDF document of ``records`` (Instant JSON v2 annotations and comments).
 
     Args:
-        records: record contents; those of a type XFDF cannot express (links, widgets,
-            images, redactions, an application's own types) are left out, see
+        records: record contents; bookmarks and form field definitions travel in the
+            document's ``<ls:instant-json>``; those of a type XFDF cannot express (links,
+            widgets, images, redactions, an application's own types) are left out, see
             :func:`unwritable`.
         pages: each page's CropBox ``(left, bottom, right, top)`` by page index
             (sequence or mapping); Letter for pages not given.
@@ -39,17 +40,26 @@ def write_xfdf(records: Iterable[Mapping[str, Any]], *, pages: PageBoxes = None,
     root = ET.Element("xfdf", {"xmlns": XFDF_NS, "xml:space": "preserve"})
     annots = ET.SubElement(root, "annots")
     for record in records:
-        element = annotation_element(record, pages, attachments or {}, by_id)
-        if element is not None:
-            annots.append(element)
+        annots.extend(annotation_elements(record, pages, attachments or {}, by_id))
     if form_field_values:
         root.append(fields_element(form_field_values))
+    carried = [r for r in records if _carried(r)]
+    if carried:  # what XFDF has no element for, for LayerSync readers (others ignore it)
+        ext = ET.SubElement(root, "ls:instant-json", {"xmlns:ls": LS_NS})
+        ext.text = json.dumps({"records": carried}, ensure_ascii=False, sort_keys=True)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
 def unwritable(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Ids of the records :func:`write_xfdf` leaves out (no XFDF element for their type)."""
-    return [str(r.get("id")) for r in records if not _writable(r)]
+    """Ids of the records :func:`write_xfdf` leaves out (no XFDF element for their type,
+    and not carried in the document's ``<ls:instant-json>``)."""
+    return [str(r.get("id")) for r in records if not _writable(r) and not _carried(r)]
+
+
+def _carried(record: Mapping[str, Any]) -> bool:
+    """A record of :data:`~layersync_formats.xfdf.EXTENSION_TYPES` (bookmarks, form field
+    definitions): written in the document's ``<ls:instant-json>``."""
+    return isinstance(record.get("type"), str) and record["type"].startswith(EXTENSION_TYPES)
 
 
 def _writable(record: Mapping[str, Any]) -> bool:
@@ -58,29 +68,59 @@ def _writable(record: Mapping[str, Any]) -> bool:
         isinstance(kind, str) and kind.startswith("xfdf/") and isinstance(record.get("xfdf"), str))
 
 
-def annotation_element(record: Mapping[str, Any], pages: PageBoxes = None,
-                       attachments: Mapping[str, bytes] | None = None,
-                       by_id: Mapping[str, Mapping] | None = None) -> ET.Element | None:
-    """One record as its XFDF element (None when XFDF cannot express its type), with an
-    ``<ls:instant-json>`` child for whatever the element cannot carry, so that
-    :func:`record_of` gives ``record`` back."""
+def annotation_elements(record: Mapping[str, Any], pages: PageBoxes = None,
+                        attachments: Mapping[str, bytes] | None = None,
+                        by_id: Mapping[str, Mapping] | None = None) -> list[ET.Element]:
+    """One record as its XFDF elements (none when XFDF cannot express its type): one
+    element, or for a strikeout with ``replaceTextCaret`` Acrobat's "replace text" pair
+    (``<caret>``, then the ``<strikeout inreplyto=caret replyType="group">``). The
+    annotation element gets an ``<ls:instant-json>`` child for whatever the elements cannot
+    carry, so that :func:`record_of` gives ``record`` back."""
     if not _writable(record):
-        return None
+        return []
     kind = record["type"]
+    caret = None
     if kind.startswith("xfdf/"):
         element = _raw_element(record)
         if element is None:
-            return None
+            return []
     else:
         element = _mapped_element(record, pages, attachments or {}, by_id or {})
-    back = record_of(element, pages)
+        caret = _caret_element(record, element, pages)
+    back = record_of(element, pages, caret=caret)
     extra = {k: v for k, v in record.items() if k not in back or back[k] != v}
     unset = sorted(k for k in back if k not in record)
     if extra or unset:
         ext = ET.SubElement(element, "ls:instant-json", {"xmlns:ls": LS_NS})
         ext.text = json.dumps({"set": extra, "unset": unset} if unset else {"set": extra},
                               ensure_ascii=False, sort_keys=True)
-    return element
+    return [element] if caret is None else [caret, element]
+
+
+def _caret_element(record: Mapping[str, Any], strikeout: ET.Element, pages: PageBoxes) -> ET.Element | None:
+    """The ``<caret>`` of a "replace text" strikeout (named ``<id>-caret`` as the PDF
+    export names the Caret; page, flags, author and dates the strikeout's), which the
+    strikeout element is made to answer (``inreplyto``, ``replyType="group"``); None
+    for any other record."""
+    caret = record.get("replaceTextCaret")
+    if record.get("type") != "pspdfkit/markup/strikeout" or not isinstance(caret, dict):
+        return None
+    space = PageBox.at(pages, int(strikeout.get("page", "0")))
+    attrs = {"name": f"{record.get('id', '')}-caret"}
+    attrs.update({k: strikeout.get(k) for k in ("page", "flags", "title", "creationdate", "date")
+                  if strikeout.get(k) is not None})
+    bbox = caret.get("bbox")
+    attrs["rect"] = ",".join(number_text(v) for v in space.bbox_to_rect(bbox)) if _is_bbox(bbox) else "0,0,0,0"
+    _set_color(attrs, "color", caret.get("color"))
+    element = ET.Element("caret", attrs)
+    text = caret.get("text")
+    if isinstance(text, dict) and isinstance(text.get("value"), str):
+        element.extend(_text_children(text, ""))
+    elif isinstance(text, str):
+        element.append(_text_element("contents", text))
+    strikeout.set("inreplyto", attrs["name"])
+    strikeout.set("replyType", "group")
+    return element  # what it cannot say goes into the strikeout's <ls:instant-json>
 
 
 def _raw_element(record: Mapping[str, Any]) -> ET.Element | None:

@@ -168,6 +168,10 @@ def _grant_from_claims(claims: dict) -> Grant:
                  claims.get("default_group"), claims.get("creator_name"))
 
 
+#: The admin API's ``Authorization`` scheme (``Token token="..."``), named in its 401 challenge.
+ADMIN_SCHEME = "Token"
+
+
 def check_admin_token(authorization: str | None, secret: str | None) -> None:
     """Check ``Authorization: Token token="<secret>"``.
 
@@ -176,9 +180,9 @@ def check_admin_token(authorization: str | None, secret: str | None) -> None:
         (Document Engine's ``ApiAuthToken`` scheme answers every failed check 401).
     """
     if not authorization:
-        raise unauthorized("missing Authorization header")
+        raise unauthorized("missing Authorization header", ADMIN_SCHEME)
     if not secret:
-        raise unauthorized("admin API disabled: no admin token configured")
+        raise unauthorized("admin API disabled: no admin token configured", ADMIN_SCHEME)
     match = _ADMIN_HEADER.match(authorization)
     if not match or not hmac.compare_digest(match.group(1).encode(), secret.encode()):
-        raise unauthorized("invalid admin token")
+        raise unauthorized("invalid admin token", ADMIN_SCHEME)

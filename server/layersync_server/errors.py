@@ -90,9 +90,12 @@ def forbidden(message: str) -> ApiError:
     return ApiError(403, "forbidden", message)
 
 
-def unauthorized(message: str) -> ApiError:
-    """401 ``unauthorized``."""
-    return ApiError(401, "unauthorized", message)
+def unauthorized(message: str, scheme: str = "Bearer") -> ApiError:
+    """401 ``unauthorized`` with the ``WWW-Authenticate`` challenge RFC 9110 §15.5.2
+    requires on a 401: ``scheme`` is the one the route takes (``Bearer`` for a sync JWT,
+    ``Token`` for the admin API, Document Engine's ``ApiAuthToken``)."""
+    return ApiError(401, "unauthorized", message,
+                    headers={"WWW-Authenticate": f'{scheme} realm="layersync"'})
 
 
 def payload_too_large(limit_bytes: int) -> ApiError:

@@ -420,6 +420,8 @@ class ApplyResult(BaseModel):
     updated: int
     unchanged: int
     revision: int
+    #: names of form field values left out: the layer has no field of that name
+    skippedFormFieldValues: list[str] | None = None
 
 
 class ApplyResultOut(BaseModel):

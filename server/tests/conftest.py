@@ -73,6 +73,36 @@ class Server:
         assert response.status_code == 200, response.text
         return document_id
 
+    def empty_document(self, name: str = "pypdf-example.pdf") -> str:
+        """A new document of corpus PDF ``name`` whose default layer holds no annotation."""
+        document_id = self.new_document(name)
+        response = self.http.request("DELETE", f"/api/documents/{document_id}/annotations",
+                                     json={"annotationIds": "all"}, headers=self.admin())
+        assert response.status_code == 200, response.text
+        return document_id
+
+    def apply_instant_json(self, document_id: str, instant_json: dict) -> None:
+        response = self.http.post(f"/api/documents/{document_id}/apply_instant_json",
+                                  json=instant_json, headers=self.admin())
+        assert response.status_code == 200, response.text
+
+    def document_json(self, document_id: str) -> dict:
+        response = self.http.get(f"/api/documents/{document_id}/document.json", headers=self.admin())
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def exported_pdf(self, document_id: str) -> bytes:
+        response = self.http.get(f"/api/documents/{document_id}/pdf", headers=self.admin())
+        assert response.status_code == 200, response.text
+        return response.content
+
+    def reimported(self, document_id: str) -> dict:
+        """``document.json`` of the default layer's PDF export uploaded as a new document."""
+        copy_id = "doc-" + uuid.uuid4().hex
+        response = self.upload(self.exported_pdf(document_id), copy_id)
+        assert response.status_code == 200, response.text
+        return self.document_json(copy_id)
+
     def layer_url(self, document_id: str, layer: str = "~") -> str:
         return f"/sync/v1/documents/{document_id}/layers/{layer}"
 

@@ -76,3 +76,14 @@ def test_admin_token(server):
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"
     assert wrong.json()["error"]["message"] == "invalid admin token"
     assert server.http.get("/api/documents", headers=server.admin()).status_code == 200
+
+
+def test_401_answers_carry_the_challenge_of_their_scheme(server):
+    """RFC 9110 §15.5.2: a 401 carries WWW-Authenticate, naming the scheme the route takes:
+    Bearer (a JWT) on the sync routes, Token (Document Engine's ApiAuthToken) on the admin API."""
+    doc = server.new_document()
+    assert _records(server, doc, {}).headers["WWW-Authenticate"].startswith("Bearer ")
+    for headers in ({}, {"Authorization": 'Token token="nope"'}):
+        response = server.http.get("/api/documents", headers=headers)
+        assert response.status_code == 401
+        assert response.headers["WWW-Authenticate"].startswith("Token ")

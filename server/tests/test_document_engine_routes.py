@@ -430,3 +430,85 @@ def test_records_are_listed_and_exported_under_their_kind(server, vendor):
         assert again[key] == exported[key], key
     copied = {r["id"] for r in server.records(doc, layer="copy")["records"] if not r["deleted"]}
     assert not_annotations | {"hl"} <= copied
+
+
+# -- review findings of issue 15 --------------------------------------------------------------
+
+def test_create_annotation_without_type_is_422(server):
+    """POST .../annotations {"content": {}} (no type, no pageIndex, no bbox): the vendor's
+    AnnotationContent is one of its annotation types, so Document Engine answers 422 and
+    stores nothing."""
+    document_id = server.new_document()
+    before = server.document_json(document_id)["annotations"]
+    for body in ({"content": {}}, {"annotations": [{"content": {"pageIndex": 0}}]}):
+        response = server.http.post(f"/api/documents/{document_id}/annotations",
+                                    json=body, headers=server.admin())
+        assert response.status_code == 422, response.text
+    assert server.document_json(document_id)["annotations"] == before
+
+
+def test_form_field_values_for_unknown_field_is_not_reported_as_set(server):
+    """POST .../form-field-values for a field the layer has no widget (or form field) of is
+    answered 422 ("One or more of the request parameters were invalid", the vendor's spec)
+    and nothing is set. apply_instant_json and apply_xfdf (whose vendor answers are 200,
+    401, 404 only) apply the rest and name the unknown fields in skippedFormFieldValues."""
+    document_id = server.new_document("pdfjs-prefilled_f1040.pdf")
+    known = "topmostSubform[0].Page1[0].c1_04"
+    response = server.http.post(f"/api/documents/{document_id}/form-field-values",
+                                json={"formFieldValues": [{"name": "no.such.field", "value": "x"},
+                                                          {"name": known, "value": "MJ"}]},
+                                headers=server.admin())
+    values = {v["name"]: v["value"] for v in server.document_json(document_id)["formFieldValues"]}
+    assert response.status_code == 422, response.text
+    assert "no.such.field" in response.json()["error"]["message"]
+    assert "no.such.field" not in values and values.get(known) != "MJ"  # nothing applied
+    response = server.http.post(f"/api/documents/{document_id}/apply_instant_json", headers=server.admin(),
+                                json={"formFieldValues": [{"name": "no.such.field", "value": "x"},
+                                                          {"name": known, "value": "MJ"}]})
+    assert response.status_code == 200, response.text
+    assert response.json()["data"]["skippedFormFieldValues"] == ["no.such.field"]
+    values = {v["name"]: v["value"] for v in server.document_json(document_id)["formFieldValues"]}
+    assert values[known] == "MJ" and "no.such.field" not in values
+    xfdf = ('<xfdf xmlns="http://ns.adobe.com/xfdf/"><fields><field name="no.such.field"><value>x</value>'
+            '</field></fields></xfdf>')
+    response = server.http.post(f"/api/documents/{document_id}/apply_xfdf", content=xfdf.encode(),
+                                headers={**server.admin(), "Content-Type": "application/vnd.adobe.xfdf"})
+    assert response.status_code == 200, response.text
+    assert response.json()["data"]["skippedFormFieldValues"] == ["no.such.field"]
+
+
+def test_form_field_values_of_a_field_without_widgets_are_stored(server):
+    """A field made through .../form-fields without widgets takes a value: it is stored as
+    the field's form-field-value record, not dropped."""
+    document_id = server.empty_document()
+    field = {"v": 1, "type": "pspdfkit/form-field/text", "id": "ff-1", "name": "lonely",
+             "label": "Lonely", "annotationIds": [], "doNotSpellCheck": False, "doNotScroll": False,
+             "multiLine": False, "comb": False, "defaultValue": ""}
+    response = server.http.post(f"/api/documents/{document_id}/form-fields",
+                                json={"formFields": [{"content": field}]}, headers=server.admin())
+    assert response.status_code == 200 and response.json()["failingPaths"] == [], response.text
+    response = server.http.post(f"/api/documents/{document_id}/form-field-values",
+                                json={"formFieldValues": [{"name": "lonely", "value": "hi"}]},
+                                headers=server.admin())
+    assert response.status_code == 200, response.text
+    values = {v["name"]: v["value"] for v in server.document_json(document_id)["formFieldValues"]}
+    assert values["lonely"] == "hi"
+
+
+def test_instant_json_refuses_page_past_last_page_as_xfdf_does(server):
+    """apply_instant_json refuses an annotation with pageIndex 50 on a 1-page document with
+    400, as XFDF apply does (one rule, page_past_last): the PDF export could not place it
+    and no pages/{i}/annotations would list it."""
+    document_id = server.new_document("pypdf-example.pdf")
+    note_record = {"v": 2, "type": "pspdfkit/note", "id": "far-page", "pageIndex": 50,
+                   "bbox": [1, 1, 20, 20], "icon": "comment", "text": {"format": "plain", "value": "x"},
+                   "createdAt": "2024-01-01T00:00:00Z", "updatedAt": "2024-01-02T00:00:00Z", "opacity": 1}
+    response = server.http.post(f"/api/documents/{document_id}/apply_instant_json",
+                                json={"annotations": [note_record]}, headers=server.admin())
+    assert response.status_code == 400, response.text
+    xfdf = ('<xfdf xmlns="http://ns.adobe.com/xfdf/"><annots><text name="far-page" page="50" '
+            'rect="1,1,21,21"/></annots></xfdf>')
+    response = server.http.post(f"/api/documents/{document_id}/apply_xfdf", content=xfdf.encode(),
+                                headers={**server.admin(), "Content-Type": "application/vnd.adobe.xfdf"})
+    assert response.status_code == 400, response.text
+    assert "far-page" not in {a["id"] for a in server.document_json(document_id)["annotations"]}

@@ -270,3 +270,131 @@ def test_replace_text_group_stays_one_record_and_exports_as_a_group_pair():
     _same(copies, import_pdf(out).records)
     gone = export_pdf(source, [r for r in records if r["id"] != group["id"]]).pdf
     assert sum(str(a.get("/Subtype")) == "/Caret" for a in _annots(gone)) == before - 1
+
+
+# -- review findings of issue 15: export -> re-import through the admin API -----------------
+
+TIMES = {"createdAt": "2024-01-01T00:00:00Z", "updatedAt": "2024-01-02T00:00:00Z", "opacity": 1}
+
+
+def test_pdf_export_keeps_stroke_dash_array(server):
+    """PDF export writes a dash pattern as /BS << /S /D /D [...] >> and import reads it
+    back, so a dashed line/shape does not come back solid after export -> re-import."""
+    document_id = server.empty_document()
+    line = {"v": 2, "type": "pspdfkit/shape/line", "id": "dashed-line", "pageIndex": 0,
+            "bbox": [10, 400, 100, 100], "startPoint": [10, 400], "endPoint": [110, 500],
+            "strokeColor": "#00FFFF", "strokeWidth": 2, "strokeDashArray": [3, 3], **TIMES}
+    rectangle = {"v": 2, "type": "pspdfkit/shape/rectangle", "id": "dashed-rect", "pageIndex": 0,
+                 "bbox": [200, 200, 50, 50], "strokeColor": "#000000", "strokeWidth": 1,
+                 "strokeDashArray": [4, 2], **TIMES}
+    server.apply_instant_json(document_id, {"annotations": [line, rectangle]})
+    with pikepdf.open(io.BytesIO(server.exported_pdf(document_id))) as pdf:
+        borders = {decode_text(a.NM): a.BS for a in pdf.pages[0].obj.Annots if "/NM" in a}
+        assert str(borders["dashed-line"].S) == "/D" and list(borders["dashed-line"].D) == [3, 3]
+    back = _by_id(server.reimported(document_id)["annotations"])
+    assert back["dashed-line"].get("strokeDashArray") == [3, 3]
+    assert back["dashed-rect"].get("strokeDashArray") == [4, 2]
+
+
+def test_pdf_export_keeps_free_text_font_color_when_rich_text_has_an_inner_span(server):
+    """Free text with xhtml '<p>Free <span style="color:#FF0000">red</span></p>' and fontColor
+    #00A000: the inner span styles only "red", so the re-imported record's fontColor is the
+    body's (#00A000), not the first span's."""
+    document_id = server.empty_document()
+    free_text = {"v": 2, "type": "pspdfkit/text", "id": "ft-inner-span", "pageIndex": 0,
+                 "bbox": [100, 200, 200, 50],
+                 "text": {"format": "xhtml", "value": '<p>Free <span style="color:#FF0000">red</span></p>'},
+                 "font": "Helvetica", "fontSize": 14, "fontColor": "#00A000", "horizontalAlign": "left",
+                 "verticalAlign": "top", **TIMES}
+    server.apply_instant_json(document_id, {"annotations": [free_text]})
+    back = _by_id(server.reimported(document_id)["annotations"])["ft-inner-span"]
+    assert back["text"] == free_text["text"]
+    assert back["fontColor"] == "#00A000"
+
+
+def test_pdf_export_keeps_checkbox_group_value_of_f1040(server):
+    """Setting the f1040 field c1_04 (5 widgets S/MJ/MS/HoH/QW) to 'MJ' sets the parent /V
+    and the widgets' /AS and drops the kids' own stale /V /Off, so re-import (and viewers
+    that read /V from the widget) read 'MJ'."""
+    document_id = server.new_document("pdfjs-prefilled_f1040.pdf")
+    field = "topmostSubform[0].Page1[0].c1_04"
+    response = server.http.post(f"/api/documents/{document_id}/form-field-values",
+                                json={"formFieldValues": [{"name": field, "value": "MJ"}]},
+                                headers=server.admin())
+    assert response.status_code == 200, response.text
+    values = {v["name"]: v["value"] for v in server.document_json(document_id)["formFieldValues"]}
+    assert values[field] == "MJ"
+    back = {v["name"]: v["value"] for v in server.reimported(document_id)["formFieldValues"]}
+    assert back[field] == "MJ"
+
+
+def test_pdf_export_keeps_bookmarks(server):
+    """A layer's bookmarks are written as the PDF's /Outlines and read back as bookmark
+    records (with the same ids), so export -> re-import keeps them ("Record kinds": no
+    record a layer holds is left out of an export)."""
+    document_id = server.empty_document()
+    bookmark = {"v": 1, "type": "pspdfkit/bookmark", "id": "bm-intro", "name": "Intro",
+                "action": {"type": "goTo", "pageIndex": 0}}
+    server.apply_instant_json(document_id, {"bookmarks": [bookmark]})
+    assert server.document_json(document_id)["bookmarks"]
+    back = server.reimported(document_id)["bookmarks"]
+    assert [b.get("name") for b in back] == ["Intro"]
+    assert [b.get("action") for b in back] == [bookmark["action"]]
+    assert [b.get("id") for b in back] == ["bm-intro"]
+
+
+def test_copy_with_instant_json_keeps_bookmarks(server):
+    """copy_with_instant_json's copy is an export -> import: its bookmarks are the layer's."""
+    document_id = server.empty_document()
+    bookmark = {"v": 1, "type": "pspdfkit/bookmark", "id": "bm-copy", "name": "Copied",
+                "action": {"type": "goTo", "pageIndex": 0}}
+    server.apply_instant_json(document_id, {"bookmarks": [bookmark]})
+    response = server.http.post(f"/api/documents/{document_id}/copy_with_instant_json",
+                                json={}, headers=server.admin())
+    assert response.status_code == 200, response.text
+    copy_id = response.json()["documentId"]
+    assert [b["name"] for b in server.document_json(copy_id)["bookmarks"]] == ["Copied"]
+
+
+def test_pdf_import_reads_a_nested_outline_depth_first_with_stable_ids():
+    """Every outline item that goes to a page is a bookmark, children after their parent;
+    importing the same bytes twice gives the same ids."""
+    pdf = pikepdf.new()
+    for _ in range(3):
+        pdf.add_blank_page()
+    with pdf.open_outline() as outline:
+        parent = pikepdf.OutlineItem("Part", 0)
+        parent.children.append(pikepdf.OutlineItem("Chapter", 2))
+        outline.root.extend([parent, pikepdf.OutlineItem("End", 1)])
+    out = io.BytesIO()
+    pdf.save(out)
+    first, second = import_pdf(out.getvalue()), import_pdf(out.getvalue())
+    assert [(b["name"], b["action"]) for b in first.bookmarks] == [
+        ("Part", {"type": "goTo", "pageIndex": 0}), ("Chapter", {"type": "goTo", "pageIndex": 2}),
+        ("End", {"type": "goTo", "pageIndex": 1})]
+    assert [b["id"] for b in first.bookmarks] == [b["id"] for b in second.bookmarks]
+    # unchanged bookmarks keep the original (nested) outline
+    exported = export_pdf(out.getvalue(), first.layer_records).pdf
+    with pikepdf.open(io.BytesIO(exported)) as back:
+        with back.open_outline() as outline:
+            assert [i.title for i in outline.root] == ["Part", "End"]
+            assert [i.title for i in outline.root[0].children] == ["Chapter"]
+    assert import_pdf(exported).bookmarks == first.bookmarks
+
+
+def test_pdf_export_does_not_invent_comment_dates(server):
+    """A comment made by POST .../comments without createdAt/updatedAt is exported without
+    /M and /CreationDate and re-imported without dates: not with the source PDF's
+    /ModDate, a date nobody set."""
+    document_id = server.empty_document()
+    root = {"v": 2, "type": "pspdfkit/note", "id": "root-1", "pageIndex": 0, "bbox": [100, 100, 20, 20],
+            "icon": "comment", "text": {"format": "plain", "value": "root"}, **TIMES}
+    server.apply_instant_json(document_id, {"annotations": [root]})
+    response = server.http.post(f"/api/documents/{document_id}/annotations/root-1/comments",
+                                json={"comments": [{"id": "reply-1", "content": {"text": "a reply"}}]},
+                                headers=server.admin())
+    assert response.status_code == 200, response.text
+    before = _by_id(server.document_json(document_id)["comments"])["reply-1"]
+    after = _by_id(server.reimported(document_id)["comments"])["reply-1"]
+    assert after.get("createdAt") == before.get("createdAt")
+    assert after.get("updatedAt") == before.get("updatedAt")

@@ -4,12 +4,16 @@ revisions, or nothing), untrusted XML refused with nothing stored, and the CLI."
 
 from __future__ import annotations
 
+import io
+import json
 import subprocess
 import sys
 import uuid
 
+import pikepdf
 import pytest
 from layersync_formats import MEDIA_TYPE, XFDF_NS, read_xfdf
+from layersync_server.pdf.values import decode_text
 
 from conftest import ADMIN_TOKEN, CORPUS, note, synthetic_pdf
 
@@ -257,3 +261,93 @@ def test_cli_export_xfdf_and_upload_xfdf(server, tmp_path):
     refused = _cli("upload", "--url", server.url, "--admin-token", ADMIN_TOKEN, str(CORPUS / "pdfjs-comments.pdf"),
                    "--xfdf", str(bad))
     assert refused.returncode == 1 and "invalid_request" in refused.stderr
+
+
+REPLACE_TEXT = """<?xml version="1.0" encoding="UTF-8"?>
+<xfdf xmlns="http://ns.adobe.com/xfdf/" xml:space="preserve"><annots>
+<caret color="#0000FF" name="caret-1" page="0" rect="150,480,160,492" flags="print" title="Ann"
+  creationdate="D:20240101000000Z" date="D:20240101000000Z"><contents>new words</contents></caret>
+<strikeout color="#FF0000" name="so-1" page="0" coords="50,492,150,492,50,480,150,480"
+  rect="50,480,150,492" flags="print" title="Ann" inreplyto="caret-1" replyType="group"
+  creationdate="D:20240101000000Z" date="D:20240101000000Z"/>
+</annots></xfdf>"""
+
+
+def test_xfdf_replace_text_group_is_one_edit_and_survives_pdf_export(server):
+    """Acrobat's replace text in XFDF (<caret> + <strikeout inreplyto=caret replyType="group">)
+    is one strikeout record with replaceTextCaret (as the PDF import makes it), not an
+    xfdf/caret record beside a plain strikeout; the PDF export writes the Caret with the
+    replacement text, and the XFDF export writes the pair again as Acrobat does."""
+    doc = server.empty_document()
+    response = _apply(server, doc, REPLACE_TEXT)
+    assert response.status_code == 200, response.text
+    records = {r["id"]: r for r in _records(server, doc)}
+    assert set(records) == {"so-1"}
+    assert records["so-1"]["replaceTextCaret"] == {
+        "bbox": [150.0, 350.0, 10.0, 12.0], "text": {"format": "plain", "value": "new words"}, "color": "#0000FF"}
+    with pikepdf.open(io.BytesIO(server.exported_pdf(doc))) as pdf:
+        annots = {str(a.get("/Subtype")): a for a in pdf.pages[0].obj.get("/Annots", [])}
+        assert "/Caret" in annots and decode_text(annots["/Caret"].Contents) == "new words"
+        assert str(annots["/StrikeOut"].RT) == "/Group"
+    # the XFDF export: the caret and the strikeout answering it, no extension for the caret
+    exported = _xfdf(server, doc).text
+    assert '<caret name="so-1-caret"' in exported and 'replyType="group"' in exported
+    assert "replaceTextCaret" not in exported
+    again = server.empty_document()
+    assert _apply(server, again, exported).status_code == 200
+    assert _records(server, again) == [records["so-1"]]
+
+
+@pytest.mark.parametrize("field", ["type", "id", "pageIndex", "bbox"])
+def test_xfdf_extension_may_not_unset_what_makes_an_annotation(server, field):
+    """<ls:instant-json> "unset" (or "set" to null) of type, id, pageIndex or bbox would store
+    a record that is no annotation (Document Engine answers 422 for such content): 400."""
+    doc = server.empty_document()
+    for ext in ({"unset": [field]}, {"set": {field: None}}):
+        xfdf = (f'<xfdf xmlns="{XFDF_NS}"><annots><square name="sq-1" page="0" rect="10,10,50,50">'
+                f'<ls:instant-json xmlns:ls="https://layersync.dev/ns/xfdf/1">{json.dumps(ext)}'
+                '</ls:instant-json></square></annots></xfdf>')
+        response = _apply(server, doc, xfdf)
+        assert response.status_code == 400, response.text
+    assert _records(server, doc) == []
+
+
+def test_xfdf_carries_bookmarks_and_form_field_definitions(server):
+    """XFDF has no outline and no field definitions: a layer's bookmarks and stored form
+    fields travel in the document's <ls:instant-json> and come back on apply, so
+    layer -> document.xfdf -> apply on another document loses neither."""
+    doc = server.empty_document()
+    bookmark = {"v": 1, "type": "pspdfkit/bookmark", "id": "bm-x", "name": "Intro",
+                "action": {"type": "goTo", "pageIndex": 0}}
+    field = {"v": 1, "type": "pspdfkit/form-field/text", "id": "ff-x", "name": "lonely", "label": "L",
+             "annotationIds": [], "doNotSpellCheck": False, "doNotScroll": False, "multiLine": False,
+             "comb": False, "defaultValue": ""}
+    server.apply_instant_json(doc, {"bookmarks": [bookmark], "formFields": [field]})
+    exported = _xfdf(server, doc)
+    assert exported.status_code == 200
+    again = server.empty_document()
+    response = _apply(server, again, exported.content)
+    assert response.status_code == 200, response.text
+    back = server.document_json(again)
+    assert back["bookmarks"] == server.document_json(doc)["bookmarks"]
+    assert [f for f in back["formFields"] if f["id"] == "ff-x"] == \
+        [f for f in server.document_json(doc)["formFields"] if f["id"] == "ff-x"]
+    # only bookmarks and form fields may travel there (an annotation has its element)
+    bad = (f'<xfdf xmlns="{XFDF_NS}"><ls:instant-json xmlns:ls="https://layersync.dev/ns/xfdf/1">'
+           '{"records": [{"type": "pspdfkit/note", "id": "n"}]}</ls:instant-json></xfdf>')
+    assert _apply(server, again, bad).status_code == 400
+
+
+def test_upload_with_an_xfdf_attachment_keeps_the_pdfs_bookmarks(server):
+    """The attachment replaces the PDF's annotations; the outline is none, so its bookmarks
+    stay."""
+    pdf = pikepdf.new()
+    pdf.add_blank_page()
+    with pdf.open_outline() as outline:
+        outline.root.append(pikepdf.OutlineItem("Start", 0))
+    out = io.BytesIO()
+    pdf.save(out)
+    xfdf = f'<xfdf xmlns="{XFDF_NS}"><annots/></xfdf>'.encode()
+    document_id, response = _upload_with(server, out.getvalue(), xfdf)
+    assert response.status_code == 200, response.text
+    assert [b["name"] for b in server.document_json(document_id)["bookmarks"]] == ["Start"]

@@ -26,6 +26,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from layersync_server import __version__
+from layersync_server.auth import ADMIN_SCHEME
 from layersync_server.context import (DEFAULT_LAYER_SEGMENT, AppContext, check_document_id,
                                       layer_from_segment, read_body, replayed_request, run_in_worker)
 from layersync_server.dashboard import backend, session
@@ -93,7 +94,7 @@ def api_viewer(request: Request) -> session.Viewer:
     """Dependency of the other routes: the viewer, or 401."""
     found = session.viewer(request)
     if found is None:
-        raise unauthorized("log in to the dashboard or send Authorization: Token token=\"...\"")
+        raise unauthorized("log in to the dashboard or send Authorization: Token token=\"...\"", ADMIN_SCHEME)
     return found
 
 

@@ -16,7 +16,9 @@ Comments (``pspdfkit/comment``) are written as PDF replies to their root's annot
 (``/IRT``, ``/RT /R``, a ``/Popup``); a strikeout with ``replaceTextCaret`` as Acrobat's
 "replace text" pair (``/RT /Group``). Rich text (``{"format": "xhtml"}``) goes to ``/RC``
 with its plain text in ``/Contents``; ``customData`` to ``/LSYN_CustomData``.
-Not written: types without a PDF mapping.
+Bookmarks (``pspdfkit/bookmark``) are the outline (``/Outlines``):
+:func:`~layersync_server.pdf.outlines.write_bookmarks`. Not written: types without a PDF
+mapping.
 
 Every new annotation except links gets a normal appearance stream
 (:mod:`layersync_server.pdf.appearance`), since most viewers draw nothing else; kept
@@ -37,6 +39,7 @@ from pikepdf import Array, Dictionary, Name
 
 from layersync_server.pdf.appearance import write_appearance
 from layersync_server.pdf.geometry import PageSpace
+from layersync_server.pdf.outlines import BOOKMARK_TYPE, write_bookmarks
 from layersync_server.pdf.import_ import (FLAG_BITS, LINE_ENDINGS, MARKUP_TYPES, PRINT_BIT, field_node,
                                          embedded_file_bytes, indirect_key, open_pdf,
                                          read_annotations)
@@ -99,8 +102,9 @@ def export_pdf(original: bytes, contents: list[dict],
         originals = {a.id: a for a in removed}
         objects = {a.id: a.obj for a in imported if a.id in kept}  # record id → annotation
         comments = []
+        skipped += write_bookmarks(pdf, sha256, contents)
         for content in contents:
-            if content["id"] in kept:
+            if content["id"] in kept or content.get("type") == BOOKMARK_TYPE:
                 continue
             if content.get("type") == "pspdfkit/comment":
                 comments.append(content)  # after every root has its annotation
@@ -189,8 +193,16 @@ def _rgb(color) -> Array | None:
     return Array(rgb) if rgb else None
 
 
-def _border(width) -> Dictionary:
-    return Dictionary(W=float(width if width is not None else 1.0), S=Name.S)
+def _border(width, dashes=None) -> Dictionary:
+    """``/BS``: the width, solid (``/S /S``) or, for a ``strokeDashArray``, dashed
+    (``/S /D`` with the pattern in ``/D``, PDF 32000-1 Table 166)."""
+    border = Dictionary(W=float(width if width is not None else 1.0), S=Name.S)
+    if isinstance(dashes, list) and dashes and all(
+            isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) and d >= 0
+            for d in dashes):
+        border.S = Name.D
+        border.D = Array([float(d) for d in dashes])
+    return border
 
 
 def _text_value(content: dict) -> str | None:
@@ -415,7 +427,7 @@ def _w_ink(annot, c, space, _):
 
 
 def _w_stroke(annot, c):
-    annot.BS = _border(c.get("strokeWidth"))
+    annot.BS = _border(c.get("strokeWidth"), c.get("strokeDashArray"))
     _set(annot, "/C", _rgb(c.get("strokeColor")))
     _set(annot, "/IC", _rgb(c.get("fillColor")))
 
@@ -473,21 +485,30 @@ def _w_file(annot, c, space, attachments):
 def _write_field_value(pdf: pikepdf.Pdf, widget: Dictionary, value) -> None:
     """Set a widget's form field value (``/V`` on the field that has the name).
 
-    Buttons get a name value and the widget's ``/AS`` follows (``/Off`` when the value
-    is not one of its appearance states); text and choice fields get text, and the
-    form asks viewers to rebuild appearances (``/NeedAppearances``).
+    The field's widgets (its ``/Kids`` without a ``/T``) lose a ``/V`` of their own, a
+    stale one PDF writers leave (f1040's checkboxes carry ``/V /Off``) which importers and
+    viewers would read before the field's. Buttons get a name value and each widget's
+    ``/AS`` follows (``/Off`` when the value is not one of its appearance states); text and
+    choice fields get text, and the form asks viewers to rebuild appearances
+    (``/NeedAppearances``).
     """
     field = field_node(widget, "/T") or widget
     type_node = field_node(widget, "/FT")
     is_button = type_node is not None and str(type_node.FT) == "/Btn"
+    kids = [k for k in field.get("/Kids", []) if isinstance(k, Dictionary) and "/T" not in k] \
+        if isinstance(field.get("/Kids"), Array) else []
+    for kid in kids:
+        if "/V" in kid:
+            del kid["/V"]
     if value is None:
         if "/V" in field:
             del field["/V"]
     elif is_button:
         field.V = Name("/" + str(value))
-        states = widget.get("/AP", {}).get("/N") if isinstance(widget.get("/AP"), Dictionary) else None
-        if isinstance(states, Dictionary):
-            widget.AS = Name("/" + str(value)) if ("/" + str(value)) in states else Name.Off
+        for kid in kids if any(_objgen(k) == _objgen(widget) for k in kids) else [widget]:
+            states = kid.get("/AP", {}).get("/N") if isinstance(kid.get("/AP"), Dictionary) else None
+            if isinstance(states, Dictionary):
+                kid.AS = Name("/" + str(value)) if ("/" + str(value)) in states else Name.Off
     elif isinstance(value, list):
         field.V = Array([encode_text(str(v)) for v in value])
     else:

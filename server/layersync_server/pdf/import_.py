@@ -12,7 +12,8 @@ pspdfkit/markup/{highlight,underline,strikeout,squiggly}, Ink → pspdfkit/ink,
 Square → pspdfkit/shape/rectangle, Circle → pspdfkit/shape/ellipse,
 Line → pspdfkit/shape/line, Polygon/PolyLine → pspdfkit/shape/{polygon,polyline},
 Stamp → pspdfkit/stamp, FileAttachment → pspdfkit/file, Link → pspdfkit/link,
-Widget → pspdfkit/widget. Coordinates: :mod:`layersync_server.pdf.geometry`.
+Widget → pspdfkit/widget. Coordinates: :mod:`layersync_server.pdf.geometry`. The
+outline (``/Outlines``) gives ``pspdfkit/bookmark`` records: :mod:`~layersync_server.pdf.outlines`.
 
 Rich text (``/RC``) becomes ``{"format": "xhtml"}`` text, free-text style is resolved
 from ``/RC`` and ``/DS`` over ``/DA``, ``customData`` comes from ``/LSYN_CustomData``,
@@ -32,6 +33,7 @@ import pikepdf
 
 from layersync_server.ids import derived_ulid, is_valid_pdf_name_id
 from layersync_server.pdf.geometry import PageSpace
+from layersync_server.pdf.outlines import read_bookmarks
 from layersync_formats.richtext import free_text_style as resolve_free_text_style
 from layersync_formats.richtext import parse_rich_text, rich_text_to_instant
 from layersync_formats.threads import thread_root
@@ -81,11 +83,18 @@ class ImportedDocument:
     annotations: list[ImportedAnnotation]
     #: Embedded files of file annotations: SHA-256 hex → bytes (``fileAttachmentId``).
     attachments: dict[str, bytes] = None
+    #: ``pspdfkit/bookmark`` records of the outline (:mod:`layersync_server.pdf.outlines`).
+    bookmarks: list[dict] = None
 
     @property
     def records(self) -> list[dict]:
-        """The record contents, in page and ``/Annots`` order."""
+        """The annotation (and comment) record contents, in page and ``/Annots`` order."""
         return [a.content for a in self.annotations]
+
+    @property
+    def layer_records(self) -> list[dict]:
+        """Every record a layer made from the PDF holds: :attr:`records`, then the bookmarks."""
+        return self.records + list(self.bookmarks or [])
 
 
 def open_pdf(data: bytes) -> pikepdf.Pdf:
@@ -111,6 +120,11 @@ def import_pdf(data: bytes) -> ImportedDocument:
         except (pikepdf.PdfError, KeyError, TypeError, ValueError, AttributeError, IndexError,
                 RecursionError) as exc:
             raise PdfImportError(f"cannot read the PDF's annotations: {exc}") from None
+        try:
+            bookmarks = [content for content, _ in read_bookmarks(pdf, sha256)]
+        except (pikepdf.PdfError, KeyError, TypeError, ValueError, AttributeError, IndexError,
+                RecursionError):
+            bookmarks = []  # a broken outline: the annotations still import
         attachments = {}
         for a in annotations:
             if a.content.get("fileAttachmentId"):
@@ -119,7 +133,7 @@ def import_pdf(data: bytes) -> ImportedDocument:
                     attachments[a.content["fileAttachmentId"]] = data_bytes
             a.obj = None  # the Pdf closes; keep only plain data
         title = decode_text(pdf.docinfo.get("/Title")) if pdf.trailer.get("/Info") is not None else None
-        return ImportedDocument(sha256, len(pdf.pages), title or None, annotations, attachments)
+        return ImportedDocument(sha256, len(pdf.pages), title or None, annotations, attachments, bookmarks)
 
 
 def read_annotations(pdf: pikepdf.Pdf, sha256: str) -> list[ImportedAnnotation]:
@@ -188,8 +202,13 @@ def _threads_and_groups(result: list[ImportedAnnotation], space_of: dict) -> Non
         node.content["isCommentThreadRoot"] = True
         c = a.content
         comment = {"v": 2, "id": c["id"], "type": "pspdfkit/comment", "rootId": node.id,
-                   "pageIndex": c["pageIndex"], "text": c["text"],
-                   "createdAt": c["createdAt"], "updatedAt": c["updatedAt"]}
+                   "pageIndex": c["pageIndex"], "text": c["text"]}
+        # a comment's dates are optional: only the reply's own (/CreationDate, /M), never
+        # the document's, so a comment written without them comes back without them
+        modified = iso_date(a.obj.get("/M"))
+        created = iso_date(a.obj.get("/CreationDate")) or modified
+        if created:
+            comment.update(createdAt=created, updatedAt=modified or created)
         for key in ("creatorName", "customData"):
             if key in c:
                 comment[key] = c[key]
@@ -318,7 +337,7 @@ def _free_text(annot, space):
 def free_text_style(annot) -> dict:
     """``font``, ``fontSize`` and ``fontColor`` of a free text annotation the way Acrobat
     and pdf.js draw it: ``/DA``, overridden by the CSS of ``/DS``, overridden by the
-    style of ``/RC`` (its body, first paragraph, first span)."""
+    default style of ``/RC`` (:func:`~layersync_formats.richtext.rich_text_style`)."""
     return resolve_free_text_style(decode_text(annot.get("/DA")), decode_text(annot.get("/DS")),
                                    parse_rich_text(decode_text(annot.get("/RC"))))
 
@@ -339,10 +358,25 @@ def _markup(annot, space):
             {"rects": rects, "color": color_to_hex(annot.get("/C")) or MARKUP_DEFAULT_COLOR})  # required
 
 
+def _dash_array(annot) -> list | None:
+    """``strokeDashArray`` of a dashed border: ``/BS /S /D`` with its ``/D`` (default
+    ``[3]``, PDF 32000-1 Table 166); None when solid or the pattern is unusable."""
+    bs = annot.get("/BS")
+    if not isinstance(bs, pikepdf.Dictionary) or str(bs.get("/S", "/S")) != "/D":
+        return None
+    pattern = bs.get("/D", pikepdf.Array([3]))
+    if not isinstance(pattern, pikepdf.Array):
+        return None
+    dashes = [_number(d) for d in pattern]
+    if not dashes or any(d is None or d < 0 for d in dashes) or not any(dashes):
+        return None
+    return [int(d) if float(d).is_integer() else d for d in dashes]
+
+
 def _stroke(annot) -> dict:
     return {"strokeColor": color_to_hex(annot.get("/C")),
             "fillColor": color_to_hex(annot.get("/IC")),
-            "strokeWidth": _border_width(annot)}
+            "strokeWidth": _border_width(annot), "strokeDashArray": _dash_array(annot)}
 
 
 def _ink(annot, space):

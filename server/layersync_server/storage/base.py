@@ -137,6 +137,12 @@ class NewDocument:
     records: list[dict] = field(default_factory=list)
     attachments: dict[str, bytes] = field(default_factory=dict)
 
+    @property
+    def annotation_count(self) -> int:
+        """Document Engine's ``annotationCount`` of the upload: its records but the
+        bookmarks (the PDF's outline, which is no annotation)."""
+        return sum(1 for r in self.records if r.get("type") != "pspdfkit/bookmark")
+
 
 class LayerWriter(abc.ABC):
     """One open write transaction on one layer (see :meth:`Storage.write_layer`)."""

@@ -684,7 +684,7 @@ class SqlStorage(Storage):
                 conn, f"INSERT INTO documents ({_DOCUMENT_COLUMNS}, pdf) VALUES (?,?,?,?,?,?,?,?) "
                 "ON CONFLICT (document_id) DO NOTHING",
                 (document.document_id, document.title, document.sha256, len(document.pdf),
-                 document.page_count, len(document.records), now, document.pdf)).rowcount
+                 document.page_count, document.annotation_count, now, document.pdf)).rowcount
             if inserted != 1:
                 raise DocumentExists(document.document_id)
             self._clear_tombstone(conn, document.document_id, "")  # the upload creates it
@@ -702,7 +702,7 @@ class SqlStorage(Storage):
             if writer.layer.revision:
                 self.layer_changed(conn, writer.layer)
         return DocumentInfo(document.document_id, document.title, document.sha256,
-                            len(document.pdf), document.page_count, len(document.records), now)
+                            len(document.pdf), document.page_count, document.annotation_count, now)
 
     def get_document(self, document_id: str) -> DocumentInfo | None:
         with self.connection() as conn:

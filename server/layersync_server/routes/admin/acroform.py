@@ -22,7 +22,8 @@ import pikepdf
 # the importer's own field naming, so a field's name matches its widgets' formFieldName
 from layersync_server.pdf.import_ import _field_name as _full_name, field_node
 from layersync_server.pdf.values import decode_text
-from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE, WIDGET_TYPE
+from layersync_server.ids import derived_ulid
+from layersync_server.record_kinds import FORM_FIELD_PREFIX, FORM_FIELD_VALUE_TYPE, WIDGET_TYPE
 
 # /Ff bits (ISO 32000-1, 12.7.3.1 and 12.7.4)
 _READ_ONLY, _REQUIRED, _NO_EXPORT = 1, 2, 4
@@ -201,13 +202,35 @@ def form_field_values(records: list) -> list[tuple[dict, object]]:
                                           if name not in from_widgets]
 
 
-def with_field_values(contents, values: dict[str, object]) -> list[dict]:
-    """The widget record contents among ``contents`` whose field (``formFieldName``) has a
-    new value in ``values`` (field name → value), with that ``value``; widgets already
-    holding it are left out. Every path that applies form field values (Instant JSON and
-    XFDF apply, ``pdf_with_instant_json``) sets them with it."""
+def with_field_values(contents, values: dict[str, object]) -> tuple[list[dict], list[str]]:
+    """``(records, unknown names)`` that set form field values ``values`` (field name →
+    value) on a layer of ``contents``: its widget records of each field
+    (``formFieldName``) with the new ``value``; for a field without widgets, its
+    ``pspdfkit/form-field-value`` record with the value (made, with an id derived from the
+    name, for a field made through ``.../form-fields``). Records already holding the value
+    are left out. The names the layer has no field of (no widget, form field or value
+    record: the value could be stored nowhere) are returned, not applied; the caller
+    refuses or reports them (docs/protocol.md, "Form field values of unknown fields").
+    Every path that applies form field values (Instant JSON and XFDF apply,
+    ``/form-field-values``, ``pdf_with_instant_json``) sets them with it."""
     if not values:
-        return []
-    return [dict(c, value=values[c["formFieldName"]]) for c in contents
-            if c.get("type") == WIDGET_TYPE and c.get("formFieldName") in values
-            and c.get("value") != values[c["formFieldName"]]]
+        return [], []
+    contents = list(contents)
+    widgets = {c.get("formFieldName") for c in contents if c.get("type") == WIDGET_TYPE}
+    value_records = {}
+    for c in contents:
+        if c.get("type") == FORM_FIELD_VALUE_TYPE and c.get("name") not in value_records:
+            value_records[c.get("name")] = c
+    fields = {c.get("name") for c in contents if str(c.get("type")).startswith(FORM_FIELD_PREFIX)}
+    unknown = [name for name in values if name not in widgets | set(value_records) | fields]
+    out = [dict(c, value=values[c["formFieldName"]]) for c in contents
+           if c.get("type") == WIDGET_TYPE and c.get("formFieldName") in values
+           and c.get("value") != values[c["formFieldName"]]]
+    for name, value in values.items():
+        if name in widgets or name in unknown:
+            continue
+        record = value_records.get(name) or {"v": 1, "type": FORM_FIELD_VALUE_TYPE,
+                                              "id": derived_ulid("form-field-value", name), "name": name}
+        if record.get("value") != value or name not in value_records:
+            out.append(dict(record, value=value))
+    return out, unknown

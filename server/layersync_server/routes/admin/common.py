@@ -29,6 +29,7 @@ from layersync_server.record_schema import record_schema_problem
 from layersync_server.storage import DocumentInfo, StoredRecord
 from layersync_server.storage.base import KEEP_GROUP
 from layersync_server.wire_json import MAX_JSON_DEPTH, dumps, json_problem, parse_json
+from layersync_formats.values import page_past_last
 
 
 def require_admin(request: Request, ctx: AppContext = Depends(get_context)) -> AppContext:
@@ -71,10 +72,12 @@ async def required_json_body(request: Request, ctx: AppContext, required: str) -
 RECORD_KEYS = ("annotations", "comments", "bookmarks", "formFields")
 
 
-def instant_json_entries(body: object) -> list[dict]:
+def instant_json_entries(body: object, page_count: int | None = None) -> list[dict]:
     """The records of an Instant JSON document (its :data:`RECORD_KEYS` entries, and the
     ``formFieldValues`` entries with an ``id``: stored ``pspdfkit/form-field-value``
-    records as ``document.json`` gives them), validated and with ids."""
+    records as ``document.json`` gives them), validated and with ids. 400 for a record on
+    a page past the document's ``page_count`` (:func:`~layersync_formats.values.page_past_last`,
+    the rule XFDF applies too)."""
     if not isinstance(body, dict):
         raise invalid_request("Instant JSON must be an object")
     entries = []
@@ -88,6 +91,9 @@ def instant_json_entries(body: object) -> list[dict]:
     for item in values if isinstance(values, list) else []:
         if isinstance(item, dict) and isinstance(item.get("id"), str):
             entries.append(annotation_content({"v": 1, **item, "type": FORM_FIELD_VALUE_TYPE}, None))
+    for entry in entries:
+        if problem := page_past_last(entry, page_count):
+            raise invalid_request(f"annotation {entry['id'][:128]!r}: {problem}")
     return entries
 
 
@@ -119,6 +125,10 @@ def annotation_write(item: object, record_id: str | None = None,
         raise unprocessable(f"{where} must be a JSON object")
     if not isinstance(item.get("content"), dict):
         raise unprocessable(f"{where}: 'content' (the annotation) is required and must be an object")
+    if not isinstance(item["content"].get("type"), str) and not isinstance(
+            item["content"].get("content"), dict):
+        # Document Engine's AnnotationContent is one of its annotation types: each has a type
+        raise unprocessable(f"{where}: 'content.type' (the annotation's type) is required")
     for key in ("user_id", "group"):
         if item.get(key) is not None and not isinstance(item[key], str):
             raise unprocessable(f"{where}: '{key}' must be a string or null")

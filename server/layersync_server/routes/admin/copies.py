@@ -66,15 +66,16 @@ def _instant_json_attachments(body: dict) -> dict[str, tuple[str, bytes]]:
 
 
 async def _merged(ctx: AppContext, document_id: str, layer: str, body: dict | None):
+    page_count = (await find_document(ctx, document_id)).page_count
     """The layer's live record contents with ``body`` (Instant JSON) applied on top, and
     the attachments (``{sha256: (content type, bytes)}``) they use."""
     records = await run_in_threadpool(lambda: list(ctx.storage.iter_records(document_id, layer)))
     contents = {r.id: r.content for r in records}
     added = {}
     if body is not None:
-        for entry in instant_json_entries(body):
+        for entry in instant_json_entries(body, page_count):
             contents[entry["id"]] = entry
-        for widget in with_field_values(contents.values(), exports._form_field_values(body)):
+        for widget in with_field_values(contents.values(), exports._form_field_values(body))[0]:
             contents[widget["id"]] = widget
         added = _instant_json_attachments(body)
     merged = list(contents.values())

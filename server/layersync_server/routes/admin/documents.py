@@ -163,14 +163,18 @@ async def upload_document(request: Request, document_id: str | None = Query(None
     except PdfImportError as exc:
         raise invalid_request(str(exc)) from None
     title = title or fields.get("title") or imported.title or fields.get("filename") or document_id
-    records, files = imported.records, imported.attachments or {}
+    records, files = imported.layer_records, imported.attachments or {}
     if attachment is not None:  # XFDF or Instant JSON replacing (or kept over) the PDF's annotations
         records, attached_files = await run_in_threadpool(
-            upload_attachment_records, attachment, data, records, _flag(fields, "keep_current_annotations"))
+            upload_attachment_records, attachment, data, imported.records,
+            _flag(fields, "keep_current_annotations"))
         files = {**files, **attached_files}
+        ids = {r["id"] for r in records}  # the outline is no annotation: its bookmarks stay
+        records += [b for b in imported.bookmarks or [] if b["id"] not in ids]
     new = NewDocument(document_id, title, data, imported.sha256, imported.page_count, records, files)
     if overwrite:
         await _delete_document(ctx, document_id, missing_ok=True)
+    revision = len(records)  # each imported record is one revision of the new layer
     try:
         info = await run_in_threadpool(ctx.storage.create_document, new)
     except DocumentExists:
@@ -178,10 +182,11 @@ async def upload_document(request: Request, document_id: str | None = Query(None
         if info is None or info.sha256 != imported.sha256:
             raise ApiError(409, "document_exists",
                            f"document {document_id!r} exists with different content") from None
+        revision = info.annotation_count  # at most its revision (the notifier keeps the highest)
     else:  # a new default layer (new epoch): drop any revision left from a deleted one
         ctx.notifier.forget(document_id, "")
     if info.document_id == document_id:
-        await ctx.notifier.published(document_id, "", info.annotation_count)
+        await ctx.notifier.published(document_id, "", revision)
     return {"data": _document_created(info)}
 
 

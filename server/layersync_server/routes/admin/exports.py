@@ -117,13 +117,24 @@ def _form_field_values(body: object) -> dict[str, object]:
 
 
 async def widget_value_entries(ctx: AppContext, document_id: str, layer: str,
-                               values: dict[str, object]) -> list[dict]:
-    """Form field values as entries: the layer's widget records of those fields with the
-    new ``value`` (only those whose value changes). Instant JSON and XFDF apply both use it."""
+                               values: dict[str, object], applied: list[dict] = ()) -> tuple[list[dict], list[str]]:
+    """Form field values as entries and the names of unknown fields
+    (:func:`~.acroform.with_field_values`), on the layer as it is with the ``applied``
+    entries of the same request over it (a form field or value record the request brings
+    is a field too). Instant JSON and XFDF apply and ``/form-field-values`` use it."""
     if not values:
-        return []
-    contents = await run_in_threadpool(lambda: [r.content for r in ctx.storage.iter_records(document_id, layer)])
-    return with_field_values(contents, values)
+        return [], []
+    contents = await run_in_threadpool(lambda: {r.id: r.content for r in ctx.storage.iter_records(document_id, layer)})
+    contents.update((entry["id"], entry) for entry in applied)
+    return with_field_values(contents.values(), values)
+
+
+def unknown_fields_refused(unknown: list[str]) -> None:
+    """``/form-field-values``: 400 ``invalid_request`` (422 there) naming the unknown
+    fields, before anything is stored."""
+    if unknown:
+        shown = ", ".join(repr(n[:128]) for n in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise invalid_request(f"formFieldValues: no form field named {shown} in this layer")
 
 
 def put_entries(writer, entries: list[dict]) -> tuple[int, int]:
@@ -143,15 +154,23 @@ def put_entries(writer, entries: list[dict]) -> tuple[int, int]:
     return created, updated
 
 
-async def _apply_instant_json(request: Request, ctx: AppContext, document_id: str, layer: str) -> dict:
-    await find_document(ctx, document_id)
+async def _apply_instant_json(request: Request, ctx: AppContext, document_id: str, layer: str,
+                              refuse_unknown_fields: bool = False) -> dict:
+    """Apply Instant JSON; form field values of fields the layer does not have are left
+    out and named in ``skippedFormFieldValues`` (or, with ``refuse_unknown_fields``, 400
+    and nothing is applied)."""
+    info = await find_document(ctx, document_id)
     body = await instant_json_body(request, ctx)
-    entries = instant_json_entries(body)
+    entries = instant_json_entries(body, info.page_count)
     # form field values land on the widget records of those fields
-    entries += await widget_value_entries(ctx, document_id, layer, _form_field_values(body))
+    values, unknown = await widget_value_entries(ctx, document_id, layer, _form_field_values(body), entries)
+    if refuse_unknown_fields:
+        unknown_fields_refused(unknown)
+    entries += values
     state, (created, updated) = await commit(ctx, document_id, layer, lambda writer: put_entries(writer, entries))
     return {"data": {"created": created, "updated": updated,
-                     "unchanged": len(entries) - created - updated, "revision": state.revision}}
+                     "unchanged": len(entries) - created - updated, "revision": state.revision,
+                     **({"skippedFormFieldValues": unknown} if unknown else {})}}
 
 
 @router.post(DOC + "/apply_instant_json", summary="Apply Instant JSON to the default layer",

@@ -200,7 +200,7 @@ async def _set_values(request: Request, ctx: AppContext, document_id: str, layer
     # the body again for apply_instant_json's path (read once above, bounded)
     replay = replayed_request(request, dumps({"formFieldValues": items}).encode())
     try:
-        result = await exports._apply_instant_json(replay, ctx, document_id, layer)
+        result = await exports._apply_instant_json(replay, ctx, document_id, layer, refuse_unknown_fields=True)
     except ApiError as exc:
         raise as_unprocessable(exc) from None
     return data_envelope({"formFieldValues": [{"name": i["name"], "value": i["value"]} for i in items],

@@ -73,7 +73,7 @@ async def create_layer(document_id: str, request: Request,
     back (no client request re-creates it): its tombstone is cleared and it gets a new
     epoch, so clients re-download it.
     """
-    await find_document(ctx, document_id)
+    info = await find_document(ctx, document_id)
     body = await _layer_request(request, ctx)
     name, source = body.get("name"), body.get("source_layer_name")
     if not is_valid_layer_name(name):
@@ -81,13 +81,14 @@ async def create_layer(document_id: str, request: Request,
                               "control characters, '/' or '\\\\', and not '.', '..' or '~'")
     if source is not None and (not isinstance(source, str) or not is_valid_layer_name(source)):
         raise invalid_request("source_layer_name must be a layer name")
-    extra = instant_json_entries(body["instant_json"]) if body.get("instant_json") is not None else []
+    extra = instant_json_entries(body["instant_json"], info.page_count) \
+        if body.get("instant_json") is not None else []
     if source is not None and await run_in_threadpool(ctx.storage.get_layer, document_id, source) is None:
         source = None  # Document Engine: "the base layer is assumed instead"
     if source is None:
         pdf = await run_in_threadpool(ctx.storage.read_pdf, document_id)
         imported = await run_in_threadpool(import_pdf, pdf)
-        records = imported.records
+        records = imported.layer_records
     else:
         records = [r.content for r in
                    await run_in_threadpool(lambda: list(ctx.storage.iter_records(document_id, source)))]

@@ -24,7 +24,7 @@ from layersync_server.errors import ApiError, invalid_request
 from layersync_server.errors_http import error_responses
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.pdf.import_ import PdfImportError, open_pdf
-from layersync_server.record_kinds import COMMENT, kind_of
+from layersync_server.record_kinds import COMMENT, FORM_FIELD, kind_of
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_content,
                                                   find_document, instant_json_entries, require_admin)
 from layersync_server.routes.admin.exports import (_layer_query, attachment_bytes,
@@ -69,7 +69,11 @@ async def layer_xfdf(ctx: AppContext, document_id: str, layer: str) -> Response:
     """The layer's live records (annotations, comments as replies, form field values in
     ``<fields>``, embedded files) as an XFDF document."""
     document = await layer_instant_json_document(ctx, document_id, layer)
-    records = document["annotations"] + document["comments"]
+    # bookmarks and the stored form field definitions (not those derived from the PDF's
+    # AcroForm, which an apply would make records of) travel in <ls:instant-json>
+    stored_fields = await run_in_threadpool(lambda: [
+        r.content for r in ctx.storage.iter_records(document_id, layer) if kind_of(r.content) == FORM_FIELD])
+    records = document["annotations"] + document["comments"] + document["bookmarks"] + stored_fields
     pdf = await run_in_threadpool(ctx.storage.read_pdf, document_id)
     pages = await run_in_threadpool(page_boxes, pdf)
     attachments = attachment_bytes(await run_in_threadpool(stored_attachments, ctx, document_id, records))
@@ -142,7 +146,9 @@ async def apply_xfdf(ctx: AppContext, document_id: str, layer: str, data: bytes)
     pdf = await run_in_threadpool(ctx.storage.read_pdf, document_id)
     changes = read_xfdf_body(data, await run_in_threadpool(page_boxes, pdf))
     added, modified = checked_entries(changes.added), checked_entries(changes.modified)
-    values = await widget_value_entries(ctx, document_id, layer, changes.form_field_values)
+    carried = checked_entries(changes.extension_records)  # bookmarks, form fields: create or replace
+    values, unknown = await widget_value_entries(ctx, document_id, layer, changes.form_field_values,
+                                                 added + modified + carried)
     for sha, content in changes.attachments.items():  # content-addressed: safe to keep on failure
         await run_in_threadpool(ctx.storage.put_attachment, document_id, sha, "application/octet-stream",
                                 content)
@@ -160,7 +166,7 @@ async def apply_xfdf(ctx: AppContext, document_id: str, layer: str, data: bytes)
                     raise ApiError(409, "conflict",
                                    f"<modify>: no annotation {content['id']!r}; nothing was applied")
         _check_reply_roots(writer, added + modified)
-        created, updated = put_entries(writer, added + modified + values)
+        created, updated = put_entries(writer, added + modified + carried + values)
         deleted = 0
         for record_id in changes.deleted:
             current = writer.get_record(record_id)
@@ -169,10 +175,11 @@ async def apply_xfdf(ctx: AppContext, document_id: str, layer: str, data: bytes)
                 deleted += 1
         return created, updated, deleted
 
-    entries = len(added) + len(modified) + len(values)
+    entries = len(added) + len(modified) + len(carried) + len(values)
     state, (created, updated, deleted) = await commit(ctx, document_id, layer, work)
     return {"data": {"created": created, "updated": updated, "deleted": deleted,
-                     "unchanged": entries - created - updated, "revision": state.revision}}
+                     "unchanged": entries - created - updated, "revision": state.revision,
+                     **({"skippedFormFieldValues": unknown} if unknown else {})}}
 
 
 _APPLY_BODY = {"requestBody": {"required": True, "content": {
@@ -213,7 +220,7 @@ def upload_attachment_records(attachment: bytes, pdf: bytes, pdf_records: list[d
         problem = json_problem(body, None)
         if problem:
             raise invalid_request(f"attachment: {problem}")
-        entries, files = instant_json_entries(body), {}
+        entries, files = instant_json_entries(body, len(page_boxes(pdf))), {}
         deleted: list[str] = []
     else:
         changes = read_xfdf_body(attachment, page_boxes(pdf))
