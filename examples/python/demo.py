@@ -453,12 +453,15 @@ def run_document(report: Report, server: Any, pdf: Path, index: int, a: Party, b
 # Review round: collaboration permissions (docs/protocol.md "Collaboration permissions")
 
 REVIEWER = ["annotations:*:self", "annotations:view:all", "comments:view:all", "comments:reply:all"]
-LEAD = ["annotations:*:all", "comments:*:all", "form-fields:*:all"]
+# The lead changes every annotation but moderates no one's words: comments of their own only.
+LEAD = ["annotations:*:all", "comments:view:all", "comments:reply:all", "comments:edit:self",
+        "comments:delete:self", "form-fields:*:all"]
 GUEST = ["annotations:view:group=public", "comments:view:group=public"]
 
 
 def run_review_round(report: Report, server: Any, pdf: Path, timeout: float, workdir: Path) -> None:
-    """Two reviewers who may change only their own notes, a lead who may change all, and a
+    """Two reviewers who may change only their own notes, a lead who may change every note
+    (but only their own comments), and a
     guest who sees only the "public" group: each tries something forbidden and gets the clear
     error at once (nothing queued); the guest's client never receives a record outside its view,
     checked on the wire through a recording proxy, not only through the API."""
@@ -503,7 +506,7 @@ def run_review_round(report: Report, server: Any, pdf: Path, timeout: float, wor
             r1 = party("r1", "rui", REVIEWER)
             r2 = party("r2", "rosa", REVIEWER)
             guest = party("guest", "gus", GUEST, url=proxy.url)
-            s.detail = "lead annotations:*:all; reviewers annotations:*:self + view:all; guest view:group=public"
+            s.detail = "lead annotations:*:all + own comments; reviewers annotations:*:self + view:all; guest view:group=public"
         with step("lead: a public and a private note") as s:
             public = lead.create_annotation(dict(note("for the client 🌍"), group="public"))
             private = lead.create_annotation(dict(note("internal only 🔒", x=90), group="private"))
@@ -535,6 +538,14 @@ def run_review_round(report: Report, server: Any, pdf: Path, timeout: float, wor
             r1.sync(wait=True, timeout=timeout)
             expect(text_of(r1.get_annotation(n1["id"])) == "rui's remark, seen by the lead ✓", "rui did not get the lead's edit")
             s.detail = "synced to rui"
+        with step("reviewer replies to the lead's note; lead edits that reply: refused") as s:
+            reply = r1.create_comment(public["id"], "rui: could we say this more plainly?")
+            r1.sync(wait=True, timeout=timeout)
+            lead.sync(wait=True, timeout=timeout)
+            theirs = lead.get_annotation(reply["id"])
+            expect(theirs is not None and not theirs["isEditable"], "the lead does not see rui's reply as not editable")
+            s.detail = refused("lena rewriting rui's reply",
+                               lambda: lead.update_annotation(with_text(content_of(theirs), "lena's words")), lead)
         with step("guest: sees only the public note, edits refused") as s:
             guest.sync(wait=True, timeout=timeout)
             ids = {r["id"] for r in guest.list_annotations()}
