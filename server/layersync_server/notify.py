@@ -88,6 +88,10 @@ class LayerNotifier:
         #: The change streams' hub (stream.py), told of everything below; None: no streams.
         self.hub = None
 
+    def latest(self, document_id: str, layer: str) -> int:
+        """The newest revision of the layer published since it was last forgotten (0: none)."""
+        return self._latest.get((document_id, layer), 0)
+
     def has_waiters(self, document_id: str, layer: str) -> bool:
         """Whether a long-poll or a stream waits on the layer now (a hint; safe from any
         thread)."""

@@ -130,11 +130,14 @@ class Subscription:
 class Stream:
     """One open ``text/event-stream`` response."""
 
-    __slots__ = ("id", "subs", "queue", "waiter", "closing", "last_write", "send_started",
-                 "task", "aborted", "progress")
+    __slots__ = ("id", "owner", "subs", "queue", "waiter", "closing", "last_write",
+                 "send_started", "task", "aborted", "progress")
 
-    def __init__(self, stream_id: str, now: float):
+    def __init__(self, stream_id: str, now: float, owner: str | None = None):
         self.id = stream_id
+        #: The ``user_id`` of the JWT that opened it: only JWTs of that user change its
+        #: subscriptions (someone else who learns the id cannot end or narrow them).
+        self.owner = owner
         self.subs: dict[tuple[str, str], Subscription] = {}
         #: ``(subscription or None, its generation, bytes or _Notice)``
         self.queue: deque = deque()
@@ -276,6 +279,9 @@ class StreamHub:
             loop = asyncio.get_running_loop()
             sub.timer = loop.call_later(max(0.0, exp - time.time()), self.end, sub,
                                         "token_expired")
+        # A commit published while ``page`` was read (in a worker) found no subscription to
+        # tell: the notifier's newest revision of the layer covers it, so catch up to that.
+        sub.known = max(sub.known, self.ctx.notifier.latest(document_id, layer))
         if page.records or page.layer.revision > since:
             self._deliver(sub, page, self._changes_event(sub, page))
         if page.has_more or sub.known > sub.cursor:
@@ -425,9 +431,9 @@ class StreamHub:
 
     # -- streams -------------------------------------------------------------------------
 
-    def open(self) -> Stream:
+    def open(self, owner: str | None = None) -> Stream:
         loop = asyncio.get_running_loop()
-        stream = Stream(secrets.token_urlsafe(24), loop.time())  # 192 bits
+        stream = Stream(secrets.token_urlsafe(24), loop.time(), owner)  # 192 bits
         self.streams[stream.id] = stream
         if self._sweeper is None and not self.draining:
             self._sweeper = loop.create_task(self._sweep())
@@ -538,9 +544,11 @@ def _hub(ctx: AppContext) -> StreamHub:
     return ctx.notifier.hub
 
 
-def _stream_of(hub: StreamHub, stream_id: str) -> Stream:
+def _stream_of(hub: StreamHub, stream_id: str, grant: Grant) -> Stream:
+    """The open stream ``stream_id`` if ``grant``'s user opened it; another user's stream
+    answers as an unknown one (404), so an id that leaked tells nothing and changes nothing."""
     stream = hub.streams.get(stream_id)
-    if stream is None or stream.closing:
+    if stream is None or stream.closing or stream.owner != grant.user_id:
         raise not_found("no open stream with this id")
     return stream
 
@@ -582,7 +590,7 @@ class OpenStream(_Endpoint):
             raise access_denied("token revoked")
         await read_json_object(request, ctx)
         hub = _hub(ctx)
-        stream = hub.open()
+        stream = hub.open(found.user_id)
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache, no-transform"),
@@ -614,10 +622,10 @@ class Subscriptions(_Endpoint):
         found = await grant_of(request.headers.get("authorization"), ctx, document_id, name,
                                "read-document")
         exp = ctx.verifier.expiry(request.headers.get("authorization"))
-        _stream_of(hub, scope["path_params"]["stream_id"])
+        _stream_of(hub, scope["path_params"]["stream_id"], found)
         page = await list_page(ctx, document_id, name, since, None, include_tombstones=True,
                                inline=True)
-        stream = _stream_of(hub, scope["path_params"]["stream_id"])  # (still open?)
+        stream = _stream_of(hub, scope["path_params"]["stream_id"], found)  # (still open?)
         answer = {"subscribed": True, "revision": page.layer.revision, "epoch": page.layer.epoch}
         if epoch is not None and epoch != page.layer.epoch:
             hub.unsubscribe(stream, document_id, name)
@@ -633,9 +641,9 @@ class Subscriptions(_Endpoint):
         if document_id is None:
             raise invalid_request("document_id is required")
         name = _layer_name(request.query_params.get("layer", ""))
-        await grant_of(request.headers.get("authorization"), ctx, document_id, None,
-                       "read-document")
-        stream = _stream_of(hub, scope["path_params"]["stream_id"])
+        found = await grant_of(request.headers.get("authorization"), ctx, document_id, None,
+                               "read-document")
+        stream = _stream_of(hub, scope["path_params"]["stream_id"], found)
         if not hub.unsubscribe(stream, document_id, name):
             raise not_found("no such subscription on this stream")
         return WireJSONResponse({"subscribed": False})

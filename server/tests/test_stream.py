@@ -383,8 +383,8 @@ def test_epoch_mismatch_answers_reset(stream_server):
 def test_guest_never_receives_a_private_record(stream_server):
     s = stream_server
     doc = s.server.new_document()
-    stream = s.open(doc)
     guest = ["annotations:view:group=public", "annotations:view:self"]
+    stream = EventStream(s.server.url, s.server.token(doc, user_id="guest"))  # the guest's own stream
     assert s.subscribe(stream.stream_id, doc, "p", user_id="guest",
                        collaboration_permissions=guest).status_code == 200
     full = EventStream(s.server.url, s.server.token(doc))
