@@ -331,6 +331,27 @@ def test_moving_a_reply_into_another_thread_needs_reply_there(srv):
     assert ok["accepted"], ok  # same thread: edit is enough
 
 
+def test_a_rollback_into_another_thread_needs_reply_there(srv):
+    layer = "rbmove-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [grouped("create", "pub", note("p"), group="public"),
+                      grouped("create", "priv", note("q"), group="private")], user_id="lead")
+    pat = {"user_id": "pat", "collaboration_permissions": PUBLIC_REPLIER}
+    rev = sync(srv, layer, [change("create", "cm", comment("pub"))], **pat)["accepted"][0]["revision"]
+    lead = {"user_id": "lead", "collaboration_permissions": ["annotations:*:all", "comments:*:all"]}
+    into = sync(srv, layer, [change("update", "cm", comment("priv"), base=rev)], **lead)["accepted"][0]["revision"]
+    back = sync(srv, layer, [change("update", "cm", comment("pub"), base=into)], **lead)["accepted"][0]["revision"]
+    response = srv.http.post(srv.layer_url(srv.doc, layer) + "/records/cm/rollback",
+                             json={"revision": into, "base_revision": back},
+                             headers=srv.auth(srv.doc, layer, **pat))
+    assert response.status_code == 403, response.text
+    assert response.json()["error"]["message"] == "may not reply to this thread"
+    # with reply on the thread the rollback goes through (the rule is given the new root)
+    response = srv.http.post(srv.layer_url(srv.doc, layer) + "/records/cm/rollback",
+                             json={"revision": into, "base_revision": back},
+                             headers=srv.auth(srv.doc, layer, **lead))
+    assert response.status_code == 200, response.text
+
+
 def test_a_record_of_any_type_with_rootid_is_a_reply(srv):
     """A note with rootId needs reply on the thread (and view of its root), as a comment does."""
     layer = "squat-" + uuid.uuid4().hex[:8]
