@@ -106,6 +106,14 @@ def create_cases(g):
                 why = P.forbidden_change(g, "create", None, {"id": "n", "type": record_type}, group, group_given, root=root)
                 cases.append({"op": "create", "type": record_type, "group_given": group_given, "group": group,
                               "root": None if root is None else owner(root), "forbidden": why})
+    # A record of any type with a rootId is a reply (it needs `reply` on the thread).
+    for type_name in ("annotations", "value", "untyped"):
+        record_type = TYPES[type_name]
+        for root in roots:
+            content = {"id": "n", "rootId": "root"} if record_type is None else {"id": "n", "type": record_type, "rootId": "root"}
+            why = P.forbidden_change(g, "create", None, content, None, False, root=root)
+            cases.append({"op": "create", "type": record_type, "group_given": False, "group": None, "root_given": True,
+                          "root": None if root is None else owner(root), "forbidden": why})
     return cases
 
 
@@ -123,6 +131,19 @@ def update_cases(g):
                     why = P.forbidden_change(g, "update", current, content, new_group, group_given)
                     cases.append({"op": "update", "current": owner(current), "content_changed": changed, "type": new_type,
                                   "group_given": group_given, "group": new_group, "forbidden": why})
+    # An update that sets or changes rootId moves the record into a thread: `reply` there too.
+    roots = [None, record(TYPES["annotations"], USER, None, "root"), record(TYPES["annotations"], "other", "g", "root"),
+             record(TYPES["annotations"], "other", "public", "root")]
+    for type_name in ("comments", "annotations"):
+        for created_by, group in OWNERS[:3]:
+            current = record(TYPES[type_name], created_by, group)
+            current.content["rootId"] = "old-root"
+            for root in roots:
+                content = dict(current.content, rootId="root")
+                why = P.forbidden_change(g, "update", current, content, None, False, root=root)
+                cases.append({"op": "update", "current": owner(current), "content_changed": True, "type": TYPES[type_name],
+                              "group_given": False, "group": None, "moves_thread": True,
+                              "root": None if root is None else owner(root), "forbidden": why})
     return cases
 
 
@@ -132,7 +153,8 @@ def delete_cases(g):
     for created_by, group in OWNERS[:5]:
         current = record(TYPES["annotations"], created_by, group, "root")
         for replies in ([], [record(TYPES["comments"], USER, None, "c1")],
-                        [record(TYPES["comments"], USER, None, "c1"), record(TYPES["comments"], "other", "g", "c2")]):
+                        [record(TYPES["comments"], USER, None, "c1"), record(TYPES["comments"], "other", "g", "c2")],
+                        [record(TYPES["comments"], "other", "public", "c3"), record(TYPES["comments"], "third", "h", "c4")]):
             why = P.forbidden_change(g, "delete", current, None, None, False, children=replies)
             cases.append({"op": "delete", "current": owner(current),
                           "replies": [dict(owner(r), id=r.id) for r in replies], "forbidden": why})

@@ -121,6 +121,13 @@ extension DocumentDescriptor {
         return .some(group)
     }
 
+    /// The claims of `token`: those parsed when it was set (a JWT is parsed once; a large
+    /// claim is not parsed again per sync), else parsed now; `nil` for a malformed one.
+    func claims(of token: String) -> JWTClaims? {
+        let current = mutableState.withLock { $0.authentication.claims }
+        return current.token == token ? current : try? JWTClaims(token: token)
+    }
+
     /// A live record the token may view, else `.noSuchAnnotation` (a record outside the view
     /// is not handed out, so it does not exist for the host).
     func visibleRecord(_ id: String) throws(LayerSyncError) -> StoredRecord {
@@ -143,7 +150,7 @@ extension DocumentDescriptor {
     /// applied). Runs on the work queue (serialised with sync cycles and long-poll answers).
     /// - Throws: The request's errors (nothing applied; tried again at the next sync cycle).
     func reconcileGrant(token: String, cancellation: TransferCancellation) throws(LayerSyncError) {
-        guard try store.isDownloaded(), let claims = try? JWTClaims(token: token) else { return }
+        guard try store.isDownloaded(), let claims = claims(of: token) else { return }
         let applied = try store.appliedGrant() ?? (permissions: nil, userID: claims.userID)
         let current = (permissions: claims.collaboration?.entries, userID: claims.userID)
         guard applied.permissions != current.permissions || applied.userID != current.userID else { return }

@@ -22,7 +22,7 @@ extension DocumentDescriptor {
     /// - Returns: The stored record as handed out (with `id`, `v`; under a claim also ownership and flags).
     /// - Throws: `.invalidArgument` (bad JSON text, or a record with that id exists),
     ///   `.invalidJSONStructure`, `.forbidden` (the collaboration permissions do not allow
-    ///   creating it: no `write`, a comment without `reply` on the thread, a form field value
+    ///   creating it: no `write`, a comment (or any record with a `rootId`) without `reply` on the thread, a form field value
     ///   without `fill`, a group other than the JWT's `default_group` without `set-group` for
     ///   it), plus the common errors.
     public func createAnnotation(json: String) throws(LayerSyncError) -> String {
@@ -48,11 +48,13 @@ extension DocumentDescriptor {
         // Sent when the host named one or overrode the default; else the server applies the JWT's.
         let sendGroup = groupAsked != nil || override != nil
         let group = groupAsked ?? override ?? claims.defaultGroup
+        // A record of any type with a rootId is a reply (docs/protocol.md).
+        let rootID = object["rootId"]?.stringValue
         var root: RecordOwnership?
-        if type == CollaborationPermissions.commentType, let rootID = object["rootId"]?.stringValue {
+        if let rootID, grant.isRestricted {
             root = try store.storedRecord(id: rootID)?.ownership
         }
-        if let why = grant.forbiddenCreate(type: type, group: group, groupGiven: sendGroup, root: root) {
+        if let why = grant.forbiddenCreate(type: type, group: group, groupGiven: sendGroup, root: root, rootGiven: rootID != nil) {
             throw forbidden(why, recordID: id)
         }
         let text = JSONValue.object(object).jsonText
@@ -71,9 +73,12 @@ extension DocumentDescriptor {
     ///   `group` as in ``createAnnotation(json:)`` (absent: the group stays; another value: a
     ///   group change, which needs `set-group`).
     /// - Returns: The stored record as handed out.
+    ///   Under a JWT `creator_name` an annotation's or comment's `creatorName` stays the stored one.
     /// - Throws: `.noSuchAnnotation` if no live record the token may view has the id,
-    ///   `.forbidden` (no `edit` / `fill` for the content, no `set-group` for the group
-    ///   change), `.invalidArgument`, `.invalidJSONStructure`, plus the common errors.
+    ///   `.forbidden` (no `edit` / `fill`, which every update needs, one that changes nothing
+    ///   too, unless it is a pure group change; no `set-group` for the group change; no
+    ///   `reply` on the thread an update that sets or changes `rootId` moves it into),
+    ///   `.invalidArgument`, `.invalidJSONStructure`, plus the common errors.
     public func updateAnnotation(json: String) throws(LayerSyncError) -> String {
         try requireDownloaded()
         var object = try Self.recordObject(json)
@@ -85,13 +90,27 @@ extension DocumentDescriptor {
         }
         let id = try Self.recordID(given)
         if object["v"] == nil { object["v"] = .integer(2) }
-        let text = JSONValue.object(object).jsonText
         let current = try visibleRecord(id)
+        let storedContent = try? JSONValue.parse(current.content)
+        // Under a JWT `creator_name` the name stays the stored one (the server keeps it too).
+        let type = object["type"]?.stringValue
+        if claims.creatorName != nil, type != "pspdfkit/bookmark",
+           CollaborationPermissions.ContentType(recordType: type) != .formFields {
+            object["creatorName"] = storedContent?["creatorName"]
+        }
+        let text = JSONValue.object(object).jsonText
         let newGroup = groupAsked.flatMap { $0 == current.group ? nil : .some($0) }
-        let contentChanged = (try? JSONValue.parse(current.content)) != .object(object)
+        let contentChanged = storedContent != .object(object)
+        // Setting or changing rootId moves the record into a thread: `reply` there too.
+        let newRootID = object["rootId"]?.stringValue
+        let movesThread = newRootID != nil && newRootID != storedContent?["rootId"]?.stringValue
+        var root: RecordOwnership?
+        if movesThread, let newRootID, grant.isRestricted {
+            root = try store.storedRecord(id: newRootID)?.ownership
+        }
         if let why = grant.forbiddenUpdate(current: current.ownership, contentChanged: contentChanged,
-                                           newType: object["type"]?.stringValue, group: newGroup ?? nil,
-                                           groupGiven: newGroup != nil) {
+                                           newType: type, group: newGroup ?? nil,
+                                           groupGiven: newGroup != nil, movesThread: movesThread, root: root) {
             throw forbidden(why, recordID: id)
         }
         do {
@@ -101,7 +120,7 @@ extension DocumentDescriptor {
         }
         didEditLocally()
         let stored = StoredRecord(id: id, content: text, createdBy: current.createdBy, updatedBy: claims.userID ?? current.updatedBy,
-                                  group: newGroup ?? current.group, type: object["type"]?.stringValue)
+                                  group: newGroup ?? current.group, type: type)
         return try handOut(stored, grant) ?? text
     }
 

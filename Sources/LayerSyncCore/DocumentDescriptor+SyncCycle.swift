@@ -368,7 +368,7 @@ extension DocumentDescriptor {
             guard let next else {
                 let outcome = try store.finishSnapshot(epoch: page.epoch, revision: page.revision, reportChanges: reportChanges)
                 // The snapshot was filtered for this token's collaboration permissions.
-                if let claims = try? JWTClaims(token: token) {
+                if let claims = claims(of: token) {
                     try store.setAppliedGrant(permissions: claims.collaboration?.entries, userID: claims.userID)
                 }
                 return (outcome, page.epoch)

@@ -53,6 +53,14 @@ package struct CollaborationPermissions: Sendable, Equatable {
         var groups: Set<String> = []
         var creators: Set<String> = []
 
+        /// Adds what `other` covers.
+        mutating func merge(_ other: Scope) {
+            all = all || other.all
+            own = own || other.own
+            groups.formUnion(other.groups)
+            creators.formUnion(other.creators)
+        }
+
         func covers(createdBy: String?, group: String?, userID: String?) -> Bool {
             if all { return true }
             if own, let userID, createdBy == userID { return true }
@@ -116,13 +124,10 @@ package struct CollaborationPermissions: Sendable, Equatable {
             } else {
                 throw invalid("scope must be all, self, group=<name> or createdBy=<user_id>")
             }
+            // Mutated in place: a copy out and back would copy the sets for every entry,
+            // quadratic in a claim of many `group=` entries.
             for action in actions {
-                var scope = scopes[Self.key(contentType, action)] ?? Scope()
-                scope.all = scope.all || grant.all
-                scope.own = scope.own || grant.own
-                scope.groups.formUnion(grant.groups)
-                scope.creators.formUnion(grant.creators)
-                scopes[Self.key(contentType, action)] = scope
+                scopes[Self.key(contentType, action), default: Scope()].merge(grant)
             }
         }
     }
@@ -219,18 +224,18 @@ package struct PermissionGrant: Sendable, Equatable {
     ///   - group: The group the create asks for; `nil` for none given (the server then uses
     ///     `default_group`).
     ///   - groupGiven: Whether the create names a group (`group` may then be `nil`: no group).
-    ///   - root: For a comment, the thread's root record (`nil`: absent or deleted).
+    ///   - root: For a reply (a comment, or `rootGiven`), the thread's root record (`nil`: absent
+    ///     or deleted).
+    ///   - rootGiven: Whether the record has a string `rootId`: a record of any type with one is
+    ///     a reply, which needs `reply` on the thread as a comment does.
     /// - Returns: The missing permission in words (the server's words), or `nil`.
-    package func forbiddenCreate(type: String?, group: String?, groupGiven: Bool, root: RecordOwnership?) -> String? {
+    package func forbiddenCreate(type: String?, group: String?, groupGiven: Bool, root: RecordOwnership?,
+                                 rootGiven: Bool = false) -> String? {
         guard collaboration != nil else { return nil }
         if !canWrite { return "token lacks the 'write' permission, which creating a record needs" }
         let groupOfNew = groupGiven ? group : defaultGroup
-        if type == CollaborationPermissions.commentType {
-            guard let root, allows(.view, root),
-                  allows(.reply, RecordOwnership(type: CollaborationPermissions.commentType, createdBy: root.createdBy,
-                                                 group: root.group)) else {
-                return "may not reply to this thread"
-            }
+        if type == CollaborationPermissions.commentType || rootGiven, !mayReply(root: root) {
+            return "may not reply to this thread"
         }
         if type == CollaborationPermissions.formFieldValueType,
            !allows(.fill, RecordOwnership(type: type, createdBy: userID, group: groupOfNew)) {
@@ -242,6 +247,14 @@ package struct PermissionGrant: Sendable, Equatable {
         return nil
     }
 
+    /// Whether the user may add a reply to the thread of `root` (`nil`: no such live record):
+    /// view of the root and `reply` matched against the root's ownership.
+    package func mayReply(root: RecordOwnership?) -> Bool {
+        guard let root else { return false }
+        return allows(.view, root)
+            && allows(.reply, RecordOwnership(type: CollaborationPermissions.commentType, createdBy: root.createdBy, group: root.group))
+    }
+
     /// Why the user may not update a record, or `nil`.
     /// - Parameters:
     ///   - current: The record as it is.
@@ -249,18 +262,26 @@ package struct PermissionGrant: Sendable, Equatable {
     ///   - newType: The new content's `type`.
     ///   - group: The group asked for, when `groupGiven`.
     ///   - groupGiven: Whether the update names a group.
-    /// - Returns: The missing permission in words, or `nil`.
+    ///   - movesThread: Whether the update sets or changes `rootId` (it then needs `reply` on the
+    ///     new thread, as creating a reply there does).
+    ///   - root: When `movesThread`, the new thread's root record (`nil`: absent or deleted).
+    /// - Returns: The missing permission in words, or `nil`. Every update needs `edit` (`fill`
+    ///   for a form field value), one that changes nothing too, unless it is a pure group change.
     package func forbiddenUpdate(current: RecordOwnership, contentChanged: Bool, newType: String?, group: String?,
-                                 groupGiven: Bool) -> String? {
+                                 groupGiven: Bool, movesThread: Bool = false, root: RecordOwnership? = nil) -> String? {
         guard collaboration != nil else { return nil }
         if !allows(.view, current) { return "may not view this record" }
-        if contentChanged {
+        let groupChange = groupGiven && group != current.group
+        if contentChanged || !groupChange {
             let action: CollaborationPermissions.Action = current.type == CollaborationPermissions.formFieldValueType ? .fill : .edit
             if !allows(action, current) { return "may not \(action.rawValue) this record" }
+        }
+        if contentChanged {
             if CollaborationPermissions.ContentType(recordType: newType) != CollaborationPermissions.ContentType(recordType: current.type),
                !allows(.edit, RecordOwnership(type: newType, createdBy: current.createdBy, group: current.group)) {
                 return "may not edit a record of that type"
             }
+            if movesThread, !mayReply(root: root) { return "may not reply to this thread" }
         }
         if groupGiven, group != current.group,
            !(allows(.setGroup, current)
@@ -280,6 +301,8 @@ package struct PermissionGrant: Sendable, Equatable {
         if !allows(.view, current) { return "may not view this record" }
         if !allows(.delete, current) { return "may not delete this record" }
         for reply in replies where !allows(.delete, reply.ownership) {
+            // The id of a reply the user may not view is not theirs to know.
+            if !allows(.view, reply.ownership) { return "may not delete a reply of this thread that you may not view" }
             return "may not delete reply \(reply.id) of this thread"
         }
         return nil

@@ -81,11 +81,14 @@ import Testing
                 let got: String?
                 switch change["op"]?.stringValue {
                 case "create":
-                    got = grant.forbiddenCreate(type: type, group: group, groupGiven: groupGiven, root: Self.ownership(change["root"]))
+                    got = grant.forbiddenCreate(type: type, group: group, groupGiven: groupGiven, root: Self.ownership(change["root"]),
+                                                rootGiven: change["root_given"]?.boolValue ?? false)
                 case "update":
                     got = grant.forbiddenUpdate(current: try #require(Self.ownership(change["current"])),
                                                 contentChanged: change["content_changed"]?.boolValue ?? false, newType: type,
-                                                group: group, groupGiven: groupGiven)
+                                                group: group, groupGiven: groupGiven,
+                                                movesThread: change["moves_thread"]?.boolValue ?? false,
+                                                root: Self.ownership(change["root"]))
                 default:
                     let replies = (change["replies"]?.arrayValue ?? []).map {
                         (id: $0["id"]?.stringValue ?? "", ownership: Self.ownership($0) ?? RecordOwnership(type: nil, createdBy: nil, group: nil))

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from layersync_server.errors import invalid_request
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
-from layersync_server.permissions import forbidden_change, may, may_view_wire, wire_records
+from layersync_server.permissions import (forbidden_change, may, may_view_wire, moves_thread,
+                                          root_id_of, wire_records)
 from layersync_server.record_kinds import ANNOTATION, COMMENT, COMMENT_TYPE, kind_of
 from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE as VALUE_TYPE
 from layersync_server.record_schema import record_schema_problem
@@ -144,6 +145,21 @@ def _forced_creator(grant, content: dict) -> dict:
     return {**content, "creatorName": name}
 
 
+def _kept_creator(grant, current: StoredRecord, content: dict) -> dict:
+    """``content`` of an update with ``creatorName`` kept as stored when the token has a
+    ``creator_name`` (an annotation or comment): the name says who created the record, and
+    nobody signs it for someone else by editing it."""
+    if grant is None or grant.creator_name is None or kind_of(content) not in (ANNOTATION, COMMENT):
+        return content
+    stored = (current.content or {}).get("creatorName")
+    if content.get("creatorName") == stored and ("creatorName" in content) == (stored is not None):
+        return content
+    kept = {key: value for key, value in content.items() if key != "creatorName"}
+    if stored is not None:
+        kept["creatorName"] = stored
+    return kept
+
+
 def _fast_create_group(grant, change: dict, content: dict) -> object:
     """The group of a create that the fast path may write as sent, or :data:`_NO_GROUP`
     when the general rules must decide (a permission to check, a name to force)."""
@@ -158,7 +174,7 @@ def _fast_create_group(grant, change: dict, content: dict) -> object:
     if grant.creator_name is not None and _forced_creator(grant, content) is not content:
         return _NO_GROUP
     if grant.collaboration is not None and (group != default or content.get("type") in (
-            COMMENT_TYPE, VALUE_TYPE) or "write" not in grant.permissions):
+            COMMENT_TYPE, VALUE_TYPE) or "rootId" in content or "write" not in grant.permissions):
         return _NO_GROUP
     return group
 
@@ -174,6 +190,21 @@ def _forbidden(change: dict, message: str, current: StoredRecord | None, grant) 
     local copy reverts to it), else none."""
     visible = current is not None and may(grant, "view", current)
     return _rejected(change, "forbidden", message, current if visible else None)
+
+
+def _forbidden_update_or_delete(writer: LayerWriter, grant, op: str, current: StoredRecord,
+                                change: dict, group: object, given: bool) -> str | None:
+    """:func:`forbidden_change` of an update (its content as it would be stored, with
+    ``creatorName`` kept, and the new thread's root when it :func:`moves_thread`) or a
+    delete (with the live replies it takes)."""
+    if op == "delete":
+        return forbidden_change(grant, op, current, None, group, given,
+                                children=writer.live_children(current.id))
+    content = _content_to_store(current.id, _kept_creator(grant, current, change["content"]))
+    root = None
+    if moves_thread(current.content, content):
+        root = writer.get_record(root_id_of(content))
+    return forbidden_change(grant, op, current, content, group, given, root=root)
 
 
 def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
@@ -197,8 +228,8 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
             return _rejected(change, "exists", f"record {record_id} already exists", current)
         content = change["content"]
         if checked:
-            root_id = content.get("rootId")
-            root = writer.get_record(root_id) if isinstance(root_id, str) else None
+            root_id = root_id_of(content)
+            root = writer.get_record(root_id) if root_id is not None else None
             why = forbidden_change(grant, "create", None, content, group, given, root=root)
             if why:
                 return _forbidden(change, why, None, grant)
@@ -216,15 +247,15 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
             return {"change_id": change["change_id"], "id": record_id, "revision": current.revision}
         return _rejected(change, "conflict",
                          f"record was deleted at revision {current.revision}", current)
-    elif checked and (why := forbidden_change(
-            grant, op, current, _content_to_store(record_id, change["content"]) if op == "update"
-            else None, group, given,
-            children=writer.live_children(record_id) if op == "delete" else ())):
+    elif checked and (why := _forbidden_update_or_delete(writer, grant, op, current, change, group,
+                                                          given)):
         return _forbidden(change, why, current, grant)
     elif current.revision != change["base_revision"]:
         return _rejected(change, "conflict", f"record changed at revision {current.revision}", current)
     elif op == "update":
-        content = change["content"]
+        content = _kept_creator(grant, current, change["content"])
+        if content is not change["content"]:
+            text = None
         revision = writer.put_record(record_id, _content_to_store(record_id, content), user_id,
                                      _stored_text(record_id, content, text),
                                      group if given else KEEP_GROUP)

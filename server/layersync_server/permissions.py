@@ -16,8 +16,12 @@ Decisions (:func:`allows`): an action needs both the action and ``view`` granted
 record (nobody edits what they cannot see). ``set-group`` is checked against the record
 as it is and as it would be in the new group (Instant's ``set-group:group=X`` names the
 groups a user may move records between). ``reply`` is checked against the thread's root
-record. Deleting a root deletes its thread: the user needs ``delete`` on every live reply
-too, else the delete is refused as a whole (:func:`forbidden_change`).
+record; a record with a string ``rootId`` is a reply whatever its type, so creating one, or
+an update that sets or changes ``rootId``, needs what a comment in that thread needs. Every
+update needs ``edit`` (``fill`` for a form field value), even one that changes nothing, unless
+it is a pure group change (``set-group``). Deleting a root deletes its thread: the user needs
+``delete`` on every live reply too, else the delete is refused as a whole, and the refusal
+names a reply only when the user may view it (:func:`forbidden_change`).
 """
 
 from __future__ import annotations
@@ -203,11 +207,34 @@ def wire_records(grant, records: list, as_delta: bool) -> list[dict]:
     return out
 
 
+def root_id_of(content: dict | None) -> str | None:
+    """The thread a record belongs to: its ``rootId`` when a string (whatever its type: such
+    a record is a reply, and a root's delete takes it along), else None."""
+    root_id = content.get("rootId") if content else None
+    return root_id if isinstance(root_id, str) else None
+
+
+def moves_thread(old_content: dict | None, new_content: dict | None) -> bool:
+    """Whether an update sets or changes ``rootId`` (it then needs ``reply`` on the new
+    thread, as creating a reply there does)."""
+    new_root = root_id_of(new_content)
+    return new_root is not None and new_root != root_id_of(old_content)
+
+
+def _may_reply(grant, root) -> bool:
+    """Whether ``grant`` may add a reply to the thread of ``root`` (None: no such live
+    record): view of the root and ``reply`` matched against the root's ownership."""
+    return (root is not None and not root.deleted and may(grant, "view", root)
+            and allows(grant.collaboration, grant.user_id, "reply", COMMENT_TYPE, root.created_by,
+                       root.group))
+
+
 def forbidden_change(grant, op: str, current, content: dict | None, group: object,
                      group_given: bool, root=None, children=()) -> str | None:
     """Why ``grant`` may not make this change, or None (it may). ``current``: the stored
     record (None for a create); ``content``: the new content (create/update); ``group``:
-    the group the change asks for when ``group_given``; ``root``: for a comment, the
+    the group the change asks for when ``group_given``; ``root``: for a reply (a comment,
+    or any record with a ``rootId``: a create, or an update that :func:`moves_thread`), the
     thread's root record (None: not there; a reply needs to view the root and ``reply``
     matched against the root's ownership); ``children``: for a delete, the live replies
     the delete takes with it."""
@@ -219,9 +246,7 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
         if "write" not in grant.permissions:
             return "token lacks the 'write' permission, which creating a record needs"
         group_of_new = group if group_given else grant.default_group
-        if new_type == COMMENT_TYPE and (root is None or root.deleted or not may(grant, "view", root)
-                                         or not allows(perms, user, "reply", COMMENT_TYPE,
-                                                       root.created_by, root.group)):
+        if (new_type == COMMENT_TYPE or root_id_of(content) is not None) and not _may_reply(grant, root):
             return "may not reply to this thread"
         if new_type == VALUE_TYPE and not allows(perms, user, "fill", new_type, user, group_of_new):
             return "may not fill this form field"
@@ -236,16 +261,23 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
             return "may not delete this record"
         for child in children:
             if not may(grant, "delete", child):
+                if not may(grant, "view", child):  # its id must not leave the server
+                    return "may not delete a reply of this thread that you may not view"
                 return f"may not delete reply {child.id} of this thread"
         return None
     old_type = _type(current.content)
-    if content != current.content:
+    changed = content != current.content
+    group_change = group_given and group != current.group
+    if changed or not group_change:  # every update but a pure group change, no-ops too
         action = "fill" if old_type == VALUE_TYPE else "edit"
         if not may(grant, action, current):
             return f"may not {action} this record"
+    if changed:
         if content_type_of(new_type) != content_type_of(old_type) and not allows(
                 perms, user, "edit", new_type, current.created_by, current.group):
             return "may not edit a record of that type"
+        if moves_thread(current.content, content) and not _may_reply(grant, root):
+            return "may not reply to this thread"
     if group_given and group != current.group and not (
             may(grant, "set-group", current)
             and allows(perms, user, "set-group", new_type, current.created_by, group)):

@@ -307,6 +307,109 @@ def test_deleting_a_root_needs_delete_on_every_reply(srv):
     assert records(srv, layer)["records"] == []
 
 
+PUBLIC_REPLIER = ["annotations:view:all", "comments:view:all", "comments:reply:group=public",
+                  "comments:edit:self", "annotations:edit:self"]
+
+
+def test_moving_a_reply_into_another_thread_needs_reply_there(srv):
+    """An update that sets or changes rootId needs what creating a reply in that thread needs."""
+    layer = "move-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [grouped("create", "pub", note("p"), group="public"),
+                      grouped("create", "priv", note("q"), group="private")], user_id="lead")
+    pat = {"user_id": "pat", "collaboration_permissions": PUBLIC_REPLIER}
+    created = sync(srv, layer, [change("create", "cm", comment("pub"))], **pat)
+    rev = created["accepted"][0]["revision"]
+    moved = sync(srv, layer, [change("update", "cm", comment("priv"), base=rev)], **pat)
+    assert moved["rejected"][0]["reason"] == "forbidden", moved
+    assert moved["rejected"][0]["message"] == "may not reply to this thread"
+    # a note of pat's own may not be hung under the private root either, nor under a public one
+    # without reply on it (notes in public threads: reply matched against the root, as comments)
+    sync(srv, layer, [change("create", "pn", note("mine"))], **pat)
+    into = sync(srv, layer, [change("update", "pn", note("mine", rootId="priv"), base=rev + 1)], **pat)
+    assert into["rejected"][0]["reason"] == "forbidden", into
+    ok = sync(srv, layer, [change("update", "cm", comment("pub", "edited"), base=rev)], **pat)
+    assert ok["accepted"], ok  # same thread: edit is enough
+
+
+def test_a_rollback_into_another_thread_needs_reply_there(srv):
+    layer = "rbmove-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [grouped("create", "pub", note("p"), group="public"),
+                      grouped("create", "priv", note("q"), group="private")], user_id="lead")
+    pat = {"user_id": "pat", "collaboration_permissions": PUBLIC_REPLIER}
+    rev = sync(srv, layer, [change("create", "cm", comment("pub"))], **pat)["accepted"][0]["revision"]
+    lead = {"user_id": "lead", "collaboration_permissions": ["annotations:*:all", "comments:*:all"]}
+    into = sync(srv, layer, [change("update", "cm", comment("priv"), base=rev)], **lead)["accepted"][0]["revision"]
+    back = sync(srv, layer, [change("update", "cm", comment("pub"), base=into)], **lead)["accepted"][0]["revision"]
+    response = srv.http.post(srv.layer_url(srv.doc, layer) + "/records/cm/rollback",
+                             json={"revision": into, "base_revision": back},
+                             headers=srv.auth(srv.doc, layer, **pat))
+    assert response.status_code == 403, response.text
+    assert response.json()["error"]["message"] == "may not reply to this thread"
+    # with reply on the thread the rollback goes through (the rule is given the new root)
+    response = srv.http.post(srv.layer_url(srv.doc, layer) + "/records/cm/rollback",
+                             json={"revision": into, "base_revision": back},
+                             headers=srv.auth(srv.doc, layer, **lead))
+    assert response.status_code == 200, response.text
+
+
+def test_a_record_of_any_type_with_rootid_is_a_reply(srv):
+    """A note with rootId needs reply on the thread (and view of its root), as a comment does."""
+    layer = "squat-" + uuid.uuid4().hex[:8]
+    bob = {"user_id": "bob", "collaboration_permissions": [
+        "annotations:view:all", "annotations:edit:self", "annotations:delete:self",
+        "comments:view:all", "comments:reply:all", "comments:delete:self"]}
+    rev = sync(srv, layer, [change("create", "bobroot", note("bob's"))], **bob)["accepted"][0]["revision"]
+    guest = {"user_id": "gus", "collaboration_permissions": ["annotations:view:group=public",
+                                                             "comments:view:group=public"]}
+    squat = sync(srv, layer, [change("create", "squat", note("x", rootId="bobroot"))], **guest)
+    assert squat["rejected"][0]["reason"] == "forbidden", squat
+    assert squat["rejected"][0]["message"] == "may not reply to this thread"
+    replier = sync(srv, layer, [change("create", "hung", note("y", rootId="bobroot"))], **bob)
+    assert replier["accepted"], replier  # with reply on the thread it is a reply: allowed
+    assert sync(srv, layer, [change("delete", "bobroot", base=rev)], **bob)["accepted"]
+    assert records(srv, layer)["records"] == []  # the cascade takes it along, as before
+
+
+def test_every_update_needs_edit_even_one_that_changes_nothing(srv):
+    layer = "noop-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [change("create", "r", note("lead's"))], user_id="lead")
+    content = records(srv, layer)["records"][0]["content"]
+    bob = {"user_id": "bob", "collaboration_permissions": ["annotations:view:all", "annotations:edit:self"]}
+    same = sync(srv, layer, [change("update", "r", content, base=1)], **bob)
+    assert same["rejected"][0]["reason"] == "forbidden" and same["rejected"][0]["message"] == \
+        "may not edit this record"
+    assert records(srv, layer)["records"][0]["updatedBy"] == "lead"
+
+
+def test_creator_name_is_kept_on_updates(srv):
+    layer = "name-" + uuid.uuid4().hex[:8]
+    bob = {"user_id": "bob", "creator_name": "Bob B", "collaboration_permissions": [
+        "annotations:view:all", "annotations:edit:all"]}
+    sync(srv, layer, [change("create", "r", note("mine", creatorName="Someone Else"))], **bob)
+    assert records(srv, layer)["records"][0]["content"]["creatorName"] == "Bob B"
+    sync(srv, layer, [change("update", "r", note("mine2", creatorName="The Lead"), base=1)], **bob)
+    assert records(srv, layer)["records"][0]["content"]["creatorName"] == "Bob B"
+    # a lead editing bob's note keeps bob's name, not the lead's
+    lead = {**bob, "user_id": "lead", "creator_name": "Lead L"}
+    sync(srv, layer, [change("update", "r", note("edited by lead"), base=2)], **lead)
+    got = records(srv, layer)["records"][0]
+    assert got["content"]["creatorName"] == "Bob B" and got["content"]["text"]["value"] == "edited by lead"
+
+
+def test_a_refused_root_delete_does_not_name_an_invisible_reply(srv):
+    layer = "leak-" + uuid.uuid4().hex[:8]
+    bob = {"user_id": "bob", "collaboration_permissions": [
+        "annotations:view:all", "annotations:delete:self", "comments:view:group=public",
+        "comments:delete:self"]}
+    rev = sync(srv, layer, [change("create", "bobroot", note("bob's"))], **bob)["accepted"][0]["revision"]
+    sync(srv, layer, [grouped("create", "secret-reply-id", comment("bobroot"), group="private")],
+         user_id="lead")
+    refused = sync(srv, layer, [change("delete", "bobroot", base=rev)], **bob)
+    assert refused["rejected"][0]["reason"] == "forbidden"
+    assert "secret-reply-id" not in json.dumps(refused["rejected"])
+    assert refused["rejected"][0]["message"] == "may not delete a reply of this thread that you may not view"
+
+
 # -- reauthentication ---------------------------------------------------------------------------
 
 def test_wider_and_narrower_grants_make_records_appear_and_disappear(srv):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -257,3 +259,191 @@ def test_forbidden_rollback_is_not_an_authentication_failure(make_client, server
     bob.create_annotation(note("still syncing"))
     bob.sync(wait=True, timeout=WAIT_S)  # the token stays good
     assert changes.auth_failures == 0 and not bob.has_unsynced_changes
+
+
+# -- reviewer findings (issue 14, round 4) --------------------------------------------------
+
+
+def raw(server, method, path, token, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(server.url + path, data=data, method=method,
+                                 headers={"Authorization": f"Bearer {token}",
+                                          "Content-Type": "application/json",
+                                          "LayerSync-Protocol": "1"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def comment(root_id, text="reply"):
+    return {"v": 2, "type": "pspdfkit/comment", "rootId": root_id, "pageIndex": 0,
+            "text": {"format": "plain", "value": text},
+            "createdAt": "2025-01-02T00:00:00Z", "updatedAt": "2025-01-02T00:00:00Z"}
+
+
+# Reply permission: a user who may reply only in public threads, edit their own comments.
+PUBLIC_REPLIER = ["annotations:view:all", "comments:view:all", "comments:reply:group=public",
+                  "comments:edit:self", "annotations:edit:self"]
+
+
+def test_moving_own_comment_into_a_thread_without_reply_permission_is_refused(make_client, server, uploaded):
+    """Bug: an update that changes a comment's rootId is checked only for `edit`, so a user moves
+    their comment into a thread they may not reply to (client API accepts it, server accepts it)."""
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    public = lead.create_annotation(note("public root", group="public"))
+    private = lead.create_annotation(note("private root", group="private"))
+    lead.sync(wait=True, timeout=WAIT_S)
+    _, pat, changes = open_doc(make_client, server, doc_id, "pat", PUBLIC_REPLIER, default_group="public")
+    with pytest.raises(layersync.ForbiddenError):
+        pat.create_comment(private["id"], "not allowed here")  # holds: reply is checked on create
+    mine = pat.create_comment(public["id"], "allowed here")
+    pat.sync(wait=True, timeout=WAIT_S)
+    moved = dict(pat.get_annotation(mine["id"]), rootId=private["id"])
+    try:
+        pat.update_annotation(moved)
+    except layersync.ForbiddenError:
+        return  # fixed on the client; (server checked in the raw test below)
+    pat.sync(wait=True, timeout=WAIT_S)
+    lead.sync(wait=True, timeout=WAIT_S)
+    on_server = lead.get_annotation(mine["id"])
+    assert on_server["rootId"] != private["id"], "comment now sits in a thread pat may not reply to"
+
+
+def test_server_refuses_a_rootid_change_into_a_thread_without_reply(server, uploaded):
+    """Bug: POST .../sync accepts an update moving a comment (rootId) into a thread the token has
+    no `reply` on; only `edit` of the comment is checked."""
+    doc_id = uploaded()
+    lead_t = server.mint_token(doc_id, user_id="lead", collaboration_permissions=LEAD)
+    url = f"/sync/v1/documents/{doc_id}/layers/~/sync"
+    st, body = raw(server, "POST", url, lead_t, {"epoch": None, "since": 0, "changes": [
+        {"change_id": "c1", "op": "create", "id": "pubroot", "content": note("p"), "group": "public"},
+        {"change_id": "c2", "op": "create", "id": "privroot", "content": note("q"), "group": "private"}]})
+    assert st == 200, body
+    pat_t = server.mint_token(doc_id, user_id="pat", collaboration_permissions=PUBLIC_REPLIER)
+    st, body = raw(server, "POST", url, pat_t, {"epoch": None, "since": 0, "changes": [
+        {"change_id": "c3", "op": "create", "id": "cm1", "content": comment("pubroot")}]})
+    answer = json.loads(body)
+    assert answer["accepted"], answer
+    rev = answer["accepted"][0]["revision"]
+    st, body = raw(server, "POST", url, pat_t, {"epoch": None, "since": 0, "changes": [
+        {"change_id": "c4", "op": "update", "id": "cm1", "base_revision": rev,
+         "content": comment("privroot")}]})
+    answer = json.loads(body)
+    assert answer["rejected"] and answer["rejected"][0]["reason"] == "forbidden", answer
+
+
+def test_a_non_comment_with_rootid_cannot_bypass_reply_permission(server, uploaded):
+    """Bug: a non-comment record (e.g. a note) may carry rootId into any thread, even one the user
+    cannot view, without `reply`; it then counts as a reply (cascade-deleted, blocks delete:self)."""
+    doc_id = uploaded()
+    url = f"/sync/v1/documents/{doc_id}/layers/~/sync"
+    bob_t = server.mint_token(doc_id, user_id="bob", collaboration_permissions=REVIEWER)
+    st, body = raw(server, "POST", url, bob_t, {"epoch": None, "since": 0, "changes": [
+        {"change_id": "b1", "op": "create", "id": "bobroot", "content": note("bob's own")}]})
+    bob_rev = json.loads(body)["accepted"][0]["revision"]
+    # A guest that may view only public records (and may write) squats on bob's thread.
+    guest_t = server.mint_token(doc_id, user_id="gus", collaboration_permissions=GUEST)
+    st, body = raw(server, "POST", url, guest_t, {"epoch": None, "since": 0, "changes": [
+        {"change_id": "g1", "op": "create", "id": "squat", "content": note("x", rootId="bobroot")}]})
+    squat = json.loads(body)
+    # bob may no longer delete his own annotation, because of a record by someone he cannot
+    # hold delete on, created by a user who could not even view the root.
+    st, body = raw(server, "POST", url, bob_t, {"epoch": None, "since": 0, "changes": [
+        {"change_id": "b2", "op": "delete", "id": "bobroot", "base_revision": bob_rev}]})
+    deleted = json.loads(body)
+    assert squat["rejected"] or deleted["accepted"], (squat, deleted)
+
+
+def test_a_no_op_update_without_edit_does_not_stamp_updatedby(make_client, server, uploaded):
+    """Bug: a reviewer without `edit` on a record can pass it back unchanged through
+    update_annotation; nothing refuses it, the server accepts it and stamps updatedBy=bob."""
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    theirs = lead.create_annotation(note("lead's"))
+    lead.sync(wait=True, timeout=WAIT_S)
+    _, bob, _ = open_doc(make_client, server, doc_id, "bob", REVIEWER)
+    seen = bob.get_annotation(theirs["id"])
+    assert not seen["isEditable"]
+    try:
+        bob.update_annotation(seen)
+    except layersync.ForbiddenError:
+        return
+    bob.sync(wait=True, timeout=WAIT_S)
+    record = server.admin_json(f"/api/documents/{doc_id}/annotations/{theirs['id']}")
+    assert record["updatedBy"] == "lead", record
+
+
+def test_creator_name_is_forced_on_updates_too(make_client, server, uploaded):
+    """Bug: `creator_name` is forced only on create; an update can set creatorName to anyone
+    (a reviewer signs their note as the lead), on the client API and on the server."""
+    doc_id = uploaded()
+    _, bob, _ = open_doc(make_client, server, doc_id, "bob", REVIEWER, creator_name="Bob B")
+    mine = bob.create_annotation(note("mine", creatorName="Someone Else"))
+    assert mine["creatorName"] == "Bob B"  # holds on create
+    bob.sync(wait=True, timeout=WAIT_S)
+    bob.update_annotation(dict(bob.get_annotation(mine["id"]), creatorName="The Lead"))
+    bob.sync(wait=True, timeout=WAIT_S)
+    assert server.annotations(doc_id)[mine["id"]]["creatorName"] == "Bob B"
+
+
+def _signed(server, doc_id, claim_value, **extra):
+    import jwt as pyjwt
+    from cryptography.hazmat.primitives import serialization
+    key = serialization.load_pem_private_key(server.private_key.read_bytes(), password=None)
+    return pyjwt.encode({"document_id": doc_id, "user_id": "mal", "collaboration_permissions": claim_value,
+                         **extra}, key, algorithm="ES256")
+
+
+def test_forbidden_root_delete_does_not_name_a_reply_the_user_cannot_view(server, uploaded):
+    """Bug (low): deleting one's own root is refused naming a private reply's id the user may not
+    view (`may not delete reply <id>`), leaking an invisible record; the client had said isDeletable."""
+    doc_id = uploaded()
+    url = f"/sync/v1/documents/{doc_id}/layers/~/sync"
+    claim = ["annotations:view:all", "annotations:delete:self", "comments:view:group=public",
+             "comments:delete:self"]
+    bob_t = server.mint_token(doc_id, user_id="bob", collaboration_permissions=claim)
+    st, body = raw(server, "POST", url, bob_t, {"epoch": None, "since": 0, "changes": [
+        {"change_id": "b1", "op": "create", "id": "bobroot", "content": note("bob's")}]})
+    rev = json.loads(body)["accepted"][0]["revision"]
+    lead_t = server.mint_token(doc_id, user_id="lead", collaboration_permissions=LEAD)
+    raw(server, "POST", url, lead_t, {"epoch": None, "since": 0, "changes": [
+        {"change_id": "l1", "op": "create", "id": "secret-reply-id", "content": comment("bobroot"),
+         "group": "private"}]})
+    st, body = raw(server, "POST", url, bob_t, {"epoch": None, "since": 0, "changes": [
+        {"change_id": "b2", "op": "delete", "id": "bobroot", "base_revision": rev}]})
+    answer = json.loads(body)
+    assert "secret-reply-id" not in json.dumps(answer["rejected"]), answer["rejected"]
+
+
+def _claim_parse_seconds(client, token, runs=3):
+    """The best of ``runs`` document_for_jwt calls of ``token`` (the claim's parse dominates)."""
+    import time
+    best = None
+    for _ in range(runs):
+        started = time.perf_counter()
+        client.document_for_jwt(token)
+        elapsed = time.perf_counter() - started
+        best = elapsed if best is None else min(best, elapsed)
+    return best
+
+
+def test_a_large_claim_parses_in_linear_time_on_the_client(make_client, server, uploaded):
+    """The engine parses collaboration_permissions in linear time: ten times the entries cost
+    about ten times as long (a quadratic parse, as the copy of the scope's sets per entry was,
+    costs about a hundred times). Not a wall-clock budget, which a loaded machine breaks: a
+    ratio of the same machine's times, best of three each, with a bound of 30 (linear: <= 10
+    plus noise; quadratic: ~100), so it neither flakes nor lets a quadratic parse through."""
+    doc_id = uploaded()
+    client = make_client()
+    client.wait_validated(timeout=WAIT_S)
+
+    def token(entries):
+        return _signed(server, doc_id, ["annotations:view:all"]
+                       + [f"annotations:edit:group=g{i}" for i in range(entries)])
+    small, large = token(2000), token(20000)
+    small_s = _claim_parse_seconds(client, small)
+    large_s = _claim_parse_seconds(client, large)
+    assert large_s < 30 * small_s, (small_s, large_s)

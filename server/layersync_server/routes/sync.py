@@ -25,8 +25,8 @@ from layersync_server.ids import is_sha256_hex, is_valid_record_id
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.routes.access import grant, list_page, page_json
-from layersync_server.permissions import (ClaimError, forbidden_change, may, parse_claim,
-                                          regranted_records)
+from layersync_server.permissions import (ClaimError, forbidden_change, may, moves_thread,
+                                          parse_claim, regranted_records, root_id_of)
 from layersync_server.storage import DocumentNotFound
 from layersync_server.stream import STREAM_PATH, wire_seconds
 from layersync_server.wire_json import MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION, parse_json
@@ -288,18 +288,19 @@ def _may_view_kept(grant: Grant, current, versions: list) -> bool:
     return may(grant, "view", current)
 
 
-def _check_may_write_version(grant: Grant, current, history: list, content: dict) -> None:
+def _check_may_write_version(grant: Grant, current, history: list, content: dict, writer) -> None:
     """403 ``forbidden`` unless the grant may write ``content`` over ``current``: a
     deleted record comes back only with ``delete`` on it (it undoes a delete), a live one
     changes only with ``edit`` (``fill`` for a form field value) on it and on what it
-    becomes."""
+    becomes, and with ``reply`` on the thread a version with another ``rootId`` puts it in."""
     if current.deleted:
         live = [v for v in history if not v.deleted]
         was = replace(current, content=live[0].content if live else None)
         if not may(grant, "delete", was):
             raise forbidden("may not bring back this deleted record")
         return
-    why = forbidden_change(grant, "update", current, content, None, False)
+    root = writer.get_record(root_id_of(content)) if moves_thread(current.content, content) else None
+    why = forbidden_change(grant, "update", current, content, None, False, root=root)
     if why:
         raise forbidden(why)
 
@@ -330,7 +331,7 @@ async def _write_version(ctx: AppContext, document_id: str, layer: str, record_i
         if problem:
             raise invalid_request(f"that version cannot be written back: {problem}")
         if grant.collaboration is not None:
-            _check_may_write_version(grant, current, history, content)
+            _check_may_write_version(grant, current, history, content, writer)
         revision = writer.put_record(record_id, content, grant.user_id)
         return writer.get_record(record_id) if revision else None
 
