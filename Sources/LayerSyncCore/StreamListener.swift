@@ -370,9 +370,10 @@ final class StreamListener: Sendable {
             }
             guard let (path, heartbeat) = streamEndpoint(context, cancellation: transfer) else { continue }
             let token = descriptor.jwt
-            state.withLock { state in
+            let retrying = state.withLock { state in
                 state.helloArmed = false
                 state.bodyBytes = 0
+                return state.fallbackReason != nil
             }
             do throws(LayerSyncError) {
                 let end = try context.server.openStream(path: path, jwt: token, stallSeconds: max(1, Int((2 * heartbeat).rounded(.up))), session: streamSession,
@@ -390,8 +391,9 @@ final class StreamListener: Sendable {
                 }
             } catch where error.code == .cancelled {
                 streamEnded()  // the last layer stopped listening, or shutdown: the loop's check decides
-            } catch where error.code == .accessDenied && error.httpStatus != nil {
-                // The token is refused here as it would be for its layer: that layer stops, the next one's token is tried.
+            } catch where error.code == .accessDenied && error.httpStatus != nil && !retrying {
+                // The token is refused here as it would be for its layer: that layer stops, the
+                // next one's token is tried. (While the layers long-poll, their loops tell it.)
                 streamEnded()
                 forget(descriptor, generation: subscription.generation)
                 descriptor.streamFailedAuthentication(error, token: token, generation: subscription.generation)
