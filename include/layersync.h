@@ -325,10 +325,14 @@ typedef enum {
      */
     LAYERSYNC_LISTENING_STREAM = 0,
     /**
-     * The client fell back to one HTTP long-poll per listened layer (protocol version 1):
-     * the server does not offer the stream, or its first event did not arrive within 5 s
-     * (something between client and server buffers it). The reason is written once to
-     * stderr; the fallback holds for the client's life.
+     * One HTTP long-poll per listened layer (protocol version 1): the server does not
+     * offer the stream, or something between client and server buffers it (an event the
+     * server sent is 5 s late while the server answers other requests). The reason is
+     * written to stderr; the stream is tried again after 5 minutes (doubled per failed
+     * try, at most an hour) and takes the layers back when it works (also written to
+     * stderr). For one document (`layersync_document_listening_transport`) also: the
+     * server took no more subscriptions on the stream (its `max_subscriptions`, 429), so
+     * that layer long-polls on its own and is subscribed again later.
      */
     LAYERSYNC_LISTENING_LONG_POLL = 1,
 } layersync_listening_transport_t;
@@ -436,8 +440,10 @@ int layersync_client_destroy(layersync_client *client, layersync_error *error);
 const char *layersync_client_server_url(const layersync_client *client);
 
 /**
- * Whether listening uses the change stream or fell back to per-layer long-polls;
- * `LAYERSYNC_LISTENING_STREAM` for NULL. LayerSync's own.
+ * Whether listening uses the change stream or fell back to per-layer long-polls (until
+ * the stream is tried again and works); `LAYERSYNC_LISTENING_STREAM` for NULL. A layer
+ * the stream cannot take long-polls on its own while the client stays on the stream
+ * (`layersync_document_listening_transport`). LayerSync's own.
  *
  * @param client The client. Must not be NULL.
  */
@@ -686,6 +692,17 @@ int layersync_document_set_default_group(
 layersync_document_state_t layersync_document_state(const layersync_document *document);
 
 /**
+ * Whether this layer is listened to on the client's change stream or with its own
+ * long-poll (the client fell back, or the server refused the layer's subscription: its
+ * subscription limit per stream); meaningful while listening.
+ * `LAYERSYNC_LISTENING_STREAM` for NULL. LayerSync's own.
+ *
+ * @param document The document. Must not be NULL.
+ */
+layersync_listening_transport_t layersync_document_listening_transport(
+    const layersync_document *document);
+
+/**
  * Whether the PDF and the layer snapshot are stored locally. Instant:
  * `InstantDocumentDescriptor.isDownloaded`.
  *
@@ -818,11 +835,12 @@ int layersync_document_stop_syncing(
 /**
  * Starts listening for server changes: a subscription on the client's one change stream
  * (every listened layer shares one connection and one thread), or this layer's HTTP
- * long-poll when the client fell back to it (`layersync_client_listening_transport`).
- * Changes are applied locally and reported through `did_receive_changes`. Survives
- * transient network failures with capped exponential backoff, resuming from the layer's
- * last committed revision; stops on authentication failure (a refused JWT, or one that
- * expired or was revoked while subscribed: `did_fail_authentication` once) until
+ * long-poll when the client fell back to it (`layersync_client_listening_transport`) or
+ * the stream cannot take this layer (`layersync_document_listening_transport`). Changes
+ * are applied locally and reported through `did_receive_changes`. Survives transient
+ * network failures with capped exponential backoff, resuming from the layer's last
+ * committed revision; stops on authentication failure (a refused JWT, or one that expired
+ * or was revoked while subscribed: `did_fail_authentication` once) until
  * reauthentication, other layers unaffected. Stops for good when the server answers that
  * the document or layer no longer exists (404 `not_found`, e.g. the layer was deleted):
  * `did_fail_sync` reports `INVALID_DOCUMENT` once (with no `did_begin_sync` before it)

@@ -37,6 +37,13 @@ func withDescriptor(
     return layersync_document_state_t(rawValue: UInt32(state.rawValue))
 }
 
+@c @implementation public func layersync_document_listening_transport(_ document: OpaquePointer?) -> layersync_listening_transport_t {
+    switch DocumentHandle.optional(document)?.descriptor.listeningTransport ?? .stream {
+    case .stream: return LAYERSYNC_LISTENING_STREAM
+    case .longPoll: return LAYERSYNC_LISTENING_LONG_POLL
+    }
+}
+
 @c @implementation public func layersync_document_is_downloaded(_ document: OpaquePointer?) -> Bool {
     DocumentHandle.optional(document)?.descriptor.isDownloaded ?? false
 }

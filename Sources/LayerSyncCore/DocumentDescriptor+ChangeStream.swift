@@ -56,6 +56,13 @@ extension DocumentDescriptor {
         }
     }
 
+    /// A subscription answer the checks refused (``SubscriptionAnswer/cursorAhead``: its layer
+    /// revision is below the cursor subscribed from), handled as a refused page.
+    func streamAnswerRefused(_ error: LayerSyncError, generation: Int) {
+        guard isCurrentListener(generation) else { return }
+        streamWorkFailed(error, token: jwt, generation: generation)
+    }
+
     /// The changes after the committed cursor, page by page: the first page goes through
     /// ``applyLongPollPage(_:token:cancellation:)`` (it re-bases on a new epoch), the rest
     /// through the sync cycle's ``pullPages(from:token:cancellation:)``.
@@ -72,8 +79,10 @@ extension DocumentDescriptor {
 
     /// A failure of stream work on the work queue, handled as the long-poll loop handles it: an
     /// auth failure or a missing layer stops listening (reported once); an answer the checks
-    /// refused re-bases a cursor ahead of the server; anything else is fetched again after a
-    /// backoff (the next event that does not follow the cursor fetches it too).
+    /// refused re-bases a cursor ahead of the server, as a long-poll does
+    /// (``rebaseIfCursorIsAheadOfServer(after:token:cancellation:)``), and subscribes again from
+    /// the new cursor; anything else is fetched again after a backoff (the next event that does
+    /// not follow the cursor fetches it too).
     private func streamWorkFailed(_ error: LayerSyncError, token: String, generation: Int, attempt: Int = 0) {
         if error.code == .cancelled { return }
         if error.code == .accessDenied && error.httpStatus != nil {
@@ -89,6 +98,7 @@ extension DocumentDescriptor {
         if error.code == .invalidServerData, (try? rebaseIfCursorIsAheadOfServer(after: error, token: token, cancellation: context.lifetime)) == true {
             publishState()
             if hasUnsyncedChanges { scheduleAutoSync() }
+            context.stream.resubscribe(self)
             return
         }
         let delay = Self.backoffSeconds(failures: attempt + 1)

@@ -35,12 +35,22 @@ extension DocumentDescriptor {
     /// Whether listening runs (on the stream or with long-poll).
     public var isListening: Bool { mutableState.withLock { $0.listener.isRunning } }
 
+    /// How this layer is listened to: on the client's change stream, or with its own long-poll
+    /// (the client fell back, or the stream cannot take this layer: the server's subscription
+    /// limit). Meaningful while listening.
+    public var listeningTransport: ListeningTransport { context.stream.transport(of: self) }
+
     func beginListening() {
         guard let generation = mutableState.withLock({ $0.listener.startStreaming() }) else { return }
         if !context.stream.add(self, generation: generation) { switchToLongPoll(from: generation) }
     }
 
-    /// Moves the listening run `generation` to this layer's own long-poll loop (the client fell back).
+    /// Moves this layer's long-poll loop back to the change stream (``Listener/switchToStream()``).
+    /// - Returns: The stream run's generation, `nil` when no long-poll loop runs.
+    func switchToStream() -> Int? { mutableState.withLock { $0.listener.switchToStream() } }
+
+    /// Moves the listening run `generation` to this layer's own long-poll loop (the client fell
+    /// back, or the stream cannot take this layer).
     func switchToLongPoll(from generation: Int) {
         let cancellation = TransferCancellation()
         let wake = DispatchSemaphore(value: 0)

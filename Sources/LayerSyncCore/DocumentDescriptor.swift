@@ -26,7 +26,8 @@ public final class DocumentDescriptor: Sendable {
     let workQueue: DispatchQueue
     let listenQueue: DispatchQueue
     let workSession: HTTPSession
-    let listenSession: HTTPSession
+    /// The long-poll loop's session, made when the first loop needs it (on the change stream there is none).
+    private let listenSessionSlot = Mutex<HTTPSession?>(nil)
     let pdfFilePath: String
     let mutableState: Mutex<MutableState>
     /// Ids of the conflict reports emitted in a `didRejectChanges` event that the handler has
@@ -81,7 +82,6 @@ public final class DocumentDescriptor: Sendable {
         workQueue = DispatchQueue(label: label + ".work")
         listenQueue = DispatchQueue(label: label + ".listen")
         workSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
-        listenSession = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
         mutableState = Mutex(MutableState(authentication: Authentication(claims: claims),
                                           syncCycle: SyncCycle(delay: context.configuration.syncDelay)))
         if needsReset {
@@ -99,6 +99,16 @@ public final class DocumentDescriptor: Sendable {
     /// The user the layer is pinned to (the JWT's `user_id`), if any.
     public var userID: String? {
         mutableState.withLock { $0.authentication.claims.userID } ?? (try? store.meta("user_id")) ?? nil
+    }
+
+    /// The long-poll loop's session (``listenSessionSlot``).
+    var listenSession: HTTPSession {
+        listenSessionSlot.withLock { slot in
+            if let session = slot { return session }
+            let session = HTTPSession(connectTimeoutSeconds: context.configuration.connectTimeout)
+            slot = session
+            return session
+        }
     }
 
     /// The current token.

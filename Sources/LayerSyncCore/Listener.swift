@@ -42,6 +42,19 @@ struct Listener: Sendable {
         return self.generation
     }
 
+    /// Moves the current long-poll loop back to the client's change stream (the stream came
+    /// back, or took the subscription it had refused): its request aborts and its wait ends.
+    /// - Returns: The stream run's generation, or `nil` when no long-poll loop runs.
+    mutating func switchToStream() -> Int? {
+        guard isRunning, let loop = cancellation else { return nil }
+        loop.cancel()
+        wakeUp()
+        cancellation = nil
+        wake = nil
+        generation += 1
+        return generation
+    }
+
     /// Whether the loop of `generation` is the current one and should go on.
     func isCurrent(_ generation: Int) -> Bool { isRunning && self.generation == generation }
 

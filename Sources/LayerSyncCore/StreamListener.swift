@@ -16,30 +16,80 @@ public enum ListeningTransport: Sendable, Equatable {
 }
 
 /// The one listener of a client (ARCHITECTURE.md §4): one thread that holds one change stream
-/// (``SyncServer/openStream(path:jwt:stallSeconds:session:cancellation:onMessage:)``) for every
+/// (``SyncServer/openStream(path:jwt:stallSeconds:session:cancellation:watchdog:onMessage:)``) for every
 /// descriptor whose ``DocumentDescriptor/startListening()`` was called, and one serial queue for
 /// the short requests that add and remove their subscriptions.
 ///
 /// What an event does to a layer runs on that layer's work queue, by the code the long-poll
 /// uses (``DocumentDescriptor/applyStreamedPage(_:since:generation:)``). The stream reconnects
 /// with capped exponential backoff and full jitter, and every subscription resumes from its
-/// layer's committed cursor. When the server does not advertise the stream, answers 404 to it,
-/// or its `hello` does not arrive within 5 s of the request (something in between buffers
-/// it), the client falls back to per-layer long-polls for the rest of its life, logs it once on
-/// stderr and reports it in ``SyncClient/listeningTransport``.
+/// layer's committed cursor.
+///
+/// Buffering (protocol.md "What the client does"): the `hello` is due when the request is sent,
+/// a `subscribed` event when its subscription is answered. An event overdue for
+/// ``probeAfterSeconds`` with nothing arriving on the stream starts a probe (`GET /sync/v1/info`
+/// on its own connection). The stream is buffered when the event is still missing
+/// ``eventDeadlineSeconds`` after it was due and ``probeGraceSeconds`` after the probe was
+/// answered: the server answers, its stream does not arrive. A probe that gets no answer means
+/// the network is out (a stall, not buffering): the stream is opened again after a backoff.
+/// Buffering, a server that does not advertise the stream, or a 404 to it move listening to
+/// per-layer long-polls (logged on stderr, ``SyncClient/listeningTransport``); the stream is
+/// tried again after ``streamRetrySeconds`` (doubled per failed try) and takes the layers back
+/// when it works. A layer whose subscription the server refuses with 429 (its
+/// `max_subscriptions`) long-polls on its own (logged, ``DocumentDescriptor/listeningTransport``)
+/// and is subscribed again after ``subscriptionRetrySeconds`` (doubled), or at once when another
+/// layer's subscription ends.
 final class StreamListener: Sendable {
+    /// Seconds after it is due within which an event must arrive on the stream.
+    static let eventDeadlineSeconds = 5.0
+    /// Seconds an event may be overdue, with nothing arriving, before the probe is sent.
+    static let probeAfterSeconds = 3.0
+    /// Seconds the event may still take after the probe was answered (after a network outage
+    /// the probe's answer and the held stream come back together).
+    static let probeGraceSeconds = 2.0
+    /// Seconds within which the probe must be answered for the network to count as working.
+    static let probeTimeoutSeconds = 10.0
+    /// First pause before trying the stream again after a fallback, and the longest.
+    static let streamRetrySeconds = (first: 300.0, longest: 3600.0)
+    /// First pause before subscribing again a layer the server refused (429), and the longest.
+    static let subscriptionRetrySeconds = (first: 60.0, longest: 900.0)
+
     private struct Subscription {
         let descriptor: DocumentDescriptor
-        /// The descriptor's listening generation this subscription serves.
-        let generation: Int
+        /// The descriptor's listening generation this subscription serves (stale while the
+        /// layer long-polls: moving back asks the descriptor for a new one).
+        var generation: Int
         /// The stream it is subscribed on, with the token it was subscribed with.
         var subscribed: (streamID: String, token: String)?
+        /// Why this layer long-polls on its own while the stream serves the others (the server
+        /// refused its subscription), `nil` on the stream.
+        var refusal: String?
+        /// Refusals in a row (the retry's backoff).
+        var refusals = 0
+    }
+
+    /// The probe of an overdue event (see the type's documentation).
+    private struct Probe {
+        let cancellation = TransferCancellation()
+        let started: DispatchTime
+        var answered: DispatchTime?
+        var failed = false
+    }
+
+    /// How the current stream's watchdog ended it.
+    private enum Verdict {
+        /// Events do not arrive while the server answers: fall back to long-polls.
+        case buffered(String)
+        /// The server does not answer at all: reopen after a backoff.
+        case unreachable
     }
 
     private struct State {
         var subscriptions: [StreamLayer: Subscription] = [:]
-        /// Why listening uses long-polls, once decided.
+        /// Why listening uses long-polls, while it does.
         var fallbackReason: String?
+        /// Tries of the stream since the fallback (the retry's backoff).
+        var retries = 0
         var loopRunning = false
         /// The current stream's id, from its `hello`.
         var streamID: String?
@@ -50,16 +100,28 @@ final class StreamListener: Sendable {
         var heartbeatSeconds = 15.0
         var failures = 0
         var shutDown = false
+        /// Since when the current stream's `hello` is due (the request was sent), until it arrives.
+        var helloDue: DispatchTime?
+        var helloArmed = false
+        /// Per layer: `subscribed` events the current stream owes (answers minus events;
+        /// below zero when an event beat its answer) and since when.
+        var acks: [StreamLayer: (owed: Int, due: DispatchTime)] = [:]
+        /// Body bytes of the current stream at the last watchdog call.
+        var bodyBytes = 0
+        var probe: Probe?
+        var verdict: Verdict?
     }
 
     private let state = Mutex(State())
     private let loopQueue = DispatchQueue(label: "layersync.client.stream")
     private let controlQueue = DispatchQueue(label: "layersync.client.stream.control")
     private let wake = UncheckedSendable(DispatchSemaphore(value: 0))
+    private let connectTimeout: Double
     private let streamSession: HTTPSession
     private let controlSession: HTTPSession
 
     init(connectTimeout: Double) {
+        self.connectTimeout = connectTimeout
         streamSession = HTTPSession(connectTimeoutSeconds: connectTimeout)
         controlSession = HTTPSession(connectTimeoutSeconds: connectTimeout)
     }
@@ -69,30 +131,42 @@ final class StreamListener: Sendable {
         state.withLock { $0.fallbackReason.map { .longPoll(reason: $0) } ?? .stream }
     }
 
+    /// How `descriptor`'s layer is listened to: long-polls after a fallback or a refused subscription, else the stream.
+    func transport(of descriptor: DocumentDescriptor) -> ListeningTransport {
+        let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
+        return state.withLock { state in
+            if let reason = state.fallbackReason { return .longPoll(reason: reason) }
+            guard let subscription = state.subscriptions[layer], subscription.descriptor === descriptor,
+                  let refusal = subscription.refusal else { return .stream }
+            return .longPoll(reason: refusal)
+        }
+    }
+
     // MARK: Subscriptions
 
     /// Adds the listening run `generation` of `descriptor` (replacing an earlier one of its layer).
-    /// - Returns: `false` when listening uses long-polls (the caller starts the descriptor's loop).
+    /// - Returns: `false` when listening uses long-polls (the caller starts the descriptor's
+    ///   loop; the stream takes it back when it works again).
     func add(_ descriptor: DocumentDescriptor, generation: Int) -> Bool {
         let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
-        let (added, startLoop, streamID) = state.withLock { state -> (Bool, Bool, String?) in
-            guard state.fallbackReason == nil, !state.shutDown else { return (false, false, nil) }
+        let (onStream, startLoop, streamID) = state.withLock { state -> (Bool, Bool, String?) in
+            guard !state.shutDown else { return (false, false, nil) }
             state.subscriptions[layer] = Subscription(descriptor: descriptor, generation: generation)
             defer { state.loopRunning = true }
-            return (true, !state.loopRunning, state.streamID)
+            return (state.fallbackReason == nil, !state.loopRunning, state.fallbackReason == nil ? state.streamID : nil)
         }
-        guard added else { return false }
         if startLoop {
             let context = descriptor.context
             loopQueue.async { [self] in run(context) }
         } else if let streamID {
             subscribe(layer, on: streamID, context: descriptor.context)
         }
-        return true
+        return onStream
     }
 
     /// Removes `descriptor`'s subscription (stop listening): an unsubscribe request when it is
-    /// subscribed, or the stream closes when it was the last one.
+    /// subscribed (its place goes to a layer the server refused), or the stream closes when it
+    /// was the last one.
     func remove(_ descriptor: DocumentDescriptor) {
         let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
         let unsubscribe = state.withLock { state -> (path: String, streamID: String, token: String)? in
@@ -105,6 +179,7 @@ final class StreamListener: Sendable {
             guard let subscribed = subscription.subscribed, subscribed.streamID == state.streamID, let path = state.path else { return nil }
             return (path, subscribed.streamID, subscribed.token)
         }
+        if state.withLock({ $0.subscriptions.isEmpty }) { wakeUp() }  // a loop waiting to retry the stream ends
         guard let unsubscribe else { return }
         let context = descriptor.context
         controlQueue.async { [self] in
@@ -112,14 +187,16 @@ final class StreamListener: Sendable {
             try? context.server.unsubscribe(path: unsubscribe.path, streamID: unsubscribe.streamID, documentID: layer.documentID,
                                             layer: layer.layer, jwt: unsubscribe.token, session: controlSession,
                                             cancellation: context.lifetime)
+            let refused = state.withLock { state in state.subscriptions.first { $0.value.refusal != nil }?.key }
+            if let refused { retrySubscription(refused, context: context) }
         }
     }
 
-    /// Subscribes `descriptor`'s layer again from its cursor (after a reset or a new token).
+    /// Subscribes `descriptor`'s layer again from its cursor (after a reset, a re-base or a new token).
     func resubscribe(_ descriptor: DocumentDescriptor) {
         let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
         let streamID = state.withLock { state -> String? in
-            guard state.subscriptions[layer]?.descriptor === descriptor else { return nil }
+            guard state.subscriptions[layer]?.descriptor === descriptor, state.subscriptions[layer]?.refusal == nil else { return nil }
             state.subscriptions[layer]?.subscribed = nil
             return state.streamID
         }
@@ -144,7 +221,7 @@ final class StreamListener: Sendable {
         controlQueue.async { [self] in
             let found = state.withLock { state -> (Subscription, String)? in
                 guard !state.shutDown, state.streamID == streamID, let path = state.path,
-                      let subscription = state.subscriptions[layer] else { return nil }
+                      let subscription = state.subscriptions[layer], subscription.refusal == nil else { return nil }
                 return (subscription, path)
             }
             guard let (subscription, path) = found else { return }
@@ -153,12 +230,21 @@ final class StreamListener: Sendable {
             do throws(LayerSyncError) {
                 let epoch = try descriptor.store.epoch()  // before `since`, as the long-poll reads them
                 let since = try descriptor.store.since()
-                _ = try context.server.subscribe(path: path, streamID: streamID, documentID: layer.documentID, layer: layer.layer,
-                                                 since: since, epoch: epoch, jwt: token, session: controlSession,
-                                                 cancellation: context.lifetime)
+                let answer = try context.server.subscribe(path: path, streamID: streamID, documentID: layer.documentID, layer: layer.layer,
+                                                          since: since, epoch: epoch, jwt: token, session: controlSession,
+                                                          cancellation: context.lifetime)
                 state.withLock { state in
                     guard state.subscriptions[layer]?.generation == subscription.generation else { return }
                     state.subscriptions[layer]?.subscribed = (streamID, token)
+                    state.subscriptions[layer]?.refusals = 0
+                    guard answer.acknowledged, state.streamID == streamID else { return }
+                    let owed = (state.acks[layer]?.owed ?? 0) + 1
+                    state.acks[layer] = owed == 0 ? nil : (owed, state.acks[layer]?.due ?? .now())
+                }
+                // The cursor is ahead of the server's layer (restored from a backup): as for a
+                // long-poll answer the checks refused (re-based, then subscribed again).
+                if let ahead = answer.cursorAhead {
+                    descriptor.workQueue.async { descriptor.streamAnswerRefused(ahead, generation: subscription.generation) }
                 }
             } catch where error.code == .cancelled {
                 return
@@ -171,12 +257,63 @@ final class StreamListener: Sendable {
                     forget(descriptor, generation: subscription.generation)
                     descriptor.streamLayerIsMissing(error, generation: subscription.generation)
                 }
+            } catch where error.httpStatus == 429 {
+                refuse(layer, subscription, reason: "the server takes no more subscriptions on this stream (\(error.message))", context: context)
             } catch {
                 let delay = DocumentDescriptor.backoffSeconds(failures: attempt + 1)
                 controlQueue.asyncAfter(deadline: .now() + delay) { [self] in
                     subscribe(layer, on: streamID, context: context, attempt: attempt + 1)
                 }
             }
+        }
+    }
+
+    /// The server refused `layer`'s subscription (429: its limit per stream): the layer
+    /// long-polls on its own (logged, ``transport(of:)``) until ``retrySubscription(_:context:)``
+    /// gets it onto the stream.
+    private func refuse(_ layer: StreamLayer, _ subscription: Subscription, reason: String, context: ClientContext) {
+        let refusals = state.withLock { state -> Int? in
+            guard state.subscriptions[layer]?.generation == subscription.generation else { return nil }
+            state.subscriptions[layer]?.refusal = reason
+            state.subscriptions[layer]?.subscribed = nil
+            state.subscriptions[layer]?.refusals += 1
+            return state.subscriptions[layer]?.refusals
+        }
+        guard let refusals else { return }
+        if refusals == 1 { log("listening on \(layer.documentID)/\(layer.layer) uses its own long-poll: \(reason)", context: context) }
+        subscription.descriptor.switchToLongPoll(from: subscription.generation)
+        let (first, longest) = Self.subscriptionRetrySeconds
+        controlQueue.asyncAfter(deadline: .now() + min(longest, first * Double(1 << min(refusals - 1, 16)))) { [self] in
+            retrySubscription(layer, context: context)
+        }
+    }
+
+    /// Moves a layer the server refused back to the stream and subscribes it (refused again: it
+    /// goes on long-polling). Without a stream at the moment the next `hello` does it.
+    private func retrySubscription(_ layer: StreamLayer, context: ClientContext) {
+        let found = state.withLock { state -> Subscription? in
+            guard !state.shutDown, state.fallbackReason == nil, let subscription = state.subscriptions[layer],
+                  subscription.refusal != nil else { return nil }
+            return subscription
+        }
+        guard let found, let streamID = moveToStream(layer, found) else { return }
+        subscribe(layer, on: streamID, context: context)
+    }
+
+    /// Moves a long-polling layer's listening back to the stream (the descriptor's new generation).
+    /// - Returns: The current stream's id, `nil` when there is none now (or the layer stopped listening).
+    private func moveToStream(_ layer: StreamLayer, _ subscription: Subscription) -> String? {
+        let generation = subscription.descriptor.switchToStream()
+        return state.withLock { state in
+            guard state.subscriptions[layer]?.descriptor === subscription.descriptor else { return nil }
+            guard let generation else {
+                state.subscriptions[layer] = nil  // not listening any more
+                return nil
+            }
+            state.subscriptions[layer]?.generation = generation
+            state.subscriptions[layer]?.refusal = nil
+            state.subscriptions[layer]?.subscribed = nil
+            return state.streamID
         }
     }
 
@@ -205,17 +342,23 @@ final class StreamListener: Sendable {
 
     /// The loop (on the stream's queue: the client's one listener thread): opens the stream
     /// with a listening layer's token and reads it until it ends, then again after a backoff,
-    /// until no layer listens any more, the client shuts down, or it falls back.
+    /// until no layer listens any more or the client shuts down. After a fallback it waits
+    /// ``streamRetrySeconds`` (doubled per try) before each try.
     private func run(_ context: ClientContext) {
         while true {
+            if let retries = state.withLock({ $0.fallbackReason == nil ? nil : $0.retries }) {
+                let (first, longest) = Self.streamRetrySeconds
+                pause(min(longest, first * Double(1 << min(retries, 16))))
+            }
             let next = state.withLock { state -> (transfer: TransferCancellation, subscription: Subscription)? in
-                guard !state.shutDown, !context.isShutDown, state.fallbackReason == nil,
+                guard !state.shutDown, !context.isShutDown,
                       let first = state.subscriptions.values.first(where: { !$0.descriptor.isTokenRejected }) ?? state.subscriptions.values.first else {
                     state.loopRunning = false
                     return nil
                 }
                 let transfer = TransferCancellation()
                 state.transfer = transfer
+                if state.fallbackReason != nil { state.retries += 1 }
                 return (transfer, first)
             }
             guard let (transfer, subscription) = next else { return }
@@ -227,30 +370,36 @@ final class StreamListener: Sendable {
             }
             guard let (path, heartbeat) = streamEndpoint(context, cancellation: transfer) else { continue }
             let token = descriptor.jwt
+            let retrying = state.withLock { state in
+                state.helloArmed = false
+                state.bodyBytes = 0
+                return state.fallbackReason != nil
+            }
             do throws(LayerSyncError) {
                 let end = try context.server.openStream(path: path, jwt: token, stallSeconds: max(1, Int((2 * heartbeat).rounded(.up))), session: streamSession,
-                                                        cancellation: transfer) { [self] message in
+                                                        cancellation: transfer, watchdog: { [self] sent, bytes in
+                    watch(requestSent: sent, bodyBytes: bytes, context: context)
+                }) { [self] message in
                     handle(message, context: context)
                 }
-                streamEnded()
-                switch end {
-                case .noHello:
-                    fallBack("no hello within \(Int(SyncServer.streamHelloTimeoutSeconds)) s of opening the change stream "
-                             + "(something between client and server buffers it)", context: context)
-                    return
-                case .stopped, .closed: backOff()
+                switch streamEnded() {
+                case .buffered(let reason)?: fallBack(reason, context: context)
+                case .unreachable?: backOff()
+                case nil where end == .noHello:
+                    fallBack("the change stream's answer ended before its hello (something between client and server buffers it)", context: context)
+                case nil: backOff()
                 }
             } catch where error.code == .cancelled {
                 streamEnded()  // the last layer stopped listening, or shutdown: the loop's check decides
-            } catch where error.code == .accessDenied && error.httpStatus != nil {
-                // The token is refused here as it would be for its layer: that layer stops, the next one's token is tried.
+            } catch where error.code == .accessDenied && error.httpStatus != nil && !retrying {
+                // The token is refused here as it would be for its layer: that layer stops, the
+                // next one's token is tried. (While the layers long-poll, their loops tell it.)
                 streamEnded()
                 forget(descriptor, generation: subscription.generation)
                 descriptor.streamFailedAuthentication(error, token: token, generation: subscription.generation)
             } catch where error.httpStatus == 404 || error.httpStatus == 405 {
                 streamEnded()
                 fallBack("the server answers \(error.httpStatus ?? 0) to POST \(path)", context: context)
-                return
             } catch {
                 streamEnded()
                 backOff()
@@ -259,15 +408,17 @@ final class StreamListener: Sendable {
     }
 
     /// The stream's path and heartbeat period from the server info (asked for when the
-    /// connection sequence has not answered yet); `nil` after a fallback or a failure (backed off).
+    /// connection sequence has not answered yet, or again when trying the stream after a
+    /// fallback); `nil` after a fallback or a failure (backed off).
     private func streamEndpoint(_ context: ClientContext, cancellation: TransferCancellation) -> (String, Double)? {
         if let known = state.withLock({ state in state.path.map { ($0, state.heartbeatSeconds) } }) { return known }
-        var info = context.serverInfo.withLock { $0 }
+        let retrying = state.withLock { $0.fallbackReason != nil }
+        var info = retrying ? nil : context.serverInfo.withLock { $0 }
         if info == nil {
             do throws(LayerSyncError) {
                 info = try context.server.info(session: streamSession, cancellation: cancellation)
             } catch {
-                if error.code != .cancelled { backOff() }
+                if error.code != .cancelled, !retrying { backOff() }
                 return nil
             }
         }
@@ -290,26 +441,113 @@ final class StreamListener: Sendable {
         pause(DocumentDescriptor.backoffSeconds(failures: failures))
     }
 
-    /// The stream ended: no subscription holds any more (each resubscribes on the next `hello`).
-    private func streamEnded() {
+    /// The stream ended: no subscription holds any more (each resubscribes on the next
+    /// `hello`), nothing is awaited on it.
+    /// - Returns: How the watchdog ended it, if it did.
+    @discardableResult
+    private func streamEnded() -> Verdict? {
         state.withLock { state in
             state.streamID = nil
             for layer in state.subscriptions.keys { state.subscriptions[layer]?.subscribed = nil }
+            state.helloDue = nil
+            state.acks = [:]
+            state.probe?.cancellation.cancel()
+            state.probe = nil
+            defer { state.verdict = nil }
+            return state.verdict
         }
     }
 
-    /// Listening moves to long-polls for good: every subscribed layer starts its own loop.
+    /// Listening moves to long-polls: every layer on the stream starts its own loop (one the
+    /// server refused has one already); ``run(_:)`` tries the stream again later.
     private func fallBack(_ reason: String, context: ClientContext) {
-        let moved = state.withLock { state -> [Subscription] in
-            guard state.fallbackReason == nil else { return [] }
+        let moved = state.withLock { state -> [Subscription]? in
+            state.path = nil  // asked for again when the stream is tried again
+            guard state.fallbackReason == nil else { return nil }  // a try after the fallback failed
             state.fallbackReason = reason
-            state.loopRunning = false
-            defer { state.subscriptions = [:] }
-            return Array(state.subscriptions.values)
+            state.retries = 0
+            return state.subscriptions.values.filter { $0.refusal == nil }
         }
-        let line = "layersync: \(context.server.url.base): listening falls back to per-layer long-poll: \(reason)\n"
-        _ = line.withCString { write(2, $0, strlen($0)) }
+        guard let moved else { return }
+        log("listening falls back to per-layer long-poll: \(reason); the change stream is tried again in "
+            + "\(Int(Self.streamRetrySeconds.first)) s", context: context)
         for subscription in moved { subscription.descriptor.switchToLongPoll(from: subscription.generation) }
+    }
+
+    /// The stream works again after a fallback (its `hello` arrived): every layer moves back to it.
+    /// - Returns: The layers to subscribe.
+    private func comeBack(_ reason: String, context: ClientContext) -> [StreamLayer] {
+        log("listening is back on the change stream (it had fallen back to long-poll: \(reason))", context: context)
+        let moving = state.withLock { Array($0.subscriptions) }
+        return moving.compactMap { layer, subscription in moveToStream(layer, subscription) == nil ? nil : layer }
+    }
+
+    /// One line on stderr about how listening works.
+    private func log(_ message: String, context: ClientContext) {
+        let line = "layersync: \(context.server.url.base): \(message)\n"
+        _ = line.withCString { write(2, $0, strlen($0)) }
+    }
+
+    // MARK: Buffering
+
+    /// The stream's watchdog, about once a second on its thread (see the type's documentation).
+    /// - Returns: Whether to end the stream (``State/verdict`` says why).
+    private func watch(requestSent: Bool, bodyBytes: Int, context: ClientContext) -> Bool {
+        let now = DispatchTime.now()
+        let probe = state.withLock { state -> Probe? in
+            if requestSent, !state.helloArmed {
+                state.helloArmed = true
+                if state.streamID == nil { state.helloDue = now }
+            }
+            if bodyBytes != state.bodyBytes {
+                // Bytes arrive: what is awaited may be behind them (a big page on a slow link).
+                state.bodyBytes = bodyBytes
+                if state.helloDue != nil { state.helloDue = now }
+                state.acks = state.acks.mapValues { $0.owed > 0 ? ($0.owed, now) : $0 }
+            }
+            let owed = state.acks.values.filter { $0.owed > 0 }.map(\.due)
+            guard let due = ([state.helloDue].compactMap { $0 } + owed).min(),
+                  now >= due + Self.probeAfterSeconds else {
+                state.probe?.cancellation.cancel()  // nothing overdue (any more)
+                state.probe = nil
+                return nil
+            }
+            guard let probe = state.probe else {
+                state.probe = Probe(started: now)
+                return state.probe
+            }
+            if let answered = probe.answered {
+                if now >= due + Self.eventDeadlineSeconds, now >= answered + Self.probeGraceSeconds {
+                    state.verdict = .buffered(state.helloDue != nil
+                        ? "no hello within \(Int(Self.eventDeadlineSeconds)) s of opening the change stream while the server answers "
+                          + "other requests (something between client and server buffers it)"
+                        : "the change stream delivered its hello but no subscription's acknowledgement within "
+                          + "\(Int(Self.eventDeadlineSeconds)) s while the server answers other requests (something between client and server buffers it)")
+                }
+            } else if probe.failed || now >= probe.started + Self.probeTimeoutSeconds {
+                state.verdict = .unreachable
+            }
+            return nil
+        }
+        if let probe { DispatchQueue.global().async { [self] in run(probe, context: context) } }
+        return state.withLock { $0.verdict != nil }
+    }
+
+    /// Sends the probe (`GET /sync/v1/info` on a connection of its own) and notes whether the
+    /// server answered it (any HTTP answer) or not.
+    private func run(_ probe: Probe, context: ClientContext) {
+        let session = HTTPSession(connectTimeoutSeconds: connectTimeout)
+        var answered = true
+        do throws(LayerSyncError) {
+            _ = try context.server.info(session: session, cancellation: probe.cancellation)
+        } catch {
+            if error.code == .cancelled { return }
+            answered = !(error.code == .requestFailed && error.httpStatus == nil)
+        }
+        state.withLock { state in
+            guard state.probe?.cancellation === probe.cancellation else { return }
+            if answered { state.probe?.answered = .now() } else { state.probe?.failed = true }
+        }
     }
 
     /// One event, on the stream's thread; what it does to a layer goes to that layer's work queue.
@@ -318,12 +556,19 @@ final class StreamListener: Sendable {
         func subscription(_ layer: StreamLayer) -> Subscription? { state.withLock { $0.subscriptions[layer] } }
         switch message {
         case .hello(let streamID):
-            let layers = state.withLock { state -> [StreamLayer] in
+            let (layers, fellBack) = state.withLock { state -> ([StreamLayer], String?) in
                 state.streamID = streamID
                 state.failures = 0
-                return Array(state.subscriptions.keys)
+                state.helloDue = nil
+                defer { state.fallbackReason = nil }
+                return (state.subscriptions.filter { $0.value.refusal == nil }.map(\.key), state.fallbackReason)
             }
-            for layer in layers { subscribe(layer, on: streamID, context: context) }
+            for layer in fellBack.map({ comeBack($0, context: context) }) ?? layers { subscribe(layer, on: streamID, context: context) }
+        case .subscribed(let layer):
+            state.withLock { state in
+                let owed = (state.acks[layer]?.owed ?? 0) - 1
+                state.acks[layer] = owed == 0 ? nil : (owed, state.acks[layer]?.due ?? .now())
+            }
         case .changes(let layer, let since, let page):
             guard let subscription = subscription(layer) else { break }
             let descriptor = subscription.descriptor

@@ -34,6 +34,17 @@ struct AnswerFields {
         self.name = name
     }
 
+    /// protocol.md "What a client checks": in the epoch the client holds, a layer's revision is
+    /// never below the `since` it asked from. An answer that says so means the client's cursor is
+    /// ahead of the server's layer (a server restored from a backup, or a garbled earlier
+    /// answer): the client re-bases (`rebaseIfCursorIsAheadOfServer`). One rule for pages and
+    /// subscription answers.
+    /// - Returns: The error refusing the answer, `nil` when it passes.
+    func cursorAhead(revision: Int64, epoch: String, since: Int64, knownEpoch: String?) -> LayerSyncError? {
+        guard epoch == knownEpoch, revision < since else { return nil }
+        return invalid("the layer revision \(revision) is below the since \(since) asked for (same epoch)")
+    }
+
     /// An error about this object.
     func invalid(_ problem: String, recordID: String? = nil) -> LayerSyncError {
         LayerSyncError(.invalidServerData, "\(name): \(problem)", recordID: recordID)

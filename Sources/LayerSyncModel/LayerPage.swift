@@ -55,9 +55,7 @@ package struct LayerPage: Sendable {
         let items = try fields.array("records")
         let hasMore = try fields.bool("has_more")
         let nextSince = try fields.revision("next_since")
-        if epoch == knownEpoch, revision < since {
-            throw fields.invalid("the layer revision \(revision) is below the since \(since) asked for (same epoch)")
-        }
+        if let behind = fields.cursorAhead(revision: revision, epoch: epoch, since: since, knownEpoch: knownEpoch) { throw behind }
         let records = try fields.records(items, key: "records", since: since, revision: revision)
         try fields.checkPaging(hasMore: hasMore, nextSince: nextSince, since: since, records: records, key: "records")
         self.init(epoch: epoch, revision: revision, records: records, hasMore: hasMore, nextSince: nextSince)
@@ -72,5 +70,32 @@ package struct LayerPage: Sendable {
                 self.regranted.append(record)
             }
         }
+    }
+}
+
+/// The answer of `POST /sync/v2/stream/{id}/subscriptions` (protocol.md "Protocol version 2"):
+/// `{"subscribed": true, "revision", "epoch"}`, with `"ack": true` when the server pushes a
+/// `subscribed` event for it on the stream, `"reset": true` when it sent `reset` instead.
+package struct SubscriptionAnswer: Sendable {
+    package var revision: Int64
+    package var epoch: String
+    /// Whether a `subscribed` event for this subscription follows on the stream.
+    package var acknowledged: Bool
+    /// Whether the server sent `reset` instead of subscribing (the epoch subscribed with is not the layer's).
+    package var reset: Bool
+    /// Set when the layer revision is below the `since` subscribed from in the epoch held: the
+    /// rule that refuses such a page (``LayerPage``); the client's cursor is ahead of the server.
+    package var cursorAhead: LayerSyncError?
+
+    /// Decodes the answer to a subscription from `since` with the epoch `knownEpoch` held.
+    /// - Throws: `.invalidServerData` for an answer that is not such an object.
+    package init(body: [UInt8], since: Int64, epoch knownEpoch: String?) throws(LayerSyncError) {
+        let fields = try AnswerFields(body: body, name: "subscription answer (since=\(since))")
+        guard try fields.bool("subscribed") else { throw fields.invalid("\"subscribed\" is not true") }
+        revision = try fields.revision("revision")
+        epoch = try fields.epoch("epoch")
+        acknowledged = fields.json["ack"]?.boolValue == true
+        reset = fields.json["reset"]?.boolValue == true
+        cursorAhead = reset ? nil : fields.cursorAhead(revision: revision, epoch: epoch, since: since, knownEpoch: knownEpoch)
     }
 }

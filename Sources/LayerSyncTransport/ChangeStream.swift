@@ -16,6 +16,9 @@ package enum StreamMessage: Sendable {
     case changes(StreamLayer, since: Int64, page: JSONValue)
     /// Changes up to `revision` that the stream did not carry: fetch them with `GET records`.
     case notice(StreamLayer, revision: Int64)
+    /// The server confirms on the stream a subscription it answered with `"ack": true`: the
+    /// stream delivers what the server sends (``SubscriptionAnswer/acknowledged``).
+    case subscribed(StreamLayer)
     /// The server ended one subscription (`token_expired`, `token_revoked`, `not_found`, `forbidden`).
     case unsubscribed(StreamLayer, reason: String)
     /// The layer's epoch differs from the one subscribed with: re-download it.
@@ -40,10 +43,10 @@ package struct StreamLayer: Hashable, Sendable {
 package enum StreamEnd: Sendable, Equatable {
     /// The answer ended (after `bye`, or the server closed it): reconnect.
     case closed
-    /// The consumer asked to end it (its handler returned `false`).
+    /// The consumer asked to end it (its handler or its watchdog returned `false`/`true`).
     case stopped
-    /// The request was sent but no `hello` arrived in time: something between client and
-    /// server buffers the answer (protocol.md: the client then falls back to long-polls).
+    /// A 2xx answer that ended before its `hello`: something between client and server
+    /// buffered it whole (protocol.md: the client then falls back to long-polls).
     case noHello
 }
 
@@ -116,7 +119,7 @@ extension StreamMessage {
     /// - Throws: `.invalidServerData` for data that is not the JSON object the event needs.
     init(name: String, data: [UInt8]) throws(LayerSyncError) {
         guard let json = try? JSONValue.parse(bytes: data), case .object = json else {
-            if name != "hello", name != "changes", name != "notice", name != "unsubscribed", name != "reset", name != "bye" {
+            if !["hello", "changes", "notice", "subscribed", "unsubscribed", "reset", "bye"].contains(name) {
                 self = .other(name: name)
                 return
             }
@@ -145,6 +148,7 @@ extension StreamMessage {
             self = .hello(streamID: try string("stream_id"))
         case "changes": self = .changes(try layer(), since: try integer("since"), page: json)
         case "notice": self = .notice(try layer(), revision: try integer("revision"))
+        case "subscribed": self = .subscribed(try layer())
         case "unsubscribed": self = .unsubscribed(try layer(), reason: try string("reason"))
         case "reset": self = .reset(try layer(), epoch: try string("epoch"))
         case "bye": self = .bye(reason: json["reason"]?.stringValue ?? "")
@@ -154,30 +158,29 @@ extension StreamMessage {
 }
 
 extension SyncServer {
-    /// Seconds after sending the stream request within which `hello` must arrive.
-    package static let streamHelloTimeoutSeconds = 5.0
-
     /// `POST /sync/v2/stream`: opens the change stream and reads it until it ends, calling
     /// `onMessage` on this thread for each event (heartbeats only keep it alive). Blocks.
     ///
     /// A peer that sends nothing for `stallSeconds` (two heartbeat periods) counts as dead
-    /// (`.requestFailed`); a stream whose `hello` does not arrive within
-    /// ``streamHelloTimeoutSeconds`` of sending the request ends with ``StreamEnd/noHello``.
+    /// (`.requestFailed`). Whether events arrive when they should (buffering) is the caller's
+    /// watchdog's to judge.
     /// - Parameters:
     ///   - path: The stream's path (``ServerInfo/streamPath``).
     ///   - jwt: Any JWT valid on this server (it authorises holding a stream).
     ///   - stallSeconds: Seconds of silence that end the stream.
+    ///   - watchdog: Called about once a second on this thread with whether the request has
+    ///     been sent and how many body bytes arrived so far; `true` ends the stream (``StreamEnd/stopped``).
     ///   - onMessage: Returns `false` to end the stream (``StreamEnd/stopped``).
     /// - Throws: `.accessDenied` (401/403), `.invalidDocument` (404: no stream here),
     ///   `.invalidServerData` (an event that is not what the protocol says), `.requestFailed`,
     ///   `.cancelled`.
     package func openStream(path: String, jwt: String, stallSeconds: Int, session: HTTPSession, cancellation: TransferCancellation,
+                            watchdog: @escaping @Sendable (_ requestSent: Bool, _ bodyBytes: Int) -> Bool,
                             onMessage: @escaping @Sendable (StreamMessage) -> Bool) throws(LayerSyncError) -> StreamEnd {
         struct Reading {
             var parser = ServerSentEventParser()
             var sawHello = false
-            var helloDeadline: DispatchTime?
-            var missedHello = false
+            var bodyBytes = 0
             var stopped = false
             var invalid: LayerSyncError?
         }
@@ -189,6 +192,7 @@ extension SyncServer {
         request.stallSeconds = stallSeconds
         request.onBodyChunk = { bytes in
             reading.withLock { state in
+                state.bodyBytes += bytes.count
                 var parser = state.parser
                 defer { state.parser = parser }
                 let complete = parser.feed(bytes) { name, data in
@@ -218,16 +222,10 @@ extension SyncServer {
             }
         }
         request.watchdog = { requestSent in
-            reading.withLock { state in
-                guard !state.sawHello, requestSent else { return false }
-                let now = DispatchTime.now()
-                guard let deadline = state.helloDeadline else {
-                    state.helloDeadline = now + Self.streamHelloTimeoutSeconds
-                    return false
-                }
-                if now >= deadline { state.missedHello = true }
-                return state.missedHello
-            }
+            let bodyBytes = reading.withLock { $0.bodyBytes }
+            guard watchdog(requestSent, bodyBytes) else { return false }
+            reading.withLock { $0.stopped = true }
+            return true
         }
         do throws(LayerSyncError) {
             _ = try send(request, jwt: jwt, session: session, cancellation: cancellation, accept: "text/event-stream", protocolVersion: 2)
@@ -235,7 +233,6 @@ extension SyncServer {
             let state = reading.withLock { $0 }
             if let invalid = state.invalid { throw invalid }
             if state.stopped { return .stopped }
-            if state.missedHello { return .noHello }
             throw error
         }
         let state = reading.withLock { $0 }
@@ -250,23 +247,24 @@ extension SyncServer {
     ///   - streamID: The id from the stream's `hello`.
     ///   - epoch: The epoch the client holds, `nil` for none.
     ///   - jwt: The layer's JWT.
-    /// - Returns: The layer's revision when subscribed.
-    /// - Throws: `.accessDenied` (401/403), `.invalidDocument` (404: unknown stream or layer), the other mapped errors.
+    /// - Returns: The answer (``SubscriptionAnswer``: the server is asked to acknowledge the
+    ///   subscription on the stream, `"ack": true`).
+    /// - Throws: `.accessDenied` (401/403), `.invalidDocument` (404: unknown stream or layer),
+    ///   `.invalidServerData` (not a subscription answer), the other mapped errors (429: the
+    ///   stream holds the server's maximum of subscriptions).
     package func subscribe(path: String, streamID: String, documentID: String, layer: String, since: Int64, epoch: String?, jwt: String,
-                           session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> Int64 {
+                           session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> SubscriptionAnswer {
         var request = HTTPRequest(method: "POST", url: url.url(path + "/\(ServerURL.encodeSegment(streamID))/subscriptions"))
         var body = JSONObject()
         body["document_id"] = .string(documentID)
         body["layer"] = .string(layer)
         body["since"] = .integer(since)
         body["epoch"] = epoch.map { .string($0) } ?? .null
+        body["ack"] = .bool(true)
         request.headers = ["Content-Type: application/json"]
         request.body = JSONValue.object(body).jsonBytes
         let response = try send(request, jwt: jwt, session: session, cancellation: cancellation, accept: "application/json", protocolVersion: 2)
-        guard let json = try? JSONValue.parse(bytes: response.body), json["subscribed"]?.boolValue == true else {
-            throw LayerSyncError(.invalidServerData, "subscription answer for \(documentID) is not {\"subscribed\": true, ...}")
-        }
-        return json["revision"]?.int64Value ?? since
+        return try SubscriptionAnswer(body: response.body, since: since, epoch: epoch)
     }
 
     /// `DELETE /sync/v2/stream/{id}/subscriptions?document_id=&layer=`: ends a subscription.

@@ -67,6 +67,24 @@ struct ChangeStreamTests {
         }
     }
 
+    @Test func subscriptionAnswersAreCheckedByThePagesRule() throws {
+        let acked = try SubscriptionAnswer(body: Array(#"{"subscribed":true,"revision":7,"epoch":"e","ack":true}"#.utf8), since: 5, epoch: "e")
+        #expect(acked.acknowledged && !acked.reset && acked.revision == 7 && acked.cursorAhead == nil)
+        // A revision below the since subscribed from (same epoch): the client's cursor is ahead of the server.
+        let behind = try SubscriptionAnswer(body: Array(#"{"subscribed":true,"revision":1,"epoch":"e"}"#.utf8), since: 4, epoch: "e")
+        #expect(behind.cursorAhead?.code == .invalidServerData && !behind.acknowledged)
+        // Another epoch (or none held) starts its revisions again; a reset is not compared.
+        #expect(try SubscriptionAnswer(body: Array(#"{"subscribed":true,"revision":1,"epoch":"f"}"#.utf8), since: 4, epoch: "e").cursorAhead == nil)
+        #expect(try SubscriptionAnswer(body: Array(#"{"subscribed":true,"revision":1,"epoch":"e"}"#.utf8), since: 4, epoch: nil).cursorAhead == nil)
+        #expect(try SubscriptionAnswer(body: Array(#"{"subscribed":true,"revision":1,"epoch":"f","reset":true}"#.utf8), since: 4, epoch: "e").reset)
+        #expect(throws: LayerSyncError.self) { _ = try SubscriptionAnswer(body: Array(#"{"subscribed":false,"revision":1,"epoch":"e"}"#.utf8), since: 0, epoch: nil) }
+        #expect(throws: LayerSyncError.self) { _ = try SubscriptionAnswer(body: Array(#"{"subscribed":true,"epoch":"e"}"#.utf8), since: 0, epoch: nil) }
+        let ack = try StreamMessage(name: "subscribed", data: Array(#"{"document_id":"d","layer":"l","revision":7}"#.utf8))
+        guard case .subscribed(let layer) = ack else { Issue.record("not subscribed: \(ack)"); return }
+        #expect(layer == StreamLayer(documentID: "d", layer: "l"))
+        #expect(throws: LayerSyncError.self) { _ = try StreamMessage(name: "subscribed", data: Array(#"{"layer":"l"}"#.utf8)) }
+    }
+
     @Test func theInfoAdvertisesTheStreamOnlyFromProtocolTwo() throws {
         let v2 = try ServerInfo(body: Array(#"{"protocol":{"min":1,"max":2},"capabilities":["long-poll","stream"],"stream":{"path":"/sync/v2/stream","heartbeat_s":0.5}}"#.utf8))
         #expect(v2.streamPath == "/sync/v2/stream" && v2.streamHeartbeatSeconds == 0.5)

@@ -632,6 +632,12 @@ class Subscriptions(_Endpoint):
             hub.reset(stream, document_id, body.get("layer", ""), page.layer.epoch)
             return WireJSONResponse({**answer, "reset": True})
         hub.subscribe(stream, document_id, name, body.get("layer", ""), found, page, since, exp)
+        if body.get("ack") is True:
+            # asked for: the client checks that its stream delivers (buffering, protocol.md)
+            stream.push(None, event("subscribed", {"document_id": document_id,
+                                                   "layer": body.get("layer", ""),
+                                                   "revision": page.layer.revision}))
+            answer["ack"] = True
         return WireJSONResponse(answer)
 
     async def unsubscribe(self, scope, receive):

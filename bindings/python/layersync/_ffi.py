@@ -305,6 +305,7 @@ FUNCTIONS = {
     'layersync_document_default_group': (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(layersync_error)]),
     'layersync_document_set_default_group': (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(layersync_error)]),
     'layersync_document_state': (ctypes.c_int, [ctypes.c_void_p]),
+    'layersync_document_listening_transport': (ctypes.c_int, [ctypes.c_void_p]),
     'layersync_document_is_downloaded': (ctypes.c_bool, [ctypes.c_void_p]),
     'layersync_document_has_unsynced_changes': (ctypes.c_bool, [ctypes.c_void_p]),
     'layersync_document_last_sync_time': (ctypes.c_double, [ctypes.c_void_p]),

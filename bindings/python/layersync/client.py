@@ -310,7 +310,9 @@ class Client(CallsIntoC):
         """How listening works: ``"stream"`` (one change stream for every listened layer, the
         default) or ``"long-poll"`` (the client fell back to one long-poll per layer: the server
         does not offer the stream, or something in between buffers it; the reason is written to
-        stderr once)."""
+        stderr; the stream is tried again every few minutes and takes the layers back when it
+        works). One layer may long-poll while the client is on the stream
+        (``Document.listening_transport``)."""
         value = self._invoke("layersync_client_listening_transport")
         return "long-poll" if value == _ffi.LAYERSYNC_LISTENING_LONG_POLL else "stream"
 

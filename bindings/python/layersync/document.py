@@ -344,6 +344,14 @@ class Document(CallsIntoC):
         """Starts the long-poll for server changes; they arrive as ``did_receive_changes``."""
         self._call("layersync_document_start_listening")
 
+    @property
+    def listening_transport(self) -> str:
+        """How this layer is listened to: ``"stream"`` (the client's change stream) or
+        ``"long-poll"`` (its own long-poll: the client fell back, or the server took no more
+        subscriptions on the stream; the reason is written to stderr)."""
+        value = self._invoke("layersync_document_listening_transport")
+        return "long-poll" if value == _ffi.LAYERSYNC_LISTENING_LONG_POLL else "stream"
+
     def stop_listening(self) -> None:
         """Stops listening for server changes."""
         self._call("layersync_document_stop_listening")
