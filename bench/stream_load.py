@@ -574,6 +574,8 @@ def main() -> int:
     p.add_argument("--rate", type=int, default=200)
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--budget", type=float, default=300.0, help="seconds for the whole search")
+    p.add_argument("--p99-limit", type=float, default=250.0,
+                   help="ms: the knee (the search stops at the first step past it)")
     p.add_argument("--postgres", action="store_true", help="two server processes on PostgreSQL")
     p.add_argument("--workdir", default="/tmp/layersync-stream-load")
     args = p.parse_args()
@@ -600,7 +602,8 @@ def main() -> int:
         pdf = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "pdf"
         sample = next(iter(sorted(pdf.glob("*.pdf"))))
         servers[0].upload_bytes(sample.read_bytes(), "streams")
-        result = knee(servers, "streams", steps, args.rate, args.duration, budget_s=args.budget)
+        result = knee(servers, "streams", steps, args.rate, args.duration, args.p99_limit,
+                      budget_s=args.budget)
         print(json.dumps({"knee": result["knee"], "largest_passing": result["largest_passing"],
                           "baseline_rss_mb": result["baseline_rss_mb"]}, indent=1))
     finally:
