@@ -184,7 +184,7 @@ def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncA
                      verifier=JwtVerifier(settings.public_key_path, settings.jwt_leeway_s),
                      notifier=LayerNotifier())
     ctx.notifier.hub = StreamHub(ctx, settings.stream_heartbeat_s, settings.stream_queue_pages,
-                                 settings.max_stream_subscriptions)
+                                 settings.max_stream_subscriptions, settings.stream_stall_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):

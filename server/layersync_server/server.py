@@ -83,6 +83,12 @@ EXIT_GRACE_S = 2.0
 #: Exit status of a forced stop (module docs); a clean stop exits with 0.
 FORCED_EXIT_STATUS = 1
 
+#: The accept queue asked for; the kernel caps it at ``net.core.somaxconn`` (Linux's
+#: default, 4096, since 5.4), which bounds how many clients may be connecting at once
+#: (thousands of change streams reconnecting after a restart) before the kernel drops
+#: SYNs and they retry a second later.
+LISTEN_BACKLOG = 65535
+
 log = logging.getLogger("layersync_server.server")
 
 
@@ -176,18 +182,25 @@ def _exit_after(delay_s: float) -> threading.Timer:
 
 
 def raise_open_files_limit() -> tuple[int, int]:
-    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit (every held change
-    stream or long-poll is one descriptor; the usual soft limit, 1024, would cap a server
-    at about a thousand clients) and log both. Returns the ``(soft, hard)`` limits now in
-    force. A limit that can not be raised is logged and left as it is."""
+    """Raise this process's ``RLIMIT_NOFILE`` as far as it may (every held change stream
+    or long-poll is one descriptor; the usual soft limit, 1024, would cap a server at
+    about a thousand clients) and log it: soft and hard to the kernel's ceiling
+    (``fs.nr_open``) when the process is privileged (root, ``CAP_SYS_RESOURCE``), else
+    the soft limit to the hard one. Returns the ``(soft, hard)`` limits now in force. A
+    limit that can not be raised is logged and left as it is."""
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard
-    if hard == resource.RLIM_INFINITY:  # the kernel's own ceiling then
-        try:
-            target = int(Path("/proc/sys/fs/nr_open").read_text())
-        except (OSError, ValueError):
-            target = 1 << 20
+    try:
+        ceiling = int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        ceiling = 1 << 20
+    if hard != resource.RLIM_INFINITY and hard < ceiling:
+        with contextlib.suppress(ValueError, OSError):  # (unprivileged: not allowed)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, ceiling))
+            log.info("open-files limit (RLIMIT_NOFILE) raised from %s (hard limit %s) to %s",
+                     soft, hard, ceiling)
+            return ceiling, ceiling
+    target = ceiling if hard == resource.RLIM_INFINITY else hard
     if soft == resource.RLIM_INFINITY or soft >= target:
         log.info("open-files limit (RLIMIT_NOFILE): %s (hard limit %s)", soft, hard)
         return soft, hard
@@ -202,7 +215,8 @@ def raise_open_files_limit() -> tuple[int, int]:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (``port=0`` = any free port)."""
+    """A listening TCP socket on ``host:port`` (``port=0`` = any free port), with the
+    longest accept queue the kernel allows (:data:`LISTEN_BACKLOG`)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections
     # only for sockets that say so, and without it Nagle's algorithm holds each response
@@ -211,9 +225,53 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(2048)
+    sock.listen(LISTEN_BACKLOG)
     sock.set_inheritable(True)
     return sock
+
+
+def log_listen_backlog() -> int | None:
+    """Log the accept queue the kernel gives :func:`bind`'s socket (``net.core.somaxconn``;
+    a warning below 4096) and return it; ``None`` where it can not be read."""
+    try:
+        somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    except (OSError, ValueError):
+        return None
+    backlog = min(somaxconn, LISTEN_BACKLOG)
+    if backlog < 4096:
+        log.warning("listen backlog %d (net.core.somaxconn): a burst of reconnecting clients "
+                    "may be refused; raise net.core.somaxconn", backlog)
+    else:
+        log.info("listen backlog %d (net.core.somaxconn)", backlog)
+    return backlog
+
+
+def connection_protocol(transports: dict):
+    """uvicorn's HTTP protocol (httptools or h11, as ``http="auto"`` picks) that also keeps
+    ``transports`` (peer address as ``scope["client"]`` -> asyncio transport) of its open
+    connections: the change stream sets socket options on its connection and watches its
+    write buffer (:class:`~layersync_server.stream.StreamHub`). One dict entry per
+    connection, nothing per request."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+    from uvicorn.protocols.utils import get_remote_addr
+
+    class ConnectionProtocol(AutoHTTPProtocol):
+        _peer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            peer = get_remote_addr(transport)
+            if peer is not None:
+                self._peer = peer
+                transports[peer] = transport
+
+        def connection_lost(self, exc) -> None:
+            peer = self._peer
+            if peer is not None and transports.get(peer) is self.transport:
+                del transports[peer]
+            super().connection_lost(exc)
+
+    return ConnectionProtocol
 
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int = 0,
@@ -233,14 +291,16 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 0,
     url_host = f"[{host}]" if ":" in host else host
     configure_logging(log_level)
     raise_open_files_limit()
+    log_listen_backlog()
     # "auto" = uvloop and httptools (dependencies of the server) when importable, else
     # asyncio and h11: a request round trip is ~0.1 ms shorter with them.
     app = create_app(settings)
     # uvicorn's X-Forwarded-For/-Proto handling (FORWARDED_ALLOW_IPS, default loopback)
     # moves inside the app, behind the hot routes' shortcut: those two routes read
     # neither the client address nor the scheme, and skip one more layer.
-    config = uvicorn.Config(app, log_level=log_level, lifespan="on",
-                            loop="auto", http="auto", proxy_headers=False,
+    config = uvicorn.Config(app, log_level=log_level, lifespan="on", loop="auto",
+                            http=connection_protocol(app.state.ctx.notifier.hub.transports),
+                            proxy_headers=False,
                             timeout_graceful_shutdown=settings.shutdown_timeout_s,
                             access_log=False, log_config=None)
     app.serve_others_through(ProxyHeadersMiddleware, trusted_hosts=config.forwarded_allow_ips)

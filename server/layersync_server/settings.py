@@ -51,6 +51,9 @@ class Settings:
             without waiting for its worker threads (server.py).
         protocol_min / protocol_max: supported ``LayerSync-Protocol`` range.
         stream_heartbeat_s: a change stream silent this long gets a heartbeat, seconds.
+        stream_stall_s: a change stream whose client is gone (no TCP acknowledgement,
+            or nothing of what is written leaves the server's buffer) is closed within
+            this many seconds; ``None`` = twice ``stream_heartbeat_s`` (stream.py).
         stream_queue_pages: pages queued per stream subscription before they are
             replaced by one ``notice`` (a client that does not read).
         max_stream_subscriptions: subscriptions one stream may hold (429 past it).
@@ -69,6 +72,7 @@ class Settings:
     protocol_min: int = PROTOCOL_MIN
     protocol_max: int = PROTOCOL_MAX
     stream_heartbeat_s: float = 15.0
+    stream_stall_s: float | None = None
     stream_queue_pages: int = 64
     max_stream_subscriptions: int = 1000
 
@@ -143,4 +147,4 @@ def _convert(name: str, raw: str) -> object:
     return int(raw)
 
 
-_FLOAT_FIELDS = {"shutdown_timeout_s", "stream_heartbeat_s"}
+_FLOAT_FIELDS = {"shutdown_timeout_s", "stream_heartbeat_s", "stream_stall_s"}

@@ -26,8 +26,17 @@ Fan-out (all of it on the event loop thread, never awaiting one client for anoth
   stream; one more replaces them with one ``notice`` (the client fetches with v1 and
   goes on), so a client that does not read costs a bounded amount of memory.
 * Each stream is written by its own request task (the ASGI response), which alone
-  waits for its socket; a stream whose socket takes no write for
-  :data:`WRITE_STALL_S` seconds is closed.
+  waits for its socket.
+* A dead client is seen within about ``stall_s`` (``stream_stall_s``, default twice
+  ``heartbeat_s``: 30 s), whether the path to it is cut or it stopped reading: the
+  sweeper closes a stream whose written bytes are retransmitted unacknowledged (a
+  heartbeat is in flight at most ``heartbeat_s`` after a cut), or of which the transport
+  holds bytes while the peer acknowledges nothing for ``stall_s`` (its buffers are full);
+  TCP keepalive (:func:`watch_peer`) covers a connection with nothing in flight. A
+  client that reads nothing while its socket still takes bytes (6-byte heartbeats on a
+  quiet layer fit its buffers for days, and its kernel acknowledges them) looks alive to
+  the server; the client sees that end (a stream silent for twice the heartbeat is dead
+  to it).
 * One sweeper task for the whole hub sends heartbeats (a ``: hb`` comment to a stream
   silent for ``heartbeat_s``), closes stalled streams and, every
   :data:`REVOCATION_CHECK_S`, ends subscriptions whose token was revoked by another
@@ -42,6 +51,9 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import socket as _socket
+import struct
+import sys
 import time
 from collections import deque
 
@@ -62,9 +74,8 @@ from layersync_server.wire_json import MAX_REVISION, encode_response
 log = logging.getLogger(__name__)
 
 STREAM_PATH = "/sync/v2/stream"
-#: Seconds a stream's socket may refuse writes (the client reads nothing) before the
-#: server closes the stream.
-WRITE_STALL_S = 30.0
+#: TCP keepalive probes sent to a silent peer before the kernel ends the connection.
+KEEPALIVE_PROBES = 3
 #: How often the sweeper runs (heartbeats, stalled streams), seconds.
 SWEEP_S = 1.0
 #: How often subscriptions' tokens are checked against revocations made by other
@@ -79,6 +90,65 @@ _HEARTBEAT = b": hb\n\n"
 def event(name: str, data: dict) -> bytes:
     """One Server-Sent Event: ``event: NAME`` and one line of JSON."""
     return b"event: " + name.encode() + b"\ndata: " + encode_response(data) + b"\n\n"
+
+
+def watch_peer(sock, heartbeat_s: float, stall_s: float) -> None:
+    """TCP keepalive on a stream's socket: probes once it has been idle ``heartbeat_s``,
+    :data:`KEEPALIVE_PROBES` of them in what is left of ``stall_s``, then the kernel ends
+    the connection. (It covers a connection with nothing in flight; a heartbeat written
+    into a cut path is in flight, which suspends keepalive: the sweeper's
+    :func:`tcp_state` check sees that one.) ``TCP_USER_TIMEOUT`` is not set: with a
+    receive window smaller than a segment (a client reading slowly) Linux counts the
+    window probes as unanswered and ended such streams after it, though data moved.
+    Options the platform lacks are skipped; a socket that refuses them (closed
+    already) is left as it is."""
+    left_s = max(1.0, stall_s - heartbeat_s)
+    options = [(_socket.SOL_SOCKET, _socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", max(1, round(heartbeat_s))),
+                        ("TCP_KEEPINTVL", max(1, round(left_s / KEEPALIVE_PROBES))),
+                        ("TCP_KEEPCNT", KEEPALIVE_PROBES)):
+        if hasattr(_socket, name):
+            options.append((_socket.IPPROTO_TCP, getattr(_socket, name), value))
+    with contextlib.suppress(OSError):
+        for level, option, value in options:
+            sock.setsockopt(level, option, value)
+
+
+class TcpState:
+    """What the sweeper reads of a stream's connection (Linux ``struct tcp_info``)."""
+
+    __slots__ = ("retransmits", "last_ack_recv_ms", "bytes_acked")
+
+    def __init__(self, info: bytes):
+        #: retransmissions of the oldest unacknowledged segment (0: nothing overdue)
+        self.retransmits = info[2]
+        #: milliseconds since the peer last acknowledged anything
+        self.last_ack_recv_ms = int.from_bytes(info[56:60], sys.byteorder)
+        #: bytes the peer has acknowledged, in all (Linux 4.1+)
+        self.bytes_acked = int.from_bytes(info[120:128], sys.byteorder)
+
+    def unreachable(self, silent_s: float) -> bool:
+        """Written bytes are being retransmitted and the peer acknowledged nothing for
+        ``silent_s``: the path to it is cut (a slow reader's window probes are
+        acknowledged)."""
+        return self.retransmits > 0 and self.last_ack_recv_ms > silent_s * 1000
+
+
+_TCP_INFO_BYTES = 128
+
+
+def tcp_state(sock) -> TcpState | None:
+    """The connection's :class:`TcpState`, ``None`` where the platform does not say."""
+    try:
+        info = sock.getsockopt(_socket.IPPROTO_TCP, _socket.TCP_INFO, _TCP_INFO_BYTES)
+    except (OSError, AttributeError):
+        return None
+    return TcpState(info) if len(info) >= _TCP_INFO_BYTES else None
+
+
+def _chunk_bytes(body: bytes) -> int:
+    """Bytes HTTP/1.1 chunked encoding puts on the wire for ``body``."""
+    return len(body) + len(b"%x" % len(body)) + 4 if body else 0
 
 
 def wire_seconds(value: float) -> int | float:
@@ -131,7 +201,8 @@ class Stream:
     """One open ``text/event-stream`` response."""
 
     __slots__ = ("id", "owner", "subs", "queue", "waiter", "closing", "last_write",
-                 "send_started", "task", "aborted", "progress")
+                 "send_started", "task", "aborted", "progress", "transport", "sock",
+                 "written", "drained", "stalled_since", "next_reach_check")
 
     def __init__(self, stream_id: str, now: float, owner: str | None = None):
         self.id = stream_id
@@ -148,6 +219,17 @@ class Stream:
         self.task: asyncio.Task | None = None
         self.aborted = False
         self.progress: asyncio.Event | None = None  # set after each write (catch-up waits)
+        #: The connection's asyncio transport and socket when the server knows them
+        #: (server.py), for the stall check: bytes handed to the transport, bytes of the
+        #: connection out of the server when last seen moving (acknowledged by the peer;
+        #: without TCP_INFO: out of the transport's buffer), and since when the transport
+        #: buffers bytes while that does not move.
+        self.transport: asyncio.Transport | None = None
+        self.sock = None
+        self.written = 0
+        self.drained = 0
+        self.stalled_since: float | None = None
+        self.next_reach_check = now  # when the sweeper next asks whether the peer answers
 
     def wake(self) -> None:
         waiter = self.waiter
@@ -163,9 +245,14 @@ class StreamHub:
     """Streams and subscriptions of one app (module docs)."""
 
     def __init__(self, ctx: AppContext, heartbeat_s: float = 15.0, max_pending: int = 64,
-                 max_subscriptions: int = 1000):
+                 max_subscriptions: int = 1000, stall_s: float | None = None):
         self.ctx = ctx
         self.heartbeat_s = heartbeat_s
+        self.stall_s = 2 * heartbeat_s if stall_s is None else stall_s
+        #: The server's open connections by peer address (``scope["client"]``), kept by
+        #: server.py's HTTP protocol; empty when another ASGI server runs the app (then a
+        #: stall is seen only by a write that waits, no socket option is set).
+        self.transports: dict[tuple, asyncio.Transport] = {}
         self.max_pending = max_pending
         self.max_subscriptions = max_subscriptions
         self.streams: dict[str, Stream] = {}
@@ -431,9 +518,17 @@ class StreamHub:
 
     # -- streams -------------------------------------------------------------------------
 
-    def open(self, owner: str | None = None) -> Stream:
+    def open(self, owner: str | None = None, client: tuple | None = None) -> Stream:
+        """A new stream; ``client`` is the request's ``scope["client"]`` (its connection's
+        transport, when :attr:`transports` has it, gets :func:`watch_peer`)."""
         loop = asyncio.get_running_loop()
         stream = Stream(secrets.token_urlsafe(24), loop.time(), owner)  # 192 bits
+        transport = self.transports.get(client) if client is not None else None
+        if transport is not None:
+            stream.transport = transport
+            stream.sock = sock = transport.get_extra_info("socket")
+            if sock is not None:
+                watch_peer(sock, self.heartbeat_s, self.stall_s)
         self.streams[stream.id] = stream
         if self._sweeper is None and not self.draining:
             self._sweeper = loop.create_task(self._sweep())
@@ -455,6 +550,8 @@ class StreamHub:
         stream.task = asyncio.current_task()
         watcher = asyncio.ensure_future(self._watch_disconnect(stream, receive))
         loop = asyncio.get_running_loop()
+        if stream.transport is not None:  # (the response's head, if still buffered)
+            stream.written = stream.drained = stream.transport.get_write_buffer_size()
         try:
             stream.push(None, event("hello", {"stream_id": stream.id,
                                               "heartbeat_s": wire_seconds(self.heartbeat_s),
@@ -488,8 +585,9 @@ class StreamHub:
                     continue
                 self.events_sent += len(chunks)
                 stream.send_started = loop.time()
-                await send({"type": "http.response.body", "body": b"".join(chunks),
-                            "more_body": True})
+                body = b"".join(chunks)
+                stream.written += _chunk_bytes(body)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
                 stream.send_started = None
                 stream.last_write = loop.time()
                 progress = stream.progress
@@ -507,6 +605,53 @@ class StreamHub:
             if stream.progress is not None:
                 stream.progress.set()
 
+    def _stalled(self, stream: Stream, now: float) -> bool:
+        """Whether the stream's client is gone (module docs). Either the path to it is
+        cut: what was written is retransmitted with no acknowledgement for ``stall_s -
+        heartbeat_s`` (asked once per ``heartbeat_s``; a heartbeat is in flight at most
+        ``heartbeat_s`` after the cut). Or it reads nothing: the transport buffers bytes
+        (the socket's buffers are full) and the peer acknowledged none of the
+        connection's bytes for ``stall_s`` (the kernel's buffers drain in big steps, so a
+        client reading slowly is told apart by what it acknowledges; without TCP_INFO:
+        nothing left the transport's buffer; for an unknown transport: a write waited
+        that long)."""
+        transport = stream.transport
+        if transport is None:
+            started = stream.send_started
+            return started is not None and now - started > self.stall_s
+        buffered = transport.get_write_buffer_size()
+        state = None
+        if stream.sock is not None and (buffered or now >= stream.next_reach_check):
+            stream.next_reach_check = now + self.heartbeat_s
+            state = tcp_state(stream.sock)
+            if state is not None and state.unreachable(self.stall_s - self.heartbeat_s):
+                return True
+        if not buffered:
+            stream.stalled_since = None
+            return False
+        drained = state.bytes_acked if state is not None else stream.written - buffered
+        if stream.stalled_since is None or drained > stream.drained:
+            stream.stalled_since, stream.drained = now, drained
+            return False
+        return now - stream.stalled_since > self.stall_s
+
+    def _abort(self, stream: Stream) -> None:
+        log.info("closing a change stream whose client is gone (nothing taken for %.0f s)",
+                 self.stall_s)
+        if stream.transport is not None:
+            # a close would wait for the buffers to drain: reset the connection (linger 0:
+            # the kernel drops what it holds for the peer), abort the transport; the
+            # request task sees the disconnect and ends
+            if stream.sock is not None:
+                with contextlib.suppress(OSError):
+                    stream.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+            stream.transport.abort()
+        elif stream.task is not None:
+            stream.aborted = True
+            stream.task.cancel()
+        self._close_stream(stream)
+
     async def _watch_disconnect(self, stream: Stream, receive) -> None:
         with contextlib.suppress(Exception):
             while (await receive())["type"] != "http.disconnect":
@@ -521,14 +666,10 @@ class StreamHub:
             now = loop.time()
             quiet = now - self.heartbeat_s + SWEEP_S
             for stream in list(self.streams.values()):
-                if stream.send_started is not None:
-                    if now - stream.send_started > WRITE_STALL_S and stream.task is not None:
-                        log.info("closing a stream whose client reads nothing for %.0f s",
-                                 now - stream.send_started)
-                        stream.aborted = True
-                        stream.task.cancel()
-                        self._close_stream(stream)
-                elif stream.last_write <= quiet and not stream.queue:
+                if self._stalled(stream, now):
+                    self._abort(stream)
+                elif (stream.send_started is None and stream.last_write <= quiet
+                      and not stream.queue):
                     stream.push(None, _HEARTBEAT)
             if now >= next_revocation_check and self._jtis:
                 next_revocation_check = now + REVOCATION_CHECK_S
@@ -590,7 +731,7 @@ class OpenStream(_Endpoint):
             raise access_denied("token revoked")
         await read_json_object(request, ctx)
         hub = _hub(ctx)
-        stream = hub.open(found.user_id)
+        stream = hub.open(found.user_id, scope.get("client"))
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache, no-transform"),
