@@ -28,7 +28,9 @@ def main() -> None:
         docs = [client.document_for_jwt(jwt) for jwt in tokens]
         for doc in docs:
             doc.download(wait=True, timeout=60)
-        time.sleep(1)
+        # libdispatch lets idle worker threads (the downloads') exit after a few seconds:
+        # settle as long as while listening, so both counts see the same pool.
+        time.sleep(7)
         before = threads()
         for doc in docs:
             doc.start_listening()

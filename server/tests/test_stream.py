@@ -29,7 +29,10 @@ QUEUE_PAGES = 8
 STREAM_ENV = {"LAYERSYNC_SERVER_STREAM_HEARTBEAT_S": "2",
               "LAYERSYNC_SERVER_STREAM_QUEUE_PAGES": str(QUEUE_PAGES),
               "LAYERSYNC_SERVER_MAX_STREAM_SUBSCRIPTIONS": "60",
-              "LAYERSYNC_SERVER_JWT_LEEWAY_S": "0"}
+              "LAYERSYNC_SERVER_JWT_LEEWAY_S": "0",
+              # Dead-client detection (test_stream_dead_peer.py) would otherwise close the
+              # paused reader of test_slow_reader_does_not_stall_others after 2 x heartbeat.
+              "LAYERSYNC_SERVER_STREAM_STALL_S": "20"}
 
 
 class EventStream:
