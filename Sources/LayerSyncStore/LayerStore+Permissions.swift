@@ -74,11 +74,6 @@ extension LayerStore {
 
     // MARK: Default group
 
-    /// The host's override of the default group (Instant's `overrideDefaultGroup`), meta
-    /// `default_group_override`: `nil` when none (the JWT's `default_group` applies).
-    /// - Throws: `.databaseAccessFailed`.
-    package func defaultGroupOverride() throws(LayerSyncError) -> String? { try meta("default_group_override") }
-
     /// Sets (or with `nil` removes, Instant's `resetDefaultGroup`) the override; durable on return.
     /// - Throws: `.databaseAccessFailed`.
     package func setDefaultGroupOverride(_ group: String?) throws(LayerSyncError) {

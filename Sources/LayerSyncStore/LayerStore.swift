@@ -78,6 +78,7 @@ package final class LayerStore: Sendable {
         var pendingAttachments: Int?
         var downloaded: Bool?
         var contentVersion: Int??
+        var defaultGroupOverride: String??
     }
 
     private struct Registration: Sendable {
@@ -535,6 +536,15 @@ package final class LayerStore: Sendable {
     /// The content version of the records (meta `content_version`), `nil` when absent (current).
     func contentVersion() throws(LayerSyncError) -> Int? {
         try cached(\.contentVersion) { db throws(LayerSyncError) in try Self.meta(db, "content_version").flatMap { Int($0) } }
+    }
+
+    /// The host's override of the default group (Instant's `overrideDefaultGroup`), meta
+    /// `default_group_override`: `nil` when none (the JWT's `default_group` applies). Cached:
+    /// every create reads it (``setDefaultGroupOverride(_:)`` writes it through ``setMeta(_:_:durability:)``,
+    /// which forgets the cache).
+    /// - Throws: `.databaseAccessFailed`.
+    package func defaultGroupOverride() throws(LayerSyncError) -> String? {
+        try cached(\.defaultGroupOverride) { db throws(LayerSyncError) in try Self.meta(db, "default_group_override") }
     }
 
     /// Number of queued local changes plus attachments waiting for upload (the layer is

@@ -6,7 +6,9 @@ checked. A ``pspdfkit/...`` type the schema does not know is refused; a type out
 
 The tables come from api/record-schema.json (``record_schema_generated``, written by
 tools/gen_api.py); the engine walks the same tables in Sources/LayerSyncModel/RecordSchema.swift
-and words its messages the same way.
+and words its messages the same way. Here they are compiled once, at import, into Python
+functions (:class:`_Compiler`) that make the walk's checks in the walk's order: a push checks
+every record it carries, and walking the tables per record cost ~20 us of a note's ~30 us.
 """
 
 from __future__ import annotations
@@ -53,61 +55,173 @@ def _number_text(value: float) -> str:
 
 
 def _is_color(value: str) -> bool:
-    return (len(value) == 7 and value[0] == "#"
-            and all(c in "0123456789abcdefABCDEF" for c in value[1:]))
+    return len(value) == 7 and value[0] == "#" and _HEX.issuperset(value[1:])
 
 
-#: Nodes that constrain nothing but the JSON type (most leaves): checked by type alone.
-_TYPE_ONLY = [node[1] is None and node[2] is None and node[3] is None and node[4] is None
-              and node[5] is None and not node[6] and node[7] is None and not node[8]
-              and not node[9] and not node[10] for node in NODES]
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
-def _problem(value: object, index: int, where: str | tuple) -> str | None:
-    """Why ``value`` breaks node ``index`` of the tables, or None. ``where`` names the value
-    (see :func:`_path`); it is formatted only for a message."""
-    node = NODES[index]
-    types = node[0]
-    kind = _kind(value)
-    if types and not kind & types:
-        wanted = " or ".join(name for bit, name in _KINDS if types & bit and not (bit == 4 and types & 8))
-        return f'"{_path(where)}" must be {wanted}'
-    if _TYPE_ONLY[index]:
-        return None
-    _, enum, minimum, maximum, min_items, max_items, color, items, props, required, any_of = node
-    if enum is not None and not any(value == e and isinstance(value, bool) == isinstance(e, bool)
-                                    for e in enum):
-        return f'"{_path(where)}" must be one of {", ".join(json.dumps(e) for e in enum)}'
-    if kind & 8:
-        if minimum is not None and value < minimum:
-            return f'"{_path(where)}" must be ≥ {_number_text(minimum)}'
-        if maximum is not None and value > maximum:
-            return f'"{_path(where)}" must be ≤ {_number_text(maximum)}'
-    elif kind == 16:
-        if color and not _is_color(value):
-            return f'"{_path(where)}" must be a color "#rrggbb"'
-    elif kind == 32:
-        if min_items is not None and len(value) < min_items:
-            return f'"{_path(where)}" must have at least {min_items} items'
-        if max_items is not None and len(value) > max_items:
-            return f'"{_path(where)}" must have at most {max_items} items'
-        if items is not None:
-            for i, item in enumerate(value):
-                problem = _problem(item, items, (where, i))
-                if problem:
-                    return problem
-    elif kind == 64:
-        for name in required:
-            if name not in value:
-                return f'"{_path((where, name))}" is required'
-        for name, child in props:
-            if name in value:
-                problem = _problem(value[name], child, (where, name))
-                if problem:
-                    return problem
-    if any_of and all(_problem(value, alternative, where) for alternative in any_of):
-        return f'"{_path(where)}" matches none of its allowed forms'
-    return None
+def _accepted_types(types: int) -> frozenset:
+    """The Python types whose every value has a JSON type in ``types`` (a float only when
+    ``types`` takes every number: an integer-only node looks at its value)."""
+    accepted = {python_type for python_type, bits in _KIND_OF_TYPE.items() if bits & types}
+    if types & 8:
+        accepted.add(float)
+    return frozenset(accepted)
+
+
+def _type_problem(types: int, where) -> str:
+    wanted = " or ".join(name for bit, name in _KINDS if types & bit and not (bit == 4 and types & 8))
+    return f'"{_path(where)}" must be {wanted}'
+
+
+def _message(where, problem: str) -> str:
+    return f'"{_path(where)}"{problem}'
+
+
+def _enum_problem(enum: tuple, where) -> str:
+    return f'"{_path(where)}" must be one of {", ".join(json.dumps(e) for e in enum)}'
+
+
+def _in_enum(value: object, enum: tuple) -> bool:
+    """``value`` is one of ``enum`` (a boolean matches only a boolean)."""
+    return any(value == e and isinstance(value, bool) == isinstance(e, bool) for e in enum)
+
+
+class _Compiler:
+    """The tables as Python source, compiled once at import: one function per object,
+    array or ``anyOf`` node (``_n<index>(value, where)``: why ``value`` breaks it, or
+    None); the checks of every other node are written inline where its parent reads the
+    value. Field paths are formatted only for a message (:func:`_path`). The checks and
+    their order are those of the table walk the engine does (RecordSchema.swift)."""
+
+    def __init__(self) -> None:
+        self.constants: dict[str, object] = {}
+        self.functions: dict[int, list[str]] = {}
+        self.names = 0
+
+    def constant(self, value: object) -> str:
+        name = f"_k{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def local(self) -> str:
+        self.names += 1
+        return f"x{self.names}"
+
+    @staticmethod
+    def needs_function(index: int) -> bool:
+        node = NODES[index]
+        return node[7] is not None or bool(node[8]) or bool(node[9]) or bool(node[10])
+
+    def function(self, index: int) -> str:
+        if index not in self.functions:
+            self.functions[index] = []  # reserved (the tables are acyclic: tests/test_record_schema.py)
+            lines = [f"def _n{index}(value, where):"]
+            lines += self.checks(index, "value", "where", "    ")
+            lines.append("    return None")
+            self.functions[index] = lines
+        return f"_n{index}"
+
+    def checks(self, index: int, value: str, where: str, pad: str) -> list[str]:
+        """Lines that return the problem of ``value`` (an expression naming a local)
+        against node ``index``; ``where``: an expression for its path."""
+        types, enum, minimum, maximum, min_items, max_items, color, items, props, required, any_of = NODES[index]
+        out = []
+        if types:
+            accepted = self.constant(_accepted_types(types))
+            out.append(f"{pad}if type({value}) not in {accepted} and not _kind({value}) & {types}:")
+            out.append(f"{pad}    return _type_problem({types}, {where})")
+        if enum is not None:
+            if any(isinstance(e, bool) for e in enum):
+                test = f"_in_enum({value}, {self.constant(enum)})"
+            else:  # a plain str/int/float compares by hash; anything else as the walk does
+                members = self.constant(frozenset(enum))
+                test = (f"({value} in {members} if type({value}) in _HASHED "
+                        f"else _in_enum({value}, {self.constant(enum)}))")
+            out.append(f"{pad}if not {test}:")
+            out.append(f"{pad}    return _enum_problem({self.constant(enum)}, {where})")
+        branches = []  # (kind test, lines): at most one applies to a value
+        if minimum is not None or maximum is not None:
+            lines = []
+            if minimum is not None:
+                lines += [f"if {value} < {minimum!r}:",
+                          f"    return _message({where}, {self.constant(f' must be ≥ {_number_text(minimum)}')})"]
+            if maximum is not None:
+                lines += [f"if {value} > {maximum!r}:",
+                          f"    return _message({where}, {self.constant(f' must be ≤ {_number_text(maximum)}')})"]
+            branches.append(("& 8", 12, lines))
+        if color:
+            branches.append(("== 16", 16, [f"if not _is_color({value}):",
+                                           f"    return _message({where}, ' must be a color \"#rrggbb\"')"]))
+        if min_items is not None or max_items is not None or items is not None:
+            lines = []
+            if min_items is not None:
+                lines += [f"if len({value}) < {min_items}:",
+                          f"    return _message({where}, ' must have at least {min_items} items')"]
+            if max_items is not None:
+                lines += [f"if len({value}) > {max_items}:",
+                          f"    return _message({where}, ' must have at most {max_items} items')"]
+            if items is not None:
+                element, position = self.local(), self.local()
+                lines.append(f"for {position}, {element} in enumerate({value}):")
+                lines += [line[len(pad):] for line in
+                          self.child(items, element, f"({where}, {position})", pad + "    ")]
+            branches.append(("== 32", 32, lines))
+        if props or required:
+            lines = []
+            for name in required:
+                lines += [f"if {name!r} not in {value}:",
+                          f"    return _message(({where}, {name!r}), ' is required')"]
+            for name, child in props:
+                member = self.local()
+                lines.append(f"{member} = {value}.get({name!r}, _ABSENT)")
+                lines.append(f"if {member} is not _ABSENT:")
+                lines += [line[len(pad):] for line in
+                          self.child(child, member, f"({where}, {name!r})", pad + "    ")]
+            branches.append(("== 64", 64, lines))
+        if branches:
+            # After the type check the node's types say which branch a value takes, unless
+            # they allow several (then by its kind, as the walk does).
+            if len(branches) == 1 and types and types & ~branches[0][1] == 0:
+                out += [pad + line for line in branches[0][2]]
+            else:
+                kind = self.local()
+                out.append(f"{pad}{kind} = _kind({value})")
+                for test, _, lines in branches:
+                    out.append(f"{pad}if {kind} {test}:")
+                    out += [pad + "    " + line for line in lines]
+        if any_of:
+            alternatives = " and ".join(f"{self.function(a)}({value}, {where})" for a in any_of)
+            out.append(f"{pad}if {alternatives}:")
+            out.append(f"{pad}    return _message({where}, ' matches none of its allowed forms')")
+        return out
+
+    def child(self, index: int, value: str, where: str, pad: str) -> list[str]:
+        """Lines checking a member or element: a call for a node with a function, else inline."""
+        if self.needs_function(index):
+            problem = self.local()
+            return [f"{pad}{problem} = {self.function(index)}({value}, {where})",
+                    f"{pad}if {problem}:", f"{pad}    return {problem}"]
+        return self.checks(index, value, where, pad)
+
+    def compile(self) -> dict[str, dict[str, object]]:
+        roots = {record_type: {version: self.function(index) for version, index in versions.items()}
+                 for record_type, versions in RECORDS.items()}
+        source = "\n\n".join("\n".join(lines) for lines in self.functions.values())
+        namespace = {"_kind": _kind, "_path": _path, "_type_problem": _type_problem,
+                     "_enum_problem": _enum_problem, "_message": _message, "_in_enum": _in_enum, "_is_color": _is_color,
+                     "_ABSENT": _ABSENT, "_HASHED": frozenset((str, int, float)), **self.constants}
+        exec(compile(source, "<record schema>", "exec"), namespace)
+        self.source = source
+        return {record_type: {version: namespace[name] for version, name in versions.items()}
+                for record_type, versions in roots.items()}
+
+
+_ABSENT = object()
+_DEFAULT_VERSION = int(DEFAULT_VERSION)
+#: Each record schema's check, by type and ``v``: ``check(content, "")``.
+_CHECKS = _Compiler().compile()
 
 
 def record_schema_problem(content: dict) -> str | None:
@@ -115,21 +229,24 @@ def record_schema_problem(content: dict) -> str | None:
     None when it passes. ``v`` defaults to 2, as it is stored. Content without a string
     ``type`` or of a type outside ``pspdfkit/`` is not checked (as before the schema)."""
     record_type = content.get("type")
-    versions = RECORDS.get(record_type) if isinstance(record_type, str) else None
+    versions = _CHECKS.get(record_type) if isinstance(record_type, str) else None
     if versions is None:  # no string type (the engine's API requires one): not checked
         if isinstance(record_type, str) and record_type.startswith("pspdfkit/"):
             return f'"type": {json.dumps(record_type)} is not an Instant JSON record type'
         return None
-    version = content.get("v", int(DEFAULT_VERSION))
-    key = str(version) if _kind(version) & 4 and not isinstance(version, bool) else None
-    if key is not None and isinstance(version, float):
-        key = str(int(version))
-    index = versions.get(key) if key is not None else None
-    if index is None:
-        index = versions.get("*")
-    if index is None:
+    version = content.get("v", _DEFAULT_VERSION)
+    if type(version) is int:
+        key = str(version)
+    else:
+        key = str(version) if _kind(version) & 4 and not isinstance(version, bool) else None
+        if key is not None and isinstance(version, float):
+            key = str(int(version))
+    check = versions.get(key) if key is not None else None
+    if check is None:
+        check = versions.get("*")
+    if check is None:
         return f'"v" must be one of {", ".join(sorted(versions))} for {record_type} records'
-    problem = _problem(content, index, "")
+    problem = check(content, "")
     if problem and problem.endswith(" is required"):
         return f"{problem} for {record_type} records"
     return problem
