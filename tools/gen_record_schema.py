@@ -265,7 +265,7 @@ def swift_tables(schema: dict) -> str:
 def python_tables(schema: dict) -> str:
     nodes, _, records = _flatten(schema)
     o = [f'"""{GENERATED}', "", 'The record schema as tables (docs/protocol.md, "Record schema");',
-         ':mod:`layersync_server.record_schema` walks them."""', "",
+         ':mod:`layersync_server.record_schema` compiles them into check functions at import."""', "",
          f"DEFAULT_VERSION = {schema['defaultVersion']!r}", "",
          "# Record type -> ``v`` (\"*\": any) -> index in NODES of the record's object schema.",
          "RECORDS = {"]
