@@ -67,12 +67,32 @@ def open_doc(make_client, server, doc_id, user_id, claim=None, **claims):
     return client, doc, changes
 
 
-def test_without_a_claim_records_are_handed_out_as_stored(downloaded, server):
+def test_without_a_claim_records_carry_their_ownership_and_no_flags(downloaded, server):
+    """At the C ABI (through the bindings): without a ``collaboration_permissions`` claim every
+    record handed out still carries ``createdBy``/``updatedBy``/``group`` (null when none, never
+    left out), and none of the permission flags; passed back, they stay out of the content."""
     _, doc = downloaded(user_id="alice")
+    imported = doc.list_annotations()  # from the PDF on the server: no user created them
+    assert imported and all(set(layersync.OWNERSHIP_KEYS) <= set(r) for r in imported)
+    assert all((r["createdBy"], r["updatedBy"], r["group"]) == (None, None, None) for r in imported)
     created = doc.create_annotation(note("mine"))
-    assert not set(created) & set(layersync.HANDOUT_KEYS)
+    assert (created["createdBy"], created["updatedBy"], created["group"]) == ("alice", "alice", None)
+    assert not set(created) & set(layersync.PERMISSION_FLAG_KEYS)
+    grouped = doc.create_annotation(note("in a group", group="team"))
+    assert grouped["group"] == "team"
     doc.sync(wait=True, timeout=WAIT_S)
-    assert doc.get_annotation(created["id"]) == created == server.annotations(doc.id)[created["id"]]
+    assert doc.get_annotation(created["id"]) == created
+    on_server = server.annotations(doc.id)
+    assert layersync.record_content(created) == on_server[created["id"]]
+    assert "group" not in on_server[grouped["id"]]  # the record's group, not part of its content
+    assert doc.get_annotation(grouped["id"])["group"] == "team"  # as the server stamped it
+    for record in doc.list_annotations():
+        assert set(layersync.OWNERSHIP_KEYS) <= set(record) and not set(record) & set(layersync.PERMISSION_FLAG_KEYS)
+    # A record handed out passed back as it is: its ownership does not go into the content.
+    doc.update_annotation(dict(created, text={"format": "plain", "value": "again"}))
+    doc.sync(wait=True, timeout=WAIT_S)
+    assert not set(server.annotations(doc.id)[created["id"]]) & set(layersync.HANDOUT_KEYS)
+    assert doc.get_annotation(created["id"])["createdBy"] == "alice"
 
 
 def test_records_carry_ownership_and_flags_under_a_claim(make_client, server, uploaded):
