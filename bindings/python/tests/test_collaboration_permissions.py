@@ -143,6 +143,29 @@ def test_reviewer_may_change_only_own_records_and_nothing_is_queued(make_client,
     assert lead.get_annotation(theirs["id"])["isDeletable"]
 
 
+def test_is_deletable_in_one_listing_judges_each_root_by_its_own_replies(make_client, server, uploaded):
+    """``isDeletable`` of many roots handed out by one call (their replies are read in one
+    query): a root is deletable when the user may delete it and each of its own live replies,
+    whatever the other roots' replies are; the same answer as for one record and as a delete."""
+    doc_id = uploaded()
+    _, bob, _ = open_doc(make_client, server, doc_id, "bob", REVIEWER)
+    bare, mine_replied, theirs_replied = (bob.create_annotation(note(t)) for t in ("bare", "bob-replied", "lead-replied"))
+    bob.create_comment(mine_replied["id"], "bob's own reply")
+    bob.sync(wait=True, timeout=WAIT_S)
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    lead.create_comment(theirs_replied["id"], "the lead's reply")
+    lead.sync(wait=True, timeout=WAIT_S)
+    bob.sync(wait=True, timeout=WAIT_S)
+    listed = {r["id"]: r["isDeletable"] for r in bob.list_annotations()}
+    expected = {bare["id"]: True, mine_replied["id"]: True, theirs_replied["id"]: False}
+    assert {k: listed[k] for k in expected} == expected
+    assert {k: bob.get_annotation(k)["isDeletable"] for k in expected} == expected
+    with pytest.raises(layersync.ForbiddenError, match="may not delete reply"):
+        bob.delete_annotation(theirs_replied["id"])
+    bob.delete_annotation(mine_replied["id"])  # takes bob's own reply with it
+    assert not bob.list_comments(bare["id"])
+
+
 def test_reply_and_fill_need_their_permissions(make_client, server, uploaded):
     doc_id = uploaded()
     _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
