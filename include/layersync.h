@@ -1166,24 +1166,26 @@ struct layersync_client_delegate {
  * change (docs/rules.md rule 1), and the next sync cycle sends it. Reads and search never
  * touch the network; text comes back byte-exact (docs/rules.md rule 9).
  *
- * Under a JWT with a `collaboration_permissions` claim (docs/protocol.md "Collaboration
- * permissions"), every record handed out (create, update, get, list, search, comments) is
- * its Instant JSON plus its ownership and what the JWT may do with it (the names of
- * Nutrient's Web SDK): `createdBy`, `updatedBy` (the JWT `user_id` that created / last
- * changed it; the local user's until the server answered a local change) and `group`
- * (strings or null), and the booleans `isEditable` (update its content: `edit`, `fill`
- * for a `pspdfkit/form-field-value`), `isDeletable` (`delete`; for a root, on every live
- * reply too), `canReply` (create a comment on it: `write` and `reply`), `isFillable`
- * (form-field records only: `fill`) and `canSetGroup` (`set-group`). A record the JWT may
- * not `view` is never handed out (`NO_SUCH_ANNOTATION`, left out of lists). On input
- * `group` is the record's group (create: its group, default
- * `layersync_document_default_group`; update: another value is a group change) and the
- * other keys are ignored, so a record handed out can be passed back as it is. Without the
- * claim (full access) records are handed out as stored and taken as given, exactly as
- * before permissions existed; their ownership is kept all the same, and creates get the
- * default group. A change the permissions forbid fails at once with
- * `LAYERSYNC_ERROR_FORBIDDEN` (the message names the missing permission) and nothing is
- * stored or queued.
+ * Every record handed out (create, update, get, list, search, comments) is its Instant
+ * JSON plus its ownership (the names of Nutrient's Web SDK and Document Engine's
+ * records): `createdBy`, `updatedBy` (the JWT `user_id` that created / last changed it;
+ * the local user's until the server answered a local change) and `group`, always present,
+ * each a string or null when there is none (a record imported from a PDF or XFDF on the
+ * server, which no user created, has `"createdBy": null`, as the server's record shape
+ * writes it). Under a JWT with a `collaboration_permissions` claim (docs/protocol.md
+ * "Collaboration permissions") it also carries what the JWT may do with it, and only then
+ * (Nutrient's rule: the flags exist with collaboration permissions): the booleans
+ * `isEditable` (update its content: `edit`, `fill` for a `pspdfkit/form-field-value`),
+ * `isDeletable` (`delete`; for a root, on every live reply too), `canReply` (create a
+ * comment on it: `write` and `reply`), `isFillable` (form-field records only: `fill`) and
+ * `canSetGroup` (`set-group`). A record the JWT may not `view` is never handed out
+ * (`NO_SUCH_ANNOTATION`, left out of lists). On input, with or without a claim, `group`
+ * is the record's group (create: its group, default `layersync_document_default_group`;
+ * update: another value is a group change) and the other keys are ignored, so a record
+ * handed out can be passed back as it is; none of them becomes part of the record's
+ * content. Without the claim (full access) every change is allowed. A change the
+ * permissions forbid fails at once with `LAYERSYNC_ERROR_FORBIDDEN` (the message names
+ * the missing permission) and nothing is stored or queued.
  *======================================================================================*/
 
 /**
@@ -1202,8 +1204,9 @@ struct layersync_client_delegate {
  * @param document The document. Must not be NULL.
  * @param annotation_json An Instant JSON v2 annotation object (`type`, `pageIndex`,
  *     `bbox`, ...). A missing `id` is generated (ULID). Must not be NULL.
- * @param out_json Receives the stored annotation JSON (with its `id`); free with
- *     `layersync_free`. May be NULL (the stored record is not returned).
+ * @param out_json Receives the stored annotation as handed out (with its `id` and
+ *     ownership; the Records section); free with `layersync_free`. May be NULL (the
+ *     stored record is not returned).
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
@@ -1223,8 +1226,8 @@ int layersync_document_create_annotation(
  * @param document The document. Must not be NULL.
  * @param annotation_json The whole new Instant JSON annotation, with its `id`. Must not
  *     be NULL.
- * @param out_json Receives the stored JSON; free with `layersync_free`. May be NULL (the
- *     stored record is not returned).
+ * @param out_json Receives the stored annotation as handed out (the Records section);
+ *     free with `layersync_free`. May be NULL (the stored record is not returned).
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE`, `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`,
@@ -1255,8 +1258,8 @@ int layersync_document_delete_annotation(
  *
  * @param document The document. Must not be NULL.
  * @param annotation_id The annotation's id. Must not be NULL.
- * @param out_json Receives the annotation's Instant JSON; free with `layersync_free`.
- *     Must not be NULL.
+ * @param out_json Receives the annotation as handed out (its Instant JSON and ownership;
+ *     the Records section); free with `layersync_free`. Must not be NULL.
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION`, `LAYERSYNC_ERROR_NOT_DOWNLOADED`,
@@ -1272,8 +1275,8 @@ int layersync_document_get_annotation(
  * @param document The document. Must not be NULL.
  * @param filter_json `{"pageIndex": N, "type": "pspdfkit/ink", "creatorName": "...",
  *     "limit": N, "offset": N}` (every key optional). May be NULL (every annotation).
- * @param out_json Receives a JSON array of Instant JSON annotations ordered by id; free
- *     with `layersync_free`. Must not be NULL.
+ * @param out_json Receives a JSON array of the annotations ordered by id, each as handed
+ *     out (the Records section); free with `layersync_free`. Must not be NULL.
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_NOT_DOWNLOADED`, `LAYERSYNC_ERROR_INVALID_STATE`.

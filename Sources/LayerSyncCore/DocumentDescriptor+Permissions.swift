@@ -8,21 +8,25 @@ import LayerSyncTransport
 /// grants. The decisions are ``PermissionGrant``'s (LayerSyncModel); the server stays the
 /// authority and rejects what slips through (a race) with reason `forbidden`.
 ///
-/// Under a JWT with a `collaboration_permissions` claim, a record handed out carries, next to
-/// its Instant JSON (names as in Nutrient's Web SDK and Document Engine's records): `createdBy`, `updatedBy`, `group` (strings or null), and the
+/// Every record handed out carries, next to its Instant JSON (names as in Nutrient's Web SDK
+/// and Document Engine's records), its ownership: `createdBy`, `updatedBy`, `group` (strings,
+/// or null when there is none: a record imported from a PDF or XFDF on the server, which no
+/// user created, has `"createdBy": null`; the server's record shape writes it the same way).
+/// Under a JWT with a `collaboration_permissions` claim it also carries what this user may do
+/// with it (Nutrient's rule: the flags are present only with collaboration permissions): the
 /// booleans `isEditable` (update its content: `edit`, `fill` for a form field value),
 /// `isDeletable` (`delete`, for a root with replies on every live reply too), `canReply`
 /// (create a comment whose `rootId` is this record: `write` and `reply`), `isFillable` (form
-/// fields: `fill`; false for other records) and `canSetGroup` (`set-group`). On input,
-/// `group` is the record's group (a create: its group, default the current default group; an
-/// update: a new value is a group change) and the other keys are ignored (a record handed out
-/// can be passed back as it is). Without the claim a record is handed out as stored and taken
-/// as given, as before permissions existed (the rule: without the claim, today's
-/// behaviour stays), so hosts and tests comparing records with the server's content keep
-/// working; the ownership is stored all the same, and creates get the default group.
+/// fields: `fill`; false for other records) and `canSetGroup` (`set-group`). On input, with or
+/// without a claim, `group` is the record's group (a create: its group, default the current
+/// default group; an update: a new value is a group change) and the other keys are ignored (a
+/// record handed out can be passed back as it is); they never become part of the content.
 extension DocumentDescriptor {
-    /// The keys a record handed out carries besides its content, output only.
-    static let handOutOnlyKeys = ["createdBy", "updatedBy", "isEditable", "isDeletable", "canReply", "isFillable", "canSetGroup"]
+    /// The ownership keys every record handed out carries besides its content (`group` is
+    /// also input: the record's group).
+    static let ownershipKeys = ["createdBy", "updatedBy", "group"]
+    /// The permission flags a record handed out carries under a `collaboration_permissions` claim.
+    static let permissionFlagKeys = ["isEditable", "isDeletable", "canReply", "isFillable", "canSetGroup"]
 
     /// What the token in use may do.
     var grant: PermissionGrant { mutableState.withLock { $0.authentication.claims.grant } }
@@ -58,60 +62,68 @@ extension DocumentDescriptor {
         LayerSyncError(.forbidden, "collaboration permissions: \(why)", documentID: documentID, recordID: recordID)
     }
 
-    /// The record as handed out: its content plus ownership and flags (see the type's doc),
-    /// or `nil` when the token may not view it.
+    /// The record as handed out: its content plus ownership and, under a claim, flags (see the
+    /// type's doc), or `nil` when the token may not view it.
     func handOut(_ record: StoredRecord, _ grant: PermissionGrant) throws(LayerSyncError) -> String? {
-        guard grant.isRestricted else { return record.content }
-        let ownership = record.ownership
-        guard grant.allows(.view, ownership) else { return nil }
-        let contentType = CollaborationPermissions.ContentType(recordType: record.type)
-        let editAction: CollaborationPermissions.Action = record.type == CollaborationPermissions.formFieldValueType ? .fill : .edit
-        var deletable = grant.allows(.delete, ownership)
-        if deletable, grant.isRestricted {
-            deletable = try store.replies(rootID: record.id).allSatisfy { grant.allows(.delete, $0.ownership) }
-        }
-        let canReply = grant.forbiddenCreate(type: CollaborationPermissions.commentType, group: nil, groupGiven: false,
-                                             root: ownership) == nil
-        let extras: [(String, JSONValue)] = [
-            ("createdBy", record.createdBy.map(JSONValue.string) ?? .null),
-            ("updatedBy", record.updatedBy.map(JSONValue.string) ?? .null),
-            ("group", record.group.map(JSONValue.string) ?? .null),
-            ("isEditable", .bool(grant.allows(editAction, ownership))),
-            ("isDeletable", .bool(deletable)),
-            ("canReply", .bool(canReply)),
-            ("isFillable", .bool(contentType == .formFields && grant.allows(.fill, ownership))),
-            ("canSetGroup", .bool(grant.allows(.setGroup, ownership))),
-        ]
-        // The content is compact JSON from the store: splice the keys in before its closing
-        // brace, unless it holds one of them already (content written elsewhere): then replace.
-        let content = record.content
-        if content.hasSuffix("}"), !extras.contains(where: { content.contains("\"\($0.0)\"") }) {
-            let members = extras.map { JSONValue.string($0.0).jsonText + ":" + $0.1.jsonText }.joined(separator: ",")
-            return String(content.dropLast()) + (content == "{}" ? "" : ",") + members + "}"
-        }
-        guard case .object(var object)? = try? JSONValue.parse(content) else { return content }
-        for (key, value) in extras { object[key] = value }
-        return JSONValue.object(object).jsonText
+        try handOut([record], grant).first
     }
 
     /// ``handOut(_:_:)`` of each record the token may view, as a JSON array.
     func handOut(_ records: [StoredRecord]) throws(LayerSyncError) -> String {
-        let grant = grant
-        var texts: [String] = []
-        texts.reserveCapacity(records.count)
-        for record in records {
-            if let text = try handOut(record, grant) { texts.append(text) }
-        }
-        return "[" + texts.joined(separator: ",") + "]"
+        "[" + (try handOut(records, grant)).joined(separator: ",") + "]"
     }
 
-    /// The `group` a record given by the host asks for, removed from it with the hand-out-only
-    /// keys: `.none` when it names none, `.some(nil)` for `"group": null`.
+    /// The records the token may view, in order, as handed out. Under a claim `isDeletable`
+    /// needs the replies of the records that may be deleted themselves: they are read in one
+    /// query for all of them (not one per record), and judged by
+    /// ``PermissionGrant/forbiddenDelete(current:replies:)``, the rule a delete is refused by.
+    func handOut(_ records: [StoredRecord], _ grant: PermissionGrant) throws(LayerSyncError) -> [String] {
+        guard grant.isRestricted else { return records.map { Self.handedOut($0, extras: []) } }
+        let visible = records.filter { grant.allows(.view, $0.ownership) }
+        let replies = try store.replies(rootIDs: visible.filter { grant.allows(.delete, $0.ownership) }.map(\.id))
+        return visible.map { record in
+            let ownership = record.ownership
+            let contentType = CollaborationPermissions.ContentType(recordType: record.type)
+            let editAction: CollaborationPermissions.Action = record.type == CollaborationPermissions.formFieldValueType ? .fill : .edit
+            let deletable = grant.forbiddenDelete(current: ownership,
+                                                  replies: (replies[record.id] ?? []).map { ($0.id, $0.ownership) }) == nil
+            let canReply = grant.forbiddenCreate(type: CollaborationPermissions.commentType, group: nil, groupGiven: false,
+                                                 root: ownership) == nil
+            return Self.handedOut(record, extras: [
+                ("isEditable", .bool(grant.allows(editAction, ownership))),
+                ("isDeletable", .bool(deletable)),
+                ("canReply", .bool(canReply)),
+                ("isFillable", .bool(contentType == .formFields && grant.allows(.fill, ownership))),
+                ("canSetGroup", .bool(grant.allows(.setGroup, ownership))),
+            ])
+        }
+    }
+
+    /// A record's content with its ownership keys and then `extras` added.
+    private static func handedOut(_ record: StoredRecord, extras: [(String, JSONValue)]) -> String {
+        let members: [(String, JSONValue)] = [
+            ("createdBy", record.createdBy.map(JSONValue.string) ?? .null),
+            ("updatedBy", record.updatedBy.map(JSONValue.string) ?? .null),
+            ("group", record.group.map(JSONValue.string) ?? .null),
+        ] + extras
+        // The content is compact JSON from the store: splice the keys in before its closing
+        // brace, unless it holds one of them already (content written elsewhere): then replace.
+        let content = record.content
+        if content.hasSuffix("}"), !members.contains(where: { content.contains("\"\($0.0)\"") }) {
+            let spliced = members.map { JSONValue.string($0.0).jsonText + ":" + $0.1.jsonText }.joined(separator: ",")
+            return String(content.dropLast()) + (content == "{}" ? "" : ",") + spliced + "}"
+        }
+        guard case .object(var object)? = try? JSONValue.parse(content) else { return content }
+        for (key, value) in members { object[key] = value }
+        return JSONValue.object(object).jsonText
+    }
+
+    /// The `group` a record given by the host asks for, removed from it with the other keys
+    /// of a record handed out (``ownershipKeys``, ``permissionFlagKeys``), with or without a
+    /// claim: `.none` when it names none, `.some(nil)` for `"group": null`.
     /// - Throws: `.invalidJSONStructure` for a `group` that is neither a string nor null.
-    /// Without a claim (`restricted` false) nothing is taken: the record is stored as given.
-    static func takeOwnershipKeys(_ object: inout JSONObject, restricted: Bool) throws(LayerSyncError) -> String?? {
-        guard restricted else { return .none }
-        for key in handOutOnlyKeys { object[key] = nil }
+    static func takeOwnershipKeys(_ object: inout JSONObject) throws(LayerSyncError) -> String?? {
+        for key in ownershipKeys + permissionFlagKeys where key != "group" { object[key] = nil }
         guard let value = object["group"] else { return .none }
         object["group"] = nil
         if value.isNull { return .some(nil) }

@@ -13,13 +13,12 @@ extension DocumentDescriptor {
     /// Creates a record (Instant's `Document.add(annotations:)`).
     /// - Parameter json: An Instant JSON object with a string `type`. A string `id` of 1–128
     ///   characters is kept; without `id` a ULID is assigned. `v` is set to 2 if missing.
-    ///   Under a `collaboration_permissions` claim `group` (string or null) is the new record's
-    ///   group, default ``defaultGroup()``, and the hand-out-only keys (`createdBy`,
-    ///   `isEditable`, ...) are ignored; without it the record is stored as given and gets
-    ///   ``defaultGroup()``. Under a JWT
+    ///   `group` (string or null) is the new record's group, default ``defaultGroup()``, and
+    ///   the other keys of a record handed out (`createdBy`, `updatedBy`, `isEditable`, ...)
+    ///   are ignored, with or without a `collaboration_permissions` claim. Under a JWT
     ///   `creator_name` an annotation's or comment's `creatorName` is set to it (the server
     ///   forces it too).
-    /// - Returns: The stored record as handed out (with `id`, `v`; under a claim also ownership and flags).
+    /// - Returns: The stored record as handed out (with `id`, `v` and its ownership; under a claim also the flags).
     /// - Throws: `.invalidArgument` (bad JSON text, or a record with that id exists),
     ///   `.invalidJSONStructure`, `.forbidden` (the collaboration permissions do not allow
     ///   creating it: no `write`, a comment (or any record with a `rootId`) without `reply` on the thread, a form field value
@@ -30,7 +29,7 @@ extension DocumentDescriptor {
         var object = try Self.recordObject(json)
         let claims = mutableState.withLock { $0.authentication.claims }
         let grant = claims.grant
-        let groupAsked = try Self.takeOwnershipKeys(&object, restricted: grant.isRestricted)
+        let groupAsked = try Self.takeOwnershipKeys(&object)
         let id: String
         if let given = object["id"] {
             id = try Self.recordID(given)
@@ -84,7 +83,7 @@ extension DocumentDescriptor {
         var object = try Self.recordObject(json)
         let claims = mutableState.withLock { $0.authentication.claims }
         let grant = claims.grant
-        let groupAsked = try Self.takeOwnershipKeys(&object, restricted: grant.isRestricted)
+        let groupAsked = try Self.takeOwnershipKeys(&object)
         guard let given = object["id"] else {
             throw LayerSyncError(.invalidJSONStructure, "an update needs the record's \"id\"", documentID: documentID)
         }
@@ -144,7 +143,7 @@ extension DocumentDescriptor {
         didEditLocally()
     }
 
-    /// A record as handed out (content, ownership, flags).
+    /// A record as handed out (content, ownership; under a claim flags).
     /// - Parameter id: The record id.
     /// - Returns: The Instant JSON text.
     /// - Throws: `.noSuchAnnotation` (also for a record the token may not view), plus the common errors.

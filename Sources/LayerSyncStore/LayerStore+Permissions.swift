@@ -66,10 +66,29 @@ extension LayerStore {
     /// - Returns: The replies, oldest row first.
     /// - Throws: `.databaseAccessFailed`.
     package func replies(rootID: String) throws(LayerSyncError) -> [StoredRecord] {
-        try storedRecords("""
-            SELECT \(Self.storedColumns) FROM records r
-            WHERE r.content IS NOT NULL AND r.id <> ? AND json_extract(r.content, '$.rootId') = ? ORDER BY r.rowid
-            """, [.text(rootID), .text(rootID)])
+        try replies(rootIDs: [rootID])[rootID] ?? []
+    }
+
+    /// The live replies of several root records in one query (one pass over the records, not
+    /// one per root: a list of records handed out asks for all of theirs at once).
+    /// - Parameter rootIDs: The roots' ids.
+    /// - Returns: Each root id that has live replies with them, oldest row first; a root
+    ///   without replies is absent.
+    /// - Throws: `.databaseAccessFailed`.
+    package func replies(rootIDs: [String]) throws(LayerSyncError) -> [String: [StoredRecord]] {
+        guard !rootIDs.isEmpty else { return [:] }
+        let ids = JSONValue.array(rootIDs.map(JSONValue.string)).jsonText
+        return try withDatabase { db throws(LayerSyncError) in
+            var replies: [String: [StoredRecord]] = [:]
+            for row in try db.query("""
+                SELECT \(Self.storedColumns), json_extract(r.content, '$.rootId') AS root FROM records r
+                WHERE r.content IS NOT NULL AND root IN (SELECT value FROM json_each(?)) AND r.id <> root ORDER BY r.rowid
+                """, [.text(ids)]) {
+                guard let root = row[6].text, let reply = Self.storedRecord(row) else { continue }
+                replies[root, default: []].append(reply)
+            }
+            return replies
+        }
     }
 
     // MARK: Default group

@@ -169,14 +169,6 @@ final class AnswerValidationTests {
         return try session.perform(request, cancellation: TransferCancellation()).status
     }
 
-    func localRecords(_ document: DocumentDescriptor) throws -> [String: JSONValue] {
-        var result: [String: JSONValue] = [:]
-        for record in try JSONValue.parse(try document.listAnnotations(filterJSON: nil)).arrayValue ?? [] {
-            if let id = record["id"]?.stringValue { result[id] = record }
-        }
-        return result
-    }
-
     /// Waits (bounded) until `condition` holds.
     func eventually(timeout: Double = 45, _ condition: () throws -> Bool) rethrows -> Bool {
         let deadline = Date().addingTimeInterval(timeout)

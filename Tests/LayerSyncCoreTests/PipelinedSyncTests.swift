@@ -43,14 +43,6 @@ final class PipelinedSyncTests {
         Issue.record("did not reach a clean sync")
     }
 
-    func localRecords(_ document: DocumentDescriptor) throws -> [String: JSONValue] {
-        var result: [String: JSONValue] = [:]
-        for record in try JSONValue.parse(try document.listAnnotations(filterJSON: nil)).arrayValue ?? [] {
-            if let id = record["id"]?.stringValue { result[id] = record }
-        }
-        return result
-    }
-
     func create(_ document: DocumentDescriptor, _ count: Int, _ label: String) throws -> [String] {
         try (0..<count).map { index in
             try #require(try JSONValue.parse(try document.createAnnotation(json: TestServer.note("\(label) \(index)")))["id"]?.stringValue)

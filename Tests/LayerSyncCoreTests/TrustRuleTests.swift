@@ -59,14 +59,6 @@ final class TrustRuleTests {
         head.hasPrefix("POST ") && head.contains("/sync ") ? FaultProxy.contentLength(head) : nil
     }
 
-    func localRecords(_ document: DocumentDescriptor) throws -> [String: JSONValue] {
-        var result: [String: JSONValue] = [:]
-        for record in try JSONValue.parse(try document.listAnnotations(filterJSON: nil)).arrayValue ?? [] {
-            if let id = record["id"]?.stringValue { result[id] = record }
-        }
-        return result
-    }
-
     /// `GET .../records/{id}/history` through the sync API: the kept versions, newest first.
     func history(_ documentID: String, _ recordID: String) throws -> [JSONValue] {
         let token = try server.token(documentID: documentID)

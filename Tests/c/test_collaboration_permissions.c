@@ -75,9 +75,15 @@ int main(void)
     ls_download(document, &events);
     CHECK_OK(layersync_document_create_annotation(document, NOTE("alices", "alice's"), NULL, &error), &error);
     ls_sync(document, &events);
-    /* Without a claim the records are handed out as stored (no ownership keys). */
+    /* Without a claim every record is handed out with its ownership, and without the
+       permission flags (they exist only under collaboration permissions). */
     json_t *theirs = get(document, "bobs");
-    CHECK(json_object_get(theirs, "createdBy") == NULL && json_object_get(theirs, "isEditable") == NULL);
+    CHECK_STREQ(json_string_value(json_object_get(theirs, "createdBy")), "bob");
+    CHECK_STREQ(json_string_value(json_object_get(theirs, "updatedBy")), "bob");
+    CHECK(json_is_null(json_object_get(theirs, "group")));  /* present, null: no group */
+    CHECK(json_object_get(theirs, "isEditable") == NULL && json_object_get(theirs, "isDeletable") == NULL);
+    CHECK(json_object_get(theirs, "canReply") == NULL && json_object_get(theirs, "isFillable") == NULL);
+    CHECK(json_object_get(theirs, "canSetGroup") == NULL);
     json_decref(theirs);
     ls_client_destroy(client, &events);
     ls_events_free(&events);

@@ -123,6 +123,54 @@ def test_ownership_is_stamped_and_sent_and_creator_name_forced(srv):
     assert deleted["accepted"][0]["revision"] == 4
 
 
+OWNERSHIP = ("createdBy", "updatedBy", "group")
+
+
+def test_ownership_is_sent_without_a_claim_on_every_read_path(srv):
+    """Without a ``collaboration_permissions`` claim (full access) every live record the
+    server hands out still carries ``createdBy``, ``updatedBy`` and ``group``: snapshot,
+    delta pages, a sync answer's changes and the long-poll; a record imported from the PDF,
+    which no user created, has them as null (docs/protocol.md "Record shape")."""
+    doc = srv.new_document()  # its default layer holds the PDF's annotations
+    url = srv.layer_url(doc)
+    plain = srv.auth(doc, "", user_id="alice")
+    imported = srv.http.get(url + "/records", params={"since": 0}, headers=plain).json()
+    start = imported["revision"]
+    assert imported["records"] and all(r["createdBy"] is None and r["updatedBy"] is None and
+                                       r["group"] is None for r in imported["records"])
+    body = {"epoch": None, "since": start, "changes": [
+        change("create", "own-a", note("a")), grouped("create", "own-b", note("b"), group="g1")]}
+    answer = srv.http.post(url + "/sync", json=body, headers=srv.auth(doc, "", user_id="alice")).json()
+    assert [a["id"] for a in answer["accepted"]] == ["own-a", "own-b"]
+    bob = srv.auth(doc, "", user_id="bob")
+    srv.http.post(url + "/sync", json={"epoch": None, "since": start + 2, "changes": [
+        change("update", "own-a", note("a2"), base=start + 1)]}, headers=bob).raise_for_status()
+    expected = {"own-a": ("alice", "bob", None), "own-b": ("alice", "alice", "g1")}
+
+    def ownership(records):
+        for record in records:
+            assert all(key in record for key in OWNERSHIP), record  # present, even when null
+        return {r["id"]: tuple(r[k] for k in OWNERSHIP) for r in records if r["id"] in expected}
+
+    # the snapshot, and the delta in pages of one record
+    snapshot = srv.http.get(url + "/records", params={"since": 0}, headers=plain).json()
+    assert ownership(snapshot["records"]) == expected
+    paged, since = [], start
+    while True:
+        page = srv.http.get(url + "/records", params={"since": since, "limit": 1}, headers=plain).json()
+        paged += page["records"]
+        since = page["next_since"]
+        if not page["has_more"]:
+            break
+    assert len(paged) == 2 and ownership(paged) == expected
+    # a sync answer's changes (a pull) and the long-poll
+    pulled = srv.http.post(url + "/sync", json={"epoch": None, "since": start, "changes": []},
+                           headers=plain).json()
+    assert ownership(pulled["changes"]) == expected
+    polled = srv.http.get(url + "/changes", params={"since": start, "wait": 0}, headers=plain).json()
+    assert ownership(polled["records"]) == expected
+
+
 # -- the matrix ---------------------------------------------------------------------------------
 
 SCOPES = {"all": lambda by, group: True, "self": lambda by, group: by == "alice",

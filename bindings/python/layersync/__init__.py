@@ -31,7 +31,7 @@ from . import _ffi
 from ._library import LibraryLoadError, get_library, load_library
 from .client import (EVENT_NAMES, OBSERVER_EVENT_NAMES, SYNC_DISABLED, Attachment, Client, Document,
                      DocumentState, Event, Observer)
-from .document import HANDOUT_KEYS, record_content
+from .document import HANDOUT_KEYS, OWNERSHIP_KEYS, PERMISSION_FLAG_KEYS, record_content
 from .errors import *  # noqa: F401,F403  (one class per error code)
 from .errors import ERROR_CLASSES, LayerSyncError
 
@@ -46,6 +46,7 @@ def library_version() -> str:
 
 
 __all__ = ["Client", "Document", "DocumentState", "Event", "EVENT_NAMES", "SYNC_DISABLED",
-           "Observer", "OBSERVER_EVENT_NAMES", "Attachment", "HANDOUT_KEYS", "record_content",
+           "Observer", "OBSERVER_EVENT_NAMES", "Attachment", "HANDOUT_KEYS", "OWNERSHIP_KEYS",
+           "PERMISSION_FLAG_KEYS", "record_content",
            "LayerSyncError", "ERROR_CLASSES", "LibraryLoadError", "load_library", "get_library",
            "library_version", "__version__", "ABI_VERSION"] + [c.__name__ for c in ERROR_CLASSES.values()]

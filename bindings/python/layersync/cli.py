@@ -22,6 +22,7 @@ from typing import Any, Callable, NoReturn, Sequence, TextIO
 from . import _ffi
 from ._library import LibraryLoadError, get_library
 from .client import Client, Document, Event
+from .document import record_content
 from .errors import (AccessDeniedError, AttachmentNotLoadedError, InvalidDocumentError, InvalidJWTError,
                      LayerSyncError, NoSuchAnnotationError, NoSuchAttachmentError, RequestFailedError,
                      UserIDMismatchError)
@@ -647,7 +648,9 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             _sync_after_edit(client, doc, out, args)
             return EXIT_OK
         if args.command == "export":
-            document = {"format": INSTANT_JSON_FORMAT, "annotations": doc.list_annotations()}
+            # An Instant JSON document holds the records' content (no ownership, no flags).
+            document = {"format": INSTANT_JSON_FORMAT,
+                        "annotations": [record_content(r) for r in doc.list_annotations()]}
             text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
             if args.output:
                 Path(args.output).write_text(text, "utf-8")

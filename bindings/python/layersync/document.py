@@ -36,17 +36,26 @@ if TYPE_CHECKING:  # annotations only
 __all__ = ["Document", "Attachment", "SYNC_DISABLED"]
 
 
-#: Keys a record handed out under a ``collaboration_permissions`` claim carries besides its Instant JSON: its ownership
-#: (``createdBy``, ``updatedBy``, ``group``) and what the document's JWT may do with it
-#: (collaboration permissions; the Records section of include/layersync.h).
-HANDOUT_KEYS = ("createdBy", "updatedBy", "group", "isEditable", "isDeletable", "canReply", "isFillable",
-                "canSetGroup")
+#: The ownership every record handed out carries besides its Instant JSON, with or without a
+#: ``collaboration_permissions`` claim: ``createdBy``, ``updatedBy`` (the JWT ``user_id`` that
+#: created / last changed it) and ``group``; each a string, or None when there is none (a
+#: record imported from a PDF or XFDF on the server, which no user created, has
+#: ``"createdBy": None``). The Records section of include/layersync.h.
+OWNERSHIP_KEYS = ("createdBy", "updatedBy", "group")
+
+#: What the document's JWT may do with a record, present only under a
+#: ``collaboration_permissions`` claim (as in Nutrient's Web SDK): booleans.
+PERMISSION_FLAG_KEYS = ("isEditable", "isDeletable", "canReply", "isFillable", "canSetGroup")
+
+#: Every key a record handed out may carry besides its Instant JSON.
+HANDOUT_KEYS = OWNERSHIP_KEYS + PERMISSION_FLAG_KEYS
 
 
 def record_content(record: Mapping[str, Any]) -> dict[str, Any]:
     """A record handed out (:meth:`Document.get_annotation`, :meth:`Document.list_annotations`,
     ...) without its ownership and flags (:data:`HANDOUT_KEYS`): its Instant JSON content, as
-    the server stores it."""
+    the server stores it. The one place that strips them (compare records with the server's
+    content through it)."""
     return {k: v for k, v in record.items() if k not in HANDOUT_KEYS}
 
 
@@ -388,12 +397,15 @@ class Document(CallsIntoC):
                 "bbox": [x, y, w, h], ...}``); a missing ``id`` is generated (ULID).
 
         Returns:
-            The stored annotation with its ``id``. Under a ``collaboration_permissions`` claim
-            also its ownership (``createdBy``, ``updatedBy``, ``group``) and what this JWT may
-            do with it (``isEditable``, ``isDeletable``, ``canReply``, ``isFillable``,
-            ``canSetGroup``; see the Records section of include/layersync.h); a ``group`` key
-            in ``annotation`` is then the new record's group (default :attr:`default_group`)
-            and the other of those keys are ignored (:func:`record_content` strips them).
+            The stored annotation with its ``id`` and its ownership (:data:`OWNERSHIP_KEYS`:
+            ``createdBy``, ``updatedBy``, ``group``, always there, None when none). Under a
+            ``collaboration_permissions`` claim also what this JWT may do with it
+            (:data:`PERMISSION_FLAG_KEYS`: ``isEditable``, ``isDeletable``, ``canReply``,
+            ``isFillable``, ``canSetGroup``; see the Records section of
+            include/layersync.h). A ``group`` key in ``annotation`` is the new record's group
+            (default :attr:`default_group`) and the other of those keys are ignored, so a
+            record handed out can be passed back as it is (:func:`record_content` strips
+            them all).
 
         Raises:
             InvalidArgumentError (not JSON, unencodable text), InvalidJSONStructureError,
@@ -405,7 +417,11 @@ class Document(CallsIntoC):
 
     def update_annotation(self, annotation: Mapping[str, Any]) -> dict[str, Any]:
         """Replaces an annotation's content (the whole object, with its ``id``); a ``group``
-        other than the record's is a group change (needs ``set-group``).
+        other than the record's is a group change (needs ``set-group`` under a claim), the
+        other keys of a record handed out are ignored.
+
+        Returns:
+            The stored annotation as handed out (as :meth:`create_annotation`).
 
         Raises:
             NoSuchAnnotationError, ForbiddenError (no ``edit``/``fill``/``set-group``: nothing
@@ -424,7 +440,8 @@ class Document(CallsIntoC):
         self._call("layersync_document_delete_annotation", encode_text(annotation_id, "annotation_id"))
 
     def get_annotation(self, annotation_id: str) -> dict[str, Any]:
-        """One annotation of the local layer as a dict.
+        """One annotation of the local layer as a dict, as handed out (its Instant JSON, its
+        ownership and under a claim the flags: :meth:`create_annotation`).
 
         Raises:
             NoSuchAnnotationError, InvalidArgumentError, NotDownloadedError.
@@ -437,7 +454,8 @@ class Document(CallsIntoC):
     def list_annotations(self, page_index: int | None = None, type: str | None = None,
                          creator_name: str | None = None, limit: int | None = None,
                          offset: int | None = None) -> list[dict[str, Any]]:
-        """Annotations of the local layer ordered by id, optionally filtered and paged.
+        """Annotations of the local layer ordered by id, optionally filtered and paged, each
+        as handed out (:meth:`get_annotation`).
 
         Args:
             page_index: Only this page (0-based).
@@ -755,7 +773,7 @@ class Document(CallsIntoC):
             ImportError (``layersync-formats`` not installed), NotDownloadedError.
         """
         codec = _xfdf_codec()
-        records = self.list_annotations()
+        records = [record_content(r) for r in self.list_annotations()]  # XFDF carries content only
         attachments: dict[str, bytes] = {}
         for record in records:
             file_id = record.get("fileAttachmentId")
@@ -795,7 +813,8 @@ class Document(CallsIntoC):
             changes = codec.read_xfdf(xfdf, pages=self._page_boxes(pages))
         except codec.XfdfError as exc:
             raise InvalidArgumentError(f"XFDF: {exc}") from None
-        live = {r["id"]: r for r in self.list_annotations() if isinstance(r.get("id"), str)}
+        # What the XFDF is compared with: the records' content, without ownership and flags.
+        live = {r["id"]: record_content(r) for r in self.list_annotations() if isinstance(r.get("id"), str)}
         if changes.is_command:
             for record in changes.added:
                 if record.get("id") in live:
@@ -817,7 +836,7 @@ class Document(CallsIntoC):
                     counts["updated"] += 1
             else:
                 stored = self.create_annotation(record)
-                live[str(stored.get("id"))] = stored
+                live[str(stored.get("id"))] = record_content(stored)
                 counts["created"] += 1
         for record_id in changes.deleted:
             if record_id in live:

@@ -106,7 +106,8 @@ def main() -> int:
         time.sleep(0.1)
     settle(doc, token)
     doc.stop_listening()
-    records = sorted(doc.list_annotations(), key=lambda r: r["id"])
+    # the records' content (without ownership), as the server's listing gives it
+    records = sorted((layersync.record_content(r) for r in doc.list_annotations()), key=lambda r: r["id"])
     # the durable conflict reports (stored with the adopted server version, so a kill -9 of
     # an earlier incarnation lost none of them), written before records.json
     stored = doc.rejected_changes()

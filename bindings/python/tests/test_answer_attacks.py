@@ -72,7 +72,8 @@ def test_a_pdf_whose_bytes_do_not_match_its_etag_is_refused(make_client, server,
 
 
 def records(doc: layersync.Document) -> dict:
-    return {r["id"]: r for r in doc.list_annotations()}
+    """The local records by id, as content (``layersync.record_content``: without ownership)."""
+    return {r["id"]: layersync.record_content(r) for r in doc.list_annotations()}
 
 
 def wait_until(predicate, timeout: float = WAIT_S, what: str = "condition") -> None:

@@ -65,7 +65,7 @@ def settle(doc: layersync.Document, server, doc_id: str, timeout: float = 45.0) 
 
 
 def records(doc: layersync.Document) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in doc.list_annotations()}
+    return {r["id"]: layersync.record_content(r) for r in doc.list_annotations()}
 
 
 def strip(content: dict[str, Any]) -> dict[str, Any]:

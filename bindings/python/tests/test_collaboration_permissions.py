@@ -67,12 +67,32 @@ def open_doc(make_client, server, doc_id, user_id, claim=None, **claims):
     return client, doc, changes
 
 
-def test_without_a_claim_records_are_handed_out_as_stored(downloaded, server):
+def test_without_a_claim_records_carry_their_ownership_and_no_flags(downloaded, server):
+    """At the C ABI (through the bindings): without a ``collaboration_permissions`` claim every
+    record handed out still carries ``createdBy``/``updatedBy``/``group`` (null when none, never
+    left out), and none of the permission flags; passed back, they stay out of the content."""
     _, doc = downloaded(user_id="alice")
+    imported = doc.list_annotations()  # from the PDF on the server: no user created them
+    assert imported and all(set(layersync.OWNERSHIP_KEYS) <= set(r) for r in imported)
+    assert all((r["createdBy"], r["updatedBy"], r["group"]) == (None, None, None) for r in imported)
     created = doc.create_annotation(note("mine"))
-    assert not set(created) & set(layersync.HANDOUT_KEYS)
+    assert (created["createdBy"], created["updatedBy"], created["group"]) == ("alice", "alice", None)
+    assert not set(created) & set(layersync.PERMISSION_FLAG_KEYS)
+    grouped = doc.create_annotation(note("in a group", group="team"))
+    assert grouped["group"] == "team"
     doc.sync(wait=True, timeout=WAIT_S)
-    assert doc.get_annotation(created["id"]) == created == server.annotations(doc.id)[created["id"]]
+    assert doc.get_annotation(created["id"]) == created
+    on_server = server.annotations(doc.id)
+    assert layersync.record_content(created) == on_server[created["id"]]
+    assert "group" not in on_server[grouped["id"]]  # the record's group, not part of its content
+    assert doc.get_annotation(grouped["id"])["group"] == "team"  # as the server stamped it
+    for record in doc.list_annotations():
+        assert set(layersync.OWNERSHIP_KEYS) <= set(record) and not set(record) & set(layersync.PERMISSION_FLAG_KEYS)
+    # A record handed out passed back as it is: its ownership does not go into the content.
+    doc.update_annotation(dict(created, text={"format": "plain", "value": "again"}))
+    doc.sync(wait=True, timeout=WAIT_S)
+    assert not set(server.annotations(doc.id)[created["id"]]) & set(layersync.HANDOUT_KEYS)
+    assert doc.get_annotation(created["id"])["createdBy"] == "alice"
 
 
 def test_records_carry_ownership_and_flags_under_a_claim(make_client, server, uploaded):
@@ -121,6 +141,29 @@ def test_reviewer_may_change_only_own_records_and_nothing_is_queued(make_client,
     # The lead may not delete it either under delete:self of comments; with comments:*:all she may.
     lead.sync(wait=True, timeout=WAIT_S)
     assert lead.get_annotation(theirs["id"])["isDeletable"]
+
+
+def test_is_deletable_in_one_listing_judges_each_root_by_its_own_replies(make_client, server, uploaded):
+    """``isDeletable`` of many roots handed out by one call (their replies are read in one
+    query): a root is deletable when the user may delete it and each of its own live replies,
+    whatever the other roots' replies are; the same answer as for one record and as a delete."""
+    doc_id = uploaded()
+    _, bob, _ = open_doc(make_client, server, doc_id, "bob", REVIEWER)
+    bare, mine_replied, theirs_replied = (bob.create_annotation(note(t)) for t in ("bare", "bob-replied", "lead-replied"))
+    bob.create_comment(mine_replied["id"], "bob's own reply")
+    bob.sync(wait=True, timeout=WAIT_S)
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    lead.create_comment(theirs_replied["id"], "the lead's reply")
+    lead.sync(wait=True, timeout=WAIT_S)
+    bob.sync(wait=True, timeout=WAIT_S)
+    listed = {r["id"]: r["isDeletable"] for r in bob.list_annotations()}
+    expected = {bare["id"]: True, mine_replied["id"]: True, theirs_replied["id"]: False}
+    assert {k: listed[k] for k in expected} == expected
+    assert {k: bob.get_annotation(k)["isDeletable"] for k in expected} == expected
+    with pytest.raises(layersync.ForbiddenError, match="may not delete reply"):
+        bob.delete_annotation(theirs_replied["id"])
+    bob.delete_annotation(mine_replied["id"])  # takes bob's own reply with it
+    assert not bob.list_comments(bare["id"])
 
 
 def test_reply_and_fill_need_their_permissions(make_client, server, uploaded):

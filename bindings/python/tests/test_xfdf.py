@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from layersync_formats import XFDF_NS, read_xfdf
 
-from layersync import InvalidArgumentError, NoSuchAnnotationError
+from layersync import InvalidArgumentError, NoSuchAnnotationError, record_content
 
 from conftest import WAIT_S
 from test_cli import cli_env, run  # noqa: F401 (cli_env: a fixture)
@@ -30,7 +30,8 @@ def test_export_gives_the_local_layer_as_the_server_does(downloaded, server, upl
     server_xfdf = server.admin_request(f"/api/documents/{doc_id}/document.xfdf")
     mine, theirs = read_xfdf(local), read_xfdf(server_xfdf)
     assert mine.records and _by_id(mine.records) == _by_id(theirs.records)
-    assert _by_id(mine.records) == _by_id(r for r in doc.list_annotations() if r.get("type") != "pspdfkit/widget")
+    assert _by_id(mine.records) == _by_id(record_content(r) for r in doc.list_annotations()
+                                  if r.get("type") != "pspdfkit/widget")
 
 
 def test_import_applies_as_local_edits_and_syncs(downloaded, server):
