@@ -23,7 +23,8 @@ import orjson
 from layersync_server.storage.base import (Attachment, DocumentExists, DocumentInfo,
                                            DocumentNotFound, LayerDeleted, LayerExists,
                                            LayerState, LayerWriter, NewDocument, RecordPage,
-                                           KEEP_GROUP, Storage, StoredRecord)
+                                           KEEP_GROUP, Storage, StoredRecord,
+                                           has_handed_out_keys, without_handed_out_keys)
 from layersync_server.wire_json import fast_dumps, loads
 
 #: Versioned schema migrations: ``(version, statements)``. ``{blob}`` / ``{bigint}`` are
@@ -120,6 +121,18 @@ MIGRATIONS: list[tuple[int, list]] = [
     (5, [
         lambda storage, conn: storage.add_column(conn, "records", "group_name", "TEXT"),
     ]),
+    # Each kept version carries its ownership (history hands it out, and a version is
+    # shown only to users who may view that version). created_by never changes, so the
+    # versions kept before get their record's; their group is unknown and stays NULL,
+    # which reads as "in no group": only a view grant that needs no group (all, self,
+    # createdBy=) covers them (docs/protocol.md, "history").
+    (6, [
+        lambda storage, conn: storage.add_column(conn, "record_versions", "created_by", "TEXT"),
+        lambda storage, conn: storage.add_column(conn, "record_versions", "group_name", "TEXT"),
+        """UPDATE record_versions SET created_by = (SELECT r.created_by FROM records r
+            WHERE r.document_id = record_versions.document_id AND r.layer = record_versions.layer
+            AND r.id = record_versions.id) WHERE created_by IS NULL""",
+    ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -183,7 +196,8 @@ def _record(row) -> StoredRecord:
 def _version(row) -> StoredRecord:
     return StoredRecord(id=row["id"], revision=row["revision"], deleted=bool(row["deleted"]),
                         content=None if row["content"] is None else loads(row["content"]),
-                        updated_by=row["updated_by"], updated_at=row["updated_at"])
+                        created_by=row["created_by"], updated_by=row["updated_by"],
+                        updated_at=row["updated_at"], group=row["group_name"])
 
 
 def _page_query(document_id: str, layer: str, since: int, limit: int, include_tombstones: bool,
@@ -373,7 +387,7 @@ class SqlLayerWriter(LayerWriter):
             # database during a rolling upgrade also writes the row of the current version,
             # which this write now moves here; both rows hold the same version.
             many(self._conn, "INSERT INTO record_versions (document_id, layer, id, revision, deleted,"
-                 " content, updated_by, updated_at) VALUES (?,?,?,?,?,?,?,?) "
+                 " content, updated_by, updated_at, created_by, group_name) VALUES (?,?,?,?,?,?,?,?,?,?) "
                  "ON CONFLICT (document_id, layer, id, revision) DO NOTHING", self._pending_versions)
             self._pending_versions = []
             keep = self._s.history_versions - 1
@@ -437,6 +451,8 @@ class SqlLayerWriter(LayerWriter):
         if content is None:
             text = None
         else:
+            if has_handed_out_keys(content):
+                content, content_text = without_handed_out_keys(content), None
             text = dump_json(content) if content_text is None else content_text
         old = self._row(record_id)
         revision = self._revision = self._revision + 1
@@ -452,7 +468,8 @@ class SqlLayerWriter(LayerWriter):
         else:
             if self._s.history_versions > 1:
                 self._pending_versions.append((*self._key_tuple, record_id, old["revision"], old["deleted"],
-                                               old["content"], old["updated_by"], old["updated_at"]))
+                                               old["content"], old["updated_by"], old["updated_at"],
+                                               old["created_by"], old["group_name"]))
                 self._superseded[record_id] = self._superseded.get(record_id, 0) + 1
             self._rows[record_id] = {
                 "id": record_id, "revision": revision, "deleted": deleted, "content": text,
@@ -899,9 +916,10 @@ class SqlStorage(Storage):
         if self.history_versions <= 0:
             return []
         rows = self.execute(
-            conn, "SELECT id, revision, deleted, content, updated_by, updated_at FROM records "
-            "WHERE document_id=? AND layer=? AND id=? UNION ALL "
-            "SELECT v.id, v.revision, v.deleted, v.content, v.updated_by, v.updated_at "
+            conn, "SELECT id, revision, deleted, content, created_by, updated_by, updated_at, "
+            "group_name FROM records WHERE document_id=? AND layer=? AND id=? UNION ALL "
+            "SELECT v.id, v.revision, v.deleted, v.content, v.created_by, v.updated_by, "
+            "v.updated_at, v.group_name "
             "FROM record_versions v WHERE v.document_id=? AND v.layer=? AND v.id=? "
             "AND NOT EXISTS (SELECT 1 FROM records r WHERE r.document_id=v.document_id "
             "AND r.layer=v.layer AND r.id=v.id AND r.revision=v.revision) "
