@@ -67,7 +67,6 @@ from layersync_server.errors_http import api_error_response
 from layersync_server.ids import is_valid_layer_name
 from layersync_server.json_http import WireJSONResponse
 from layersync_server.notify import page_after
-from layersync_server.permissions import sent_as_delta
 from layersync_server.routes.access import grant as grant_of, list_page, page_json
 from layersync_server.storage.base import RecordPage
 from layersync_server.wire_json import MAX_REVISION, encode_response
@@ -422,7 +421,7 @@ class StreamHub:
 
     def _changes_event(self, sub: Subscription, page: RecordPage) -> bytes:
         body = {"document_id": sub.document_id, "layer": sub.wire_layer, "since": sub.cursor,
-                **page_json(page, sub.grant, sent_as_delta(sub.cursor))}
+                **page_json(page, sub.grant)}
         return event("changes", body)
 
     def _deliver(self, sub: Subscription, page: RecordPage, data: bytes) -> None:
