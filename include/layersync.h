@@ -167,11 +167,11 @@ typedef enum {
     LAYERSYNC_ERROR_INVALID_STATE = 1006,
     /**
      * The JWT is valid, but its `collaboration_permissions` do not allow this on this
-     * record (docs/protocol.md "Collaboration permissions"); the message names the
-     * missing permission. A local update, delete, comment, fill or group change refused
-     * at the API (nothing queued), a change the server rejected with reason `forbidden`,
-     * a rollback/restore answered 403 `forbidden`. Not an authentication failure: the
-     * token stays good.
+     * record (docs/protocol.md "Collaboration permissions"); the message says what is
+     * refused ("may not edit this record", "may not move this record to group 'x'"). A
+     * local update, delete, comment, fill or group change refused at the API (nothing
+     * queued), a change the server rejected with reason `forbidden`, a rollback/restore
+     * answered 403 `forbidden`. Not an authentication failure: the token stays good.
      */
     LAYERSYNC_ERROR_FORBIDDEN = 1007,
 } layersync_error_code_t;
@@ -1184,8 +1184,9 @@ struct layersync_client_delegate {
  * update: another value is a group change) and the other keys are ignored, so a record
  * handed out can be passed back as it is; none of them becomes part of the record's
  * content. Without the claim (full access) every change is allowed. A change the
- * permissions forbid fails at once with `LAYERSYNC_ERROR_FORBIDDEN` (the message names
- * the missing permission) and nothing is stored or queued.
+ * permissions forbid fails at once with `LAYERSYNC_ERROR_FORBIDDEN` (the message says
+ * what is refused, e.g. "collaboration permissions: may not edit this record") and
+ * nothing is stored or queued.
  *======================================================================================*/
 
 /**

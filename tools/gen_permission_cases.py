@@ -73,11 +73,22 @@ GRANT_CLAIMS = [None, ["annotations:*:all", "comments:*:all", "form-fields:*:all
                 ["annotations:view:all", "annotations:set-group:group=g", "annotations:set-group:group=h",
                  "comments:view:group=g", "comments:reply:group=g"],
                 ["annotations:view:group=public", "comments:view:group=public"],
-                ["annotations:*:self", "comments:*:self", "form-fields:*:self"]]
+                ["annotations:*:self", "comments:*:self", "form-fields:*:self"],
+                # Instant's landlord/tenant: fill scoped by the form field's group, or its creator
+                ["annotations:view:all", "form-fields:view:all", "form-fields:fill:group=g"],
+                ["form-fields:view:all", "form-fields:fill:createdBy=other"]]
 
 
 def owner(rec):
+    if rec is None:
+        return None
     return {"type": rec.content.get("type"), "createdBy": rec.created_by, "group": rec.group}
+
+
+#: A value's form field: none known, the user's, another user's in group g, a third's in h.
+FIELDS = [None, record("pspdfkit/form-field/text", USER, None, "field"),
+          record("pspdfkit/form-field/text", "other", "g", "field"),
+          record("pspdfkit/form-field/text", "third", "h", "field")]
 
 
 def change_cases():
@@ -106,6 +117,14 @@ def create_cases(g):
                 why = P.forbidden_change(g, "create", None, {"id": "n", "type": record_type}, group, group_given, root=root)
                 cases.append({"op": "create", "type": record_type, "group_given": group_given, "group": group,
                               "root": None if root is None else owner(root), "forbidden": why})
+    # A form field value: `fill` is judged by its form field (the field's createdBy and group) and
+    # the value inherits the field's group; with no field known, by the value itself (above).
+    for field in FIELDS:
+        for group_given, group in ((False, None), (True, "g"), (True, "h"), (True, None)):
+            content = {"id": "n", "type": TYPES["value"], "name": "f"}
+            why = P.forbidden_change(g, "create", None, content, group, group_given, field=field)
+            cases.append({"op": "create", "type": TYPES["value"], "group_given": group_given, "group": group,
+                          "root": None, "field": owner(field), "forbidden": why})
     # A record of any type with a rootId is a reply (it needs `reply` on the thread).
     for type_name in ("annotations", "value", "untyped"):
         record_type = TYPES[type_name]
@@ -131,6 +150,24 @@ def update_cases(g):
                     why = P.forbidden_change(g, "update", current, content, new_group, group_given)
                     cases.append({"op": "update", "current": owner(current), "content_changed": changed, "type": new_type,
                                   "group_given": group_given, "group": new_group, "forbidden": why})
+    # A value's update is a fill of its form field (the stored name's; a new name's field too).
+    for created_by, group in OWNERS[:5]:
+        current = record(TYPES["value"], created_by, group)
+        current.content["name"] = "f"
+        for field in FIELDS:
+            for renamed, new_field in ((False, None), (True, None), (True, FIELDS[1]), (True, FIELDS[2])):
+                for changed, group_given, new_group in ((True, False, None), (False, False, None), (False, True, "g")):
+                    if renamed and not changed:
+                        continue
+                    content = dict(current.content, value="new") if changed else dict(current.content)
+                    if renamed:
+                        content["name"] = "f2"
+                    why = P.forbidden_change(g, "update", current, content, new_group, group_given, field=field,
+                                             new_field=new_field)
+                    cases.append({"op": "update", "current": owner(current), "content_changed": changed,
+                                  "type": TYPES["value"], "group_given": group_given, "group": new_group,
+                                  "field": owner(field), "renamed": renamed, "new_field": owner(new_field),
+                                  "forbidden": why})
     # An update that sets or changes rootId moves the record into a thread: `reply` there too.
     roots = [None, record(TYPES["annotations"], USER, None, "root"), record(TYPES["annotations"], "other", "g", "root"),
              record(TYPES["annotations"], "other", "public", "root")]

@@ -17,7 +17,9 @@ import LayerSyncTransport
 /// booleans `isEditable` (update its content: `edit`, `fill` for a form field value),
 /// `isDeletable` (`delete`, for a root with replies on every live reply too), `canReply`
 /// (create a comment whose `rootId` is this record: `write` and `reply`), `isFillable` (form
-/// fields: `fill`; false for other records) and `canSetGroup` (`set-group`). On input, with or
+/// fields: `fill`; a value and a widget as their form field allows, the field named by the
+/// value's `name` / the widget's `formFieldName`, else by their own ownership; false for other
+/// records) and `canSetGroup` (`set-group`). On input, with or
 /// without a claim, `group` is the record's group (a create: its group, default the current
 /// default group; an update: a new value is a group change) and the other keys are ignored (a
 /// record handed out can be passed back as it is); they never become part of the content.
@@ -81,22 +83,41 @@ extension DocumentDescriptor {
         guard grant.isRestricted else { return records.map { Self.handedOut($0, extras: []) } }
         let visible = records.filter { grant.allows(.view, $0.ownership) }
         let replies = try store.replies(rootIDs: visible.filter { grant.allows(.delete, $0.ownership) }.map(\.id))
-        return visible.map { record in
+        let fieldNames = visible.map(Self.fieldName)
+        let fields = try store.formFields(names: Array(Set(fieldNames.compactMap { $0 })))
+        return zip(visible, fieldNames).map { record, fieldName in
             let ownership = record.ownership
             let contentType = CollaborationPermissions.ContentType(recordType: record.type)
-            let editAction: CollaborationPermissions.Action = record.type == CollaborationPermissions.formFieldValueType ? .fill : .edit
+            // A value and a widget are filled as their form field allows (a value's rule: the
+            // field's ownership, or the record's own when the field is not known).
+            let fillable = contentType == .formFields && grant.allows(.view, ownership)
+                && grant.mayFill(field: fieldName.flatMap { fields[$0]?.ownership }, createdBy: ownership.createdBy,
+                                 group: ownership.group)
+            let isValue = record.type == CollaborationPermissions.formFieldValueType
             let deletable = grant.forbiddenDelete(current: ownership,
                                                   replies: (replies[record.id] ?? []).map { ($0.id, $0.ownership) }) == nil
             let canReply = grant.forbiddenCreate(type: CollaborationPermissions.commentType, group: nil, groupGiven: false,
                                                  root: ownership) == nil
             return Self.handedOut(record, extras: [
-                ("isEditable", .bool(grant.allows(editAction, ownership))),
+                ("isEditable", .bool(isValue ? fillable : grant.allows(.edit, ownership))),
                 ("isDeletable", .bool(deletable)),
                 ("canReply", .bool(canReply)),
-                ("isFillable", .bool(contentType == .formFields && grant.allows(.fill, ownership))),
+                ("isFillable", .bool(fillable)),
                 ("canSetGroup", .bool(grant.allows(.setGroup, ownership))),
             ])
         }
+    }
+
+    /// The form field a record is filled through: a value's `name`, a widget's
+    /// `formFieldName` (`nil` for other records, or without a string one).
+    private static func fieldName(_ record: StoredRecord) -> String? {
+        let key: String
+        switch record.type {
+        case CollaborationPermissions.formFieldValueType?: key = "name"
+        case "pspdfkit/widget"?: key = "formFieldName"
+        default: return nil
+        }
+        return (try? JSONValue.parse(record.content))?[key]?.stringValue
     }
 
     /// A record's content with its ownership keys and then `extras` added.

@@ -43,17 +43,22 @@ extension DocumentDescriptor {
            CollaborationPermissions.ContentType(recordType: type) != .formFields {
             object["creatorName"] = .string(name)
         }
-        let override = try store.defaultGroupOverride()
-        // Sent when the host named one or overrode the default; else the server applies the JWT's.
+        // A form field value's form field: `fill` is judged by it, and the value inherits its group.
+        let field = type == CollaborationPermissions.formFieldValueType
+            ? try store.formField(name: object["name"]?.stringValue)?.ownership : nil
+        let override = field == nil ? try store.defaultGroupOverride() : nil
+        // Sent when the host named one or overrode the default; else the server applies the
+        // JWT's (or, for a value, its field's).
         let sendGroup = groupAsked != nil || override != nil
-        let group = groupAsked ?? override ?? claims.defaultGroup
+        let group = groupAsked ?? override ?? grant.defaultGroup(ofType: type, field: field)
         // A record of any type with a rootId is a reply (docs/protocol.md).
         let rootID = object["rootId"]?.stringValue
         var root: RecordOwnership?
         if let rootID, grant.isRestricted {
             root = try store.storedRecord(id: rootID)?.ownership
         }
-        if let why = grant.forbiddenCreate(type: type, group: group, groupGiven: sendGroup, root: root, rootGiven: rootID != nil) {
+        if let why = grant.forbiddenCreate(type: type, group: group, groupGiven: sendGroup, root: root, rootGiven: rootID != nil,
+                                           field: field) {
             throw forbidden(why, recordID: id)
         }
         let text = JSONValue.object(object).jsonText
@@ -107,9 +112,19 @@ extension DocumentDescriptor {
         if movesThread, let newRootID, grant.isRestricted {
             root = try store.storedRecord(id: newRootID)?.ownership
         }
+        // A form field value is filled as its form field allows (the stored name's; a new name's too).
+        var field: RecordOwnership?, newField: RecordOwnership?, renamed = false
+        if current.type == CollaborationPermissions.formFieldValueType, grant.isRestricted {
+            let name = storedContent?["name"]?.stringValue, newName = type == CollaborationPermissions.formFieldValueType ? object["name"]?.stringValue : nil
+            renamed = name != newName
+            let fields = try store.formFields(names: [name, newName].compactMap { $0 })
+            field = name.flatMap { fields[$0]?.ownership }
+            newField = newName.flatMap { fields[$0]?.ownership }
+        }
         if let why = grant.forbiddenUpdate(current: current.ownership, contentChanged: contentChanged,
                                            newType: type, group: newGroup ?? nil,
-                                           groupGiven: newGroup != nil, movesThread: movesThread, root: root) {
+                                           groupGiven: newGroup != nil, movesThread: movesThread, root: root,
+                                           field: field, renamed: renamed, newField: newField) {
             throw forbidden(why, recordID: id)
         }
         do {

@@ -229,22 +229,42 @@ package struct PermissionGrant: Sendable, Equatable {
     ///   - rootGiven: Whether the record has a string `rootId`: a record of any type with one is
     ///     a reply, which needs `reply` on the thread as a comment does.
     /// - Returns: The missing permission in words (the server's words), or `nil`.
+    ///   - field: For a form field value, the live form field its `name` names (`nil`: none):
+    ///     `fill` is judged by the field's ownership, and the value's group defaults to the field's.
     package func forbiddenCreate(type: String?, group: String?, groupGiven: Bool, root: RecordOwnership?,
-                                 rootGiven: Bool = false) -> String? {
+                                 rootGiven: Bool = false, field: RecordOwnership? = nil) -> String? {
         guard collaboration != nil else { return nil }
         if !canWrite { return "token lacks the 'write' permission, which creating a record needs" }
-        let groupOfNew = groupGiven ? group : defaultGroup
+        let inherited = defaultGroup(ofType: type, field: field)
+        let groupOfNew = groupGiven ? group : inherited
         if type == CollaborationPermissions.commentType || rootGiven, !mayReply(root: root) {
             return "may not reply to this thread"
         }
         if type == CollaborationPermissions.formFieldValueType,
-           !allows(.fill, RecordOwnership(type: type, createdBy: userID, group: groupOfNew)) {
+           !(mayFill(field: field, createdBy: userID, group: groupOfNew)
+             && allows(.view, RecordOwnership(type: type, createdBy: userID, group: groupOfNew))) {
             return "may not fill this form field"
         }
-        if groupGiven, group != defaultGroup, !allows(.setGroup, RecordOwnership(type: type, createdBy: userID, group: group)) {
+        if groupGiven, group != inherited, !allows(.setGroup, RecordOwnership(type: type, createdBy: userID, group: group)) {
             return "may not create a record in group \(Self.quoted(group))"
         }
         return nil
+    }
+
+    /// The group a create without `group` gets (the server's `default_group_of`): a form field
+    /// value's is its form field's (`field`; Instant: values inherit the field's group), anything
+    /// else's (and a value whose field is not known) the token's `default_group`.
+    package func defaultGroup(ofType type: String?, field: RecordOwnership?) -> String? {
+        if let field, type == CollaborationPermissions.formFieldValueType { return field.group }
+        return defaultGroup
+    }
+
+    /// `fill` of a form field value (the server's `_may_fill`): judged by its form field's
+    /// ownership (`field`; Instant scopes `fill` by the field's group and creator), or, when no
+    /// such field is known, by the value's own (`createdBy`, `group`).
+    package func mayFill(field: RecordOwnership?, createdBy: String?, group: String?) -> Bool {
+        if let field { return allows(.fill, field) }
+        return allows(.fill, RecordOwnership(type: CollaborationPermissions.formFieldValueType, createdBy: createdBy, group: group))
     }
 
     /// Whether the user may add a reply to the thread of `root` (`nil`: no such live record):
@@ -265,16 +285,27 @@ package struct PermissionGrant: Sendable, Equatable {
     ///   - movesThread: Whether the update sets or changes `rootId` (it then needs `reply` on the
     ///     new thread, as creating a reply there does).
     ///   - root: When `movesThread`, the new thread's root record (`nil`: absent or deleted).
+    ///   - field: For a form field value, the live form field its stored `name` names (`nil`:
+    ///     none): `fill` is judged by it.
+    ///   - renamed: Whether the update changes a value's `name` (`fill` of `newField` too).
+    ///   - newField: When `renamed`, the form field of the new name (`nil`: none).
     /// - Returns: The missing permission in words, or `nil`. Every update needs `edit` (`fill`
     ///   for a form field value), one that changes nothing too, unless it is a pure group change.
     package func forbiddenUpdate(current: RecordOwnership, contentChanged: Bool, newType: String?, group: String?,
-                                 groupGiven: Bool, movesThread: Bool = false, root: RecordOwnership? = nil) -> String? {
+                                 groupGiven: Bool, movesThread: Bool = false, root: RecordOwnership? = nil,
+                                 field: RecordOwnership? = nil, renamed: Bool = false, newField: RecordOwnership? = nil) -> String? {
         guard collaboration != nil else { return nil }
         if !allows(.view, current) { return "may not view this record" }
         let groupChange = groupGiven && group != current.group
         if contentChanged || !groupChange {
-            let action: CollaborationPermissions.Action = current.type == CollaborationPermissions.formFieldValueType ? .fill : .edit
-            if !allows(action, current) { return "may not \(action.rawValue) this record" }
+            if current.type == CollaborationPermissions.formFieldValueType {
+                if !(mayFill(field: field, createdBy: current.createdBy, group: current.group)
+                     && (!(contentChanged && renamed) || mayFill(field: newField, createdBy: current.createdBy, group: current.group))) {
+                    return "may not fill this record"
+                }
+            } else if !allows(.edit, current) {
+                return "may not edit this record"
+            }
         }
         if contentChanged {
             if CollaborationPermissions.ContentType(recordType: newType) != CollaborationPermissions.ContentType(recordType: current.type),

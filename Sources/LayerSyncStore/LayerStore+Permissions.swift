@@ -91,6 +91,36 @@ extension LayerStore {
         }
     }
 
+    /// The live form fields (`content.type` `pspdfkit/form-field/*`) with these `name`s, in one
+    /// query: what a form field value's `fill` is judged by, and the group it inherits.
+    /// - Parameter names: The fields' names (a value's `name`, a widget's `formFieldName`).
+    /// - Returns: Each name that has a form field with its field (the oldest row when several
+    ///   share a name); a name without one is absent.
+    /// - Throws: `.databaseAccessFailed`.
+    package func formFields(names: [String]) throws(LayerSyncError) -> [String: StoredRecord] {
+        guard !names.isEmpty else { return [:] }
+        let list = JSONValue.array(names.map(JSONValue.string)).jsonText
+        return try withDatabase { db throws(LayerSyncError) in
+            var fields: [String: StoredRecord] = [:]
+            for row in try db.query("""
+                SELECT \(Self.storedColumns), CASE WHEN json_valid(r.content) THEN json_extract(r.content, '$.name') END AS name
+                FROM records r WHERE r.content IS NOT NULL AND name IN (SELECT value FROM json_each(?)) ORDER BY r.rowid
+                """, [.text(list)]) {
+                guard let name = row[6].text, fields[name] == nil, let field = Self.storedRecord(row),
+                      field.type?.hasPrefix("pspdfkit/form-field/") == true else { continue }
+                fields[name] = field
+            }
+            return fields
+        }
+    }
+
+    /// ``formFields(names:)`` of one name.
+    /// - Parameter name: The field's name, `nil` for none (no field).
+    package func formField(name: String?) throws(LayerSyncError) -> StoredRecord? {
+        guard let name else { return nil }
+        return try formFields(names: [name])[name]
+    }
+
     // MARK: Default group
 
     /// Sets (or with `nil` removes, Instant's `resetDefaultGroup`) the override; durable on return.

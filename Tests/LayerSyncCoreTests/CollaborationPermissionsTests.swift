@@ -82,13 +82,16 @@ import Testing
                 switch change["op"]?.stringValue {
                 case "create":
                     got = grant.forbiddenCreate(type: type, group: group, groupGiven: groupGiven, root: Self.ownership(change["root"]),
-                                                rootGiven: change["root_given"]?.boolValue ?? false)
+                                                rootGiven: change["root_given"]?.boolValue ?? false,
+                                                field: Self.ownership(change["field"]))
                 case "update":
                     got = grant.forbiddenUpdate(current: try #require(Self.ownership(change["current"])),
                                                 contentChanged: change["content_changed"]?.boolValue ?? false, newType: type,
                                                 group: group, groupGiven: groupGiven,
                                                 movesThread: change["moves_thread"]?.boolValue ?? false,
-                                                root: Self.ownership(change["root"]))
+                                                root: Self.ownership(change["root"]), field: Self.ownership(change["field"]),
+                                                renamed: change["renamed"]?.boolValue ?? false,
+                                                newField: Self.ownership(change["new_field"]))
                 default:
                     let replies = (change["replies"]?.arrayValue ?? []).map {
                         (id: $0["id"]?.stringValue ?? "", ownership: Self.ownership($0) ?? RecordOwnership(type: nil, createdBy: nil, group: nil))

@@ -474,13 +474,17 @@ def run_review_round(report: Report, server: Any, pdf: Path, timeout: float, wor
     step = lambda name, **kw: report.step(label, name, **kw)  # noqa: E731
     print(f"\n▶ {label}  (document {doc_id}: collaboration permissions)", flush=True)
     clients: list[Any] = []
-    answers: list[bytes] = []
+    answers: list[tuple[str, bytes]] = []  # (request path, answer body) of every guest request
 
-    def record_answer(status: int, headers: dict[str, str], body: bytes) -> bytes:
-        answers.append(body)
-        return body
+    def recording(request: Any) -> Action:
+        def record_answer(status: int, headers: dict[str, str], body: bytes) -> bytes:
+            answers.append((request.path, body))
+            return body
+        return Action.mutate(record_answer)
 
-    proxy = FaultProxy(server.url, lambda request: Action.mutate(record_answer))
+    # The proxy speaks protocol version 1 (it answers the change stream with 404), so the
+    # guest listens by long-poll through it and every answer it gets is recorded whole.
+    proxy = FaultProxy(server.url, recording)
 
     def party(name: str, user: str, claim: list[str], url: str | None = None) -> Any:
         client = layersync.Client(url or server.url, workdir / f"review-{name}", sync_delay_s=None)
@@ -506,6 +510,7 @@ def run_review_round(report: Report, server: Any, pdf: Path, timeout: float, wor
             r1 = party("r1", "rui", REVIEWER)
             r2 = party("r2", "rosa", REVIEWER)
             guest = party("guest", "gus", GUEST, url=proxy.url)
+            guest.start_listening()  # live changes reach the guest while the others work
             s.detail = "lead annotations:*:all + own comments; reviewers annotations:*:self + view:all; guest view:group=public"
         with step("lead: a public and a private note") as s:
             public = lead.create_annotation(dict(note("for the client 🌍"), group="public"))
@@ -548,13 +553,26 @@ def run_review_round(report: Report, server: Any, pdf: Path, timeout: float, wor
                                lambda: lead.update_annotation(with_text(content_of(theirs), "lena's words")), lead)
         with step("guest: sees only the public note, edits refused") as s:
             guest.sync(wait=True, timeout=timeout)
+            deadline = time.monotonic() + timeout  # the public note arrives by long-poll too
+            while not any(path.endswith("/changes") or "/changes?" in path for path, _ in answers) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.1)
             ids = {r["id"] for r in guest.list_annotations()}
             expect(ids == {public["id"]}, f"the guest sees {len(ids)} records: {sorted(ids)}")
             s.detail = refused("the guest editing the public note",
                                lambda: guest.update_annotation(with_text(content_of(guest.get_annotation(public["id"])), "guest")), guest)
         with step("guest: no private record on the wire") as s:
+            guest.stop_listening()
+            # Every byte the guest received, JSON or not (PDF, pages, long-polls): no text of a
+            # note, remark or reply outside the public group.
+            hidden = ["internal only", "rui's remark", "rosa's remark", "rui: could we say"]
+            seen_text = [t for t in hidden if any(json.dumps(t)[1:-1].encode() in body or t.encode() in body
+                                                  for _, body in answers)]
+            expect(not seen_text, f"text outside the guest's view crossed the wire: {seen_text}")
+            polls = sum(1 for path, _ in answers if "/changes" in path)
+            expect(polls >= 1, "the guest's long-poll answers were not recorded")
             leaked, live = [], 0
-            for body in answers:
+            for _, body in answers:
                 try:
                     answer = json.loads(body)
                 except ValueError:
@@ -569,7 +587,8 @@ def run_review_round(report: Report, server: Any, pdf: Path, timeout: float, wor
                                 leaked.append(record.get("id"))
             expect(not leaked, f"records outside the guest's view crossed the wire: {leaked}")
             expect(live >= 1, "the guest received no record at all")
-            s.detail = f"{len(answers)} answers recorded, {live} live record(s), all in group public"
+            s.detail = (f"{len(answers)} answers recorded ({polls} long-poll), {live} live record(s), all in group "
+                        f"public; no hidden text in any byte")
     finally:
         for c in clients:
             with contextlib.suppress(Exception):

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from layersync_server.errors import invalid_request
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
-from layersync_server.permissions import (forbidden_change, may, may_view_wire, moves_thread,
-                                          root_id_of, sent_as_delta, wire_records)
+from layersync_server.permissions import (default_group_of, forbidden_change, may, may_view_wire,
+                                          moves_thread, root_id_of, sent_as_delta, value_field_name,
+                                          wire_records)
 from layersync_server.record_kinds import ANNOTATION, COMMENT, COMMENT_TYPE, kind_of
 from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE as VALUE_TYPE
 from layersync_server.record_schema import record_schema_problem
@@ -168,6 +169,8 @@ def _fast_create_group(grant, change: dict, content: dict) -> object:
         return None if group is _NO_GROUP else group
     default = grant.default_group
     if group is _NO_GROUP:
+        if content.get("type") == VALUE_TYPE:  # its form field's group: read it
+            return _NO_GROUP
         group = default
     elif group is not None and not isinstance(group, str):
         return _NO_GROUP
@@ -201,10 +204,28 @@ def _forbidden_update_or_delete(writer: LayerWriter, grant, op: str, current: St
         return forbidden_change(grant, op, current, None, group, given,
                                 children=writer.live_children(current.id))
     content = _content_to_store(current.id, _kept_creator(grant, current, change["content"]))
+    return forbidden_update(writer, grant, current, content, group, given)
+
+
+def forbidden_update(writer: LayerWriter, grant, current: StoredRecord, content: dict,
+                     group: object = None, given: bool = False) -> str | None:
+    """:func:`forbidden_change` of an update of ``current`` to ``content`` (as it would be
+    stored), with what it reads from the layer: the new thread's root when it
+    :func:`moves_thread`, a form field value's form field (and the new name's, when it
+    changes)."""
     root = None
     if moves_thread(current.content, content):
         root = writer.get_record(root_id_of(content))
-    return forbidden_change(grant, op, current, content, group, given, root=root)
+    name, new_name = value_field_name(current.content), value_field_name(content)
+    field = _field_named(writer, name)
+    new_field = field if new_name == name else _field_named(writer, new_name)
+    return forbidden_change(grant, "update", current, content, group, given, root=root,
+                            field=field, new_field=new_field)
+
+
+def _field_named(writer: LayerWriter, name: str | None) -> StoredRecord | None:
+    """The live form field a value's ``name`` names (None: no name, or no such field)."""
+    return writer.form_field(name) if name is not None else None
 
 
 def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
@@ -227,17 +248,20 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
         if current is not None:
             return _rejected(change, "exists", f"record {record_id} already exists", current)
         content = change["content"]
+        # a value's form field: fill is judged by it, and the value gets its group
+        field = _field_named(writer, value_field_name(content)) if grant is not None else None
         if checked:
             root_id = root_id_of(content)
             root = writer.get_record(root_id) if root_id is not None else None
-            why = forbidden_change(grant, "create", None, content, group, given, root=root)
+            why = forbidden_change(grant, "create", None, content, group, given, root=root,
+                                   field=field)
             if why:
                 return _forbidden(change, why, None, grant)
         forced = _forced_creator(grant, content)
         if forced is not content:
             content, text = forced, None
         if not given:
-            group = grant.default_group if grant is not None else None
+            group = default_group_of(grant, content, field)
         revision = writer.put_record(record_id, _content_to_store(record_id, content), user_id,
                                      _stored_text(record_id, content, text), group)
     elif current is None:

@@ -19,7 +19,10 @@ groups a user may move records between). ``reply`` is checked against the thread
 record; a record with a string ``rootId`` is a reply whatever its type, so creating one, or
 an update that sets or changes ``rootId``, needs what a comment in that thread needs. Every
 update needs ``edit`` (``fill`` for a form field value), even one that changes nothing, unless
-it is a pure group change (``set-group``). Deleting a root deletes its thread: the user needs
+it is a pure group change (``set-group``). ``fill`` is judged by the value's form field (the
+live ``pspdfkit/form-field/*`` record whose ``name`` the value's names: its ``createdBy`` and
+``group``, as Instant scopes it), or by the value itself when the layer has no such field; a
+value created without ``group`` gets its field's group (:func:`default_group_of`). Deleting a root deletes its thread: the user needs
 ``delete`` on every live reply too, else the delete is refused as a whole, and the refusal
 names a reply only when the user may view it (:func:`forbidden_change`).
 """
@@ -239,15 +242,47 @@ def _may_reply(grant, root) -> bool:
                        root.group))
 
 
+def value_field_name(content: dict | None) -> str | None:
+    """The form field a form field value belongs to: its string ``name``, else None (also
+    for a record that is no form field value)."""
+    name = content.get("name") if content and content.get("type") == VALUE_TYPE else None
+    return name if isinstance(name, str) else None
+
+
+def default_group_of(grant, content: dict | None, field=None) -> str | None:
+    """The group a create without ``group`` gets: a form field value's is its form field's
+    (``field``, the live form field its ``name`` names; Instant: values inherit the field's
+    group), anything else's (and a value whose field is not there) the token's
+    ``default_group``."""
+    if field is not None and _type(content) == VALUE_TYPE:
+        return field.group
+    return grant.default_group if grant is not None else None
+
+
+def _may_fill(grant, field, created_by: str | None, group: str | None) -> bool:
+    """``fill`` of a form field value: judged by its form field's ownership (``field``;
+    Instant scopes ``fill`` by the field's group and creator), or, when the layer has no
+    such field, by the value's own (``created_by``, ``group``)."""
+    if field is not None:
+        return allows(grant.collaboration, grant.user_id, "fill", _type(field.content),
+                      field.created_by, field.group)
+    return allows(grant.collaboration, grant.user_id, "fill", VALUE_TYPE, created_by, group)
+
+
 def forbidden_change(grant, op: str, current, content: dict | None, group: object,
-                     group_given: bool, root=None, children=()) -> str | None:
+                     group_given: bool, root=None, children=(), field=None,
+                     new_field=None) -> str | None:
     """Why ``grant`` may not make this change, or None (it may). ``current``: the stored
     record (None for a create); ``content``: the new content (create/update); ``group``:
     the group the change asks for when ``group_given``; ``root``: for a reply (a comment,
     or any record with a ``rootId``: a create, or an update that :func:`moves_thread`), the
     thread's root record (None: not there; a reply needs to view the root and ``reply``
     matched against the root's ownership); ``children``: for a delete, the live replies
-    the delete takes with it."""
+    the delete takes with it; ``field``: for a form field value, the live form field its
+    :func:`value_field_name` names (a create: the new content's; an update: the stored
+    one's), None when there is none (``fill`` is then judged by the value itself);
+    ``new_field``: for an update that changes a value's name, the field of the new name
+    (``fill`` is needed there too)."""
     if grant.collaboration is None:
         return None
     perms, user = grant.collaboration, grant.user_id
@@ -255,12 +290,14 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
     if op == "create":
         if "write" not in grant.permissions:
             return "token lacks the 'write' permission, which creating a record needs"
-        group_of_new = group if group_given else grant.default_group
+        inherited = default_group_of(grant, content, field)
+        group_of_new = group if group_given else inherited
         if (new_type == COMMENT_TYPE or root_id_of(content) is not None) and not _may_reply(grant, root):
             return "may not reply to this thread"
-        if new_type == VALUE_TYPE and not allows(perms, user, "fill", new_type, user, group_of_new):
+        if new_type == VALUE_TYPE and not (_may_fill(grant, field, user, group_of_new) and allows(
+                perms, user, "view", new_type, user, group_of_new)):
             return "may not fill this form field"
-        if group_given and group != grant.default_group and not allows(
+        if group_given and group != inherited and not allows(
                 perms, user, "set-group", new_type, user, group):
             return f"may not create a record in group {group!r}"
         return None
@@ -279,9 +316,13 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
     changed = content != current.content
     group_change = group_given and group != current.group
     if changed or not group_change:  # every update but a pure group change, no-ops too
-        action = "fill" if old_type == VALUE_TYPE else "edit"
-        if not may(grant, action, current):
-            return f"may not {action} this record"
+        if old_type == VALUE_TYPE:
+            renamed = changed and value_field_name(content) != value_field_name(current.content)
+            if not (_may_fill(grant, field, current.created_by, current.group) and (
+                    not renamed or _may_fill(grant, new_field, current.created_by, current.group))):
+                return "may not fill this record"
+        elif not may(grant, "edit", current):
+            return "may not edit this record"
     if changed:
         if content_type_of(new_type) != content_type_of(old_type) and not allows(
                 perms, user, "edit", new_type, current.created_by, current.group):

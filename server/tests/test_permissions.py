@@ -290,6 +290,83 @@ def test_fill_is_the_action_of_a_value_and_edit_of_a_field(srv):
     assert [(r["id"], r["reason"]) for r in answer["rejected"]] == [("wid-bob", "forbidden")]
 
 
+def text_field(name: str, widget_id: str) -> dict:
+    return {"v": 1, "type": "pspdfkit/form-field/text", "name": name, "label": name,
+            "annotationIds": [widget_id], "doNotSpellCheck": False, "doNotScroll": False,
+            "multiLine": False, "comb": False, "defaultValue": "", "password": False,
+            "richText": False}
+
+
+AGENT = {"user_id": "id-1", "default_group": "estateAgent", "collaboration_permissions": [
+    "annotations:view:all", "form-fields:view:all", "form-fields:edit:all", "form-fields:delete:all",
+    "form-fields:set-group:group=estateAgent", "form-fields:set-group:group=assignedToTenant"]}
+TENANT = {"user_id": "id-3", "collaboration_permissions": [
+    "annotations:view:all", "form-fields:view:all", "form-fields:fill:group=assignedToTenant"]}
+
+
+def test_fill_is_scoped_by_the_form_fields_group_landlord_and_tenant(srv):
+    """Instant's landlord/tenant example: the agent puts a field in group assignedToTenant;
+    the tenant, whose own default group is none, may fill it (the value gets the field's
+    group) and nothing else."""
+    layer = "tenant-" + uuid.uuid4().hex[:8]
+    agent = sync(srv, layer, [grouped("create", "w-tenant", widget("tenant_name"), group="assignedToTenant"),
+                              grouped("create", "f-tenant", text_field("tenant_name", "w-tenant"),
+                                      group="assignedToTenant"),
+                              change("create", "w-sig", widget("landlord_sig")),
+                              change("create", "f-sig", text_field("landlord_sig", "w-sig"))], **AGENT)
+    assert len(agent["accepted"]) == 4, agent["rejected"]
+    filled = sync(srv, layer, [change("create", "v-tenant", value("tenant_name", "Jane")),
+                               change("create", "v-sig", value("landlord_sig", "Jane"))], **TENANT)
+    assert [a["id"] for a in filled["accepted"]] == ["v-tenant"]
+    assert [(r["id"], r["reason"], r["message"]) for r in filled["rejected"]] == [
+        ("v-sig", "forbidden", "may not fill this form field")]
+    stored = {r["id"]: r for r in records(srv, layer)["records"]}
+    assert (stored["v-tenant"]["group"], stored["v-tenant"]["createdBy"]) == ("assignedToTenant", "id-3")
+    base = stored["v-tenant"]["revision"]
+    # updating the value is filling the field again; renaming it onto another field needs fill there
+    moved = sync(srv, layer, [change("update", "v-tenant", value("landlord_sig", "Jane"), base=base)],
+                 since=10 ** 6, **TENANT)
+    assert [(r["id"], r["reason"]) for r in moved["rejected"]] == [("v-tenant", "forbidden")]
+    again = sync(srv, layer, [change("update", "v-tenant", value("tenant_name", "Jane Doe"), base=base)],
+                 since=10 ** 6, **TENANT)
+    assert [a["id"] for a in again["accepted"]] == ["v-tenant"], again["rejected"]
+    # the field's group named explicitly is no group change
+    named = sync(srv, layer, [grouped("create", "v-named", value("tenant_name", "x"), group="assignedToTenant")],
+                 since=10 ** 6, **TENANT)
+    assert [a["id"] for a in named["accepted"]] == ["v-named"], named["rejected"]
+    # the agent's value of the landlord's field: the tenant may not change it
+    sync(srv, layer, [change("create", "v-agent", value("landlord_sig", "Agent"))],
+         **{**AGENT, "collaboration_permissions": AGENT["collaboration_permissions"] + ["form-fields:fill:all"]})
+    agent_value = {r["id"]: r for r in records(srv, layer)["records"]}["v-agent"]
+    assert agent_value["group"] == "estateAgent"  # inherited from f-sig (the agent's default group)
+    taken = sync(srv, layer, [change("update", "v-agent", value("landlord_sig", "Jane"),
+                                     base=agent_value["revision"])], since=10 ** 6, **TENANT)
+    assert [(r["id"], r["reason"]) for r in taken["rejected"]] == [("v-agent", "forbidden")]
+    assert taken["rejected"][0]["server_record"]["content"]["value"] == "Agent"
+
+
+def test_fill_scoped_by_the_form_fields_creator_and_a_value_without_a_field(srv):
+    layer = "fillby-" + uuid.uuid4().hex[:8]
+    sync(srv, layer, [change("create", "w1", widget("a")), change("create", "fa", text_field("a", "w1"))],
+         user_id="lead", default_group="forms")
+    filler = {"user_id": "carol", "default_group": "review", "collaboration_permissions": [
+        "form-fields:view:all", "form-fields:fill:createdBy=lead"]}
+    answer = sync(srv, layer, [change("create", "va", value("a", "carol")),
+                               change("create", "vnone", value("no-such-field", "carol"))], **filler)
+    # a's value: the field was created by lead; a value whose field the layer does not have is
+    # judged by itself (created by carol, in her default group): createdBy=lead does not cover it
+    assert [a["id"] for a in answer["accepted"]] == ["va"]
+    assert [(r["id"], r["reason"]) for r in answer["rejected"]] == [("vnone", "forbidden")]
+    own = {**filler, "collaboration_permissions": ["form-fields:view:all", "form-fields:fill:self"]}
+    assert [a["id"] for a in sync(srv, layer, [change("create", "vnone2", value("none", "c"))],
+                                  since=10 ** 6, **own)["accepted"]] == ["vnone2"]
+    stored = {r["id"]: r for r in records(srv, layer)["records"]}
+    assert stored["va"]["group"] == "forms" and stored["vnone2"]["group"] == "review"
+    # without a claim the value inherits its field's group too
+    sync(srv, layer, [change("create", "vfree", value("a", "free"))], user_id="free", default_group="x")
+    assert {r["id"]: r for r in records(srv, layer)["records"]}["vfree"]["group"] == "forms"
+
+
 # -- batches and groups -------------------------------------------------------------------------
 
 def test_a_forbidden_change_in_a_batch_of_1000_is_rejected_alone(srv):

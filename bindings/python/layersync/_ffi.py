@@ -158,7 +158,7 @@ ERROR_EXCEPTIONS = {
     1004: ('ConflictError', "A local change was rejected in favour of the server's (first writer wins)."),
     1005: ('NotDownloadedError', 'The document must be downloaded first.'),
     1006: ('InvalidStateError', 'The call is not allowed in the current state (for example destroying a client from its own callback).'),
-    1007: ('ForbiddenError', 'The JWT is valid, but its `collaboration_permissions` do not allow this on this record (docs/protocol.md "Collaboration permissions"); the message names the missing permission. A local update, delete, comment, fill or group change refused at the API (nothing queued), a change the server rejected with reason `forbidden`, a rollback/restore answered 403 `forbidden`. Not an authentication failure: the token stays good.'),
+    1007: ('ForbiddenError', 'The JWT is valid, but its `collaboration_permissions` do not allow this on this record (docs/protocol.md "Collaboration permissions"); the message says what is refused ("may not edit this record", "may not move this record to group \'x\'"). A local update, delete, comment, fill or group change refused at the API (nothing queued), a change the server rejected with reason `forbidden`, a rollback/restore answered 403 `forbidden`. Not an authentication failure: the token stays good.'),
 }
 
 class layersync_error(ctypes.Structure):

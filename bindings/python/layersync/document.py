@@ -532,7 +532,9 @@ class Document(CallsIntoC):
 
         Raises:
             NoSuchAnnotationError (no such root), InvalidJSONStructureError (another
-            ``type``), InvalidArgumentError (another ``rootId``), NotDownloadedError.
+            ``type``), InvalidArgumentError (another ``rootId``), NotDownloadedError,
+            ForbiddenError (the JWT's ``collaboration_permissions`` grant no ``reply`` on
+            this thread; nothing stored).
         """
         body: dict[str, Any] = ({"text": {"format": "plain", "value": comment}}
                                 if isinstance(comment, str) else dict(comment))

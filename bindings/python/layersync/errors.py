@@ -309,8 +309,8 @@ class InvalidStateError(LayerSyncError, RuntimeError):
 class ForbiddenError(LayerSyncError, PermissionError):
     """The JWT is valid, but its ``collaboration_permissions`` do not allow this on this
     record (a local update, delete, comment, fill or group change refused at once, nothing
-    queued; a rollback/restore the server answered 403 ``forbidden``). The message names the
-    missing permission. Not an authentication failure. Code 1007 ``FORBIDDEN``."""
+    queued; a rollback/restore the server answered 403 ``forbidden``). The message says what is
+    refused ("may not edit this record"). Not an authentication failure. Code 1007 ``FORBIDDEN``."""
 
     default_code = _ffi.LAYERSYNC_ERROR_FORBIDDEN
 

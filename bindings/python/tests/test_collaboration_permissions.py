@@ -181,6 +181,54 @@ def test_reply_and_fill_need_their_permissions(make_client, server, uploaded):
     assert not eve.has_unsynced_changes
 
 
+def _text_field(name: str, widget_id: str, group: str) -> dict:
+    return {"v": 1, "type": "pspdfkit/form-field/text", "name": name, "label": name, "annotationIds": [widget_id],
+            "doNotSpellCheck": False, "doNotScroll": False, "multiLine": False, "comb": False, "defaultValue": "",
+            "password": False, "richText": False, "group": group}
+
+
+def test_tenant_fills_the_field_the_agent_assigned_to_its_group(make_client, server, uploaded):
+    """Nutrient's landlord/tenant example through the client: ``fill:group=assignedToTenant``
+    fills a field in that group (``isFillable`` true on field, widget and value, the fill is
+    accepted and syncs, the value in the field's group), and not a field in another group
+    (``isFillable`` false, FORBIDDEN at the API, nothing queued)."""
+    doc_id = uploaded()
+    agent_claim = ["annotations:view:all", "form-fields:view:all", "form-fields:edit:all", "form-fields:delete:all",
+                   "form-fields:fill:all", "form-fields:set-group:group=estateAgent",
+                   "form-fields:set-group:group=assignedToTenant"]
+    _, agent, _ = open_doc(make_client, server, doc_id, "id-1", agent_claim, default_group="estateAgent")
+    fields = {}
+    for name, group in (("tenant_name", "assignedToTenant"), ("landlord_sig", "estateAgent")):
+        w = agent.create_annotation({"type": "pspdfkit/widget", "pageIndex": 0, "bbox": [50, 120, 100, 20],
+                                     "formFieldName": name, "group": group})
+        f = agent.create_annotation(_text_field(name, w["id"], group))
+        fields[name] = (w["id"], f["id"])
+    agent.sync(wait=True, timeout=WAIT_S)
+    _, tenant, changes = open_doc(make_client, server, doc_id, "id-3",
+                                  ["annotations:view:all", "form-fields:view:all",
+                                   "form-fields:fill:group=assignedToTenant"])
+    for name, fillable in (("tenant_name", True), ("landlord_sig", False)):
+        w, f = fields[name]
+        assert (tenant.get_annotation(w)["isFillable"], tenant.get_annotation(f)["isFillable"]) == (fillable, fillable)
+    value = tenant.create_annotation({"v": 1, "type": "pspdfkit/form-field-value", "name": "tenant_name", "value": "Jane"})
+    assert (value["group"], value["createdBy"], value["isFillable"], value["isEditable"]) == \
+        ("assignedToTenant", "id-3", True, True)
+    tenant.sync(wait=True, timeout=WAIT_S)
+    assert not tenant.has_unsynced_changes and not changes.rejected
+    agent.sync(wait=True, timeout=WAIT_S)
+    seen = agent.get_annotation(value["id"])
+    assert (seen["value"], seen["group"], seen["createdBy"]) == ("Jane", "assignedToTenant", "id-3")
+    tenant.update_annotation({**tenant.get_annotation(value["id"]), "value": "Jane Doe"})
+    with pytest.raises(layersync.ForbiddenError, match="may not fill this form field"):
+        tenant.create_annotation({"v": 1, "type": "pspdfkit/form-field-value", "name": "landlord_sig", "value": "x"})
+    with pytest.raises(layersync.ForbiddenError, match="may not fill"):
+        tenant.update_annotation({**tenant.get_annotation(value["id"]), "name": "landlord_sig"})
+    tenant.sync(wait=True, timeout=WAIT_S)
+    assert not tenant.has_unsynced_changes and not changes.rejected
+    agent.sync(wait=True, timeout=WAIT_S)
+    assert agent.get_annotation(value["id"])["value"] == "Jane Doe"
+
+
 def test_default_group_get_set_reset_and_persisted(make_client, server, uploaded, tmp_path):
     doc_id = uploaded()
     storage = tmp_path / "dg"

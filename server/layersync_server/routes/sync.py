@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from layersync_server import SERVER_NAME, __version__
 from layersync_server import openapi_bodies as bodies
 from layersync_server.auth import Grant
-from layersync_server.changes import content_problem, is_revision
+from layersync_server.changes import content_problem, forbidden_update, is_revision
 from layersync_server.context import (AppContext, commit, get_context, layer_from_segment,
                                       no_document, read_body, read_json_object)
 from layersync_server.errors import ApiError, forbidden, invalid_request, not_found
@@ -25,9 +25,7 @@ from layersync_server.ids import is_sha256_hex, is_valid_record_id
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.routes.access import grant, list_page, page_json
-from layersync_server.permissions import (ClaimError, forbidden_change, may, moves_thread,
-                                          parse_claim, regranted_records, root_id_of,
-                                          sent_as_delta)
+from layersync_server.permissions import ClaimError, may, parse_claim, regranted_records, sent_as_delta
 from layersync_server.storage import DocumentNotFound
 from layersync_server.stream import STREAM_PATH, wire_seconds
 from layersync_server.wire_json import MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION, parse_json
@@ -327,8 +325,7 @@ def _check_may_write_version(grant: Grant, current, history: list, content: dict
         if not may(grant, "delete", was):
             raise forbidden("may not bring back this deleted record")
         return
-    root = writer.get_record(root_id_of(content)) if moves_thread(current.content, content) else None
-    why = forbidden_change(grant, "update", current, content, None, False, root=root)
+    why = forbidden_update(writer, grant, current, content)
     if why:
         raise forbidden(why)
 

@@ -22,6 +22,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from layersync_server.record_kinds import FORM_FIELD_PREFIX
+
 
 class DocumentNotFound(LookupError):
     """No document with that id."""
@@ -108,6 +110,16 @@ class StoredRecord:
                 "updatedBy": self.updated_by, "group": self.group}
 
 
+def is_form_field_named(record: StoredRecord, name: str) -> bool:
+    """Whether ``record`` is a live form field whose ``content.name`` is ``name``."""
+    content = record.content
+    if record.deleted or not content:
+        return False
+    record_type = content.get("type")
+    return (isinstance(record_type, str) and record_type.startswith(FORM_FIELD_PREFIX)
+            and content.get("name") == name)
+
+
 @dataclass(frozen=True)
 class LayerState:
     """A layer's identity and counters: ``epoch`` (UUID string) and current ``revision``."""
@@ -181,6 +193,22 @@ class LayerWriter(abc.ABC):
     @abc.abstractmethod
     def live_children(self, root_id: str) -> list[StoredRecord]:
         """Live records whose ``content.rootId`` equals ``root_id``, by revision."""
+
+    def form_field(self, name: str) -> StoredRecord | None:
+        """The live form field (``content.type`` ``pspdfkit/form-field/*``) whose
+        ``content.name`` is ``name`` (the oldest when several are), as of now inside the
+        transaction, or None: what a form field value's ``fill`` is judged by
+        (:func:`layersync_server.permissions.forbidden_change`). Default: a pass over the
+        layer's records."""
+        since = 0
+        while True:
+            page = self.changes_since(since, 1000)
+            for record in page.records:
+                if is_form_field_named(record, name):
+                    return record
+            if not page.has_more:
+                return None
+            since = page.next_since
 
     @abc.abstractmethod
     def put_record(self, record_id: str, content: dict | None, user_id: str | None,

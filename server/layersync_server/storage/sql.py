@@ -24,7 +24,9 @@ from layersync_server.storage.base import (Attachment, DocumentExists, DocumentI
                                            DocumentNotFound, LayerDeleted, LayerExists,
                                            LayerState, LayerWriter, NewDocument, RecordPage,
                                            KEEP_GROUP, Storage, StoredRecord,
-                                           has_handed_out_keys, without_handed_out_keys)
+                                           has_handed_out_keys, is_form_field_named,
+                                           without_handed_out_keys)
+from layersync_server.record_kinds import FORM_FIELD_PREFIX
 from layersync_server.wire_json import fast_dumps, loads
 
 #: Versioned schema migrations: ``(version, statements)``. ``{blob}`` / ``{bigint}`` are
@@ -306,6 +308,7 @@ class SqlLayerWriter(LayerWriter):
         # accept_create's rows: (id, revision, content, root_id, user_id), (change_id, outcome)
         self._pending_creates: list[tuple] = []
         self._pending_created_outcomes: list[tuple] = []
+        self._form_fields: dict[str, StoredRecord | None] = {}  # form_field's answers by name
 
     @property
     def layer(self) -> LayerState:
@@ -446,6 +449,31 @@ class SqlLayerWriter(LayerWriter):
             children.append(_record(row))
         return children
 
+    def form_field(self, name: str) -> StoredRecord | None:
+        """:meth:`LayerWriter.form_field` in one query (its content names a form field
+        type; the name is matched here, exactly), cached per name until this writer writes
+        a form field."""
+        if name in self._form_fields:
+            return self._form_fields[name]
+        self.flush()
+        rows = self._q(f"SELECT {_RECORD_COLUMNS} FROM records WHERE document_id=? AND layer=? "
+                       "AND deleted=0 AND content LIKE ? ORDER BY revision",
+                       (*self._key(), f'%"{FORM_FIELD_PREFIX}%')).fetchall()
+        found = None
+        for row in rows:
+            record = _record(row)
+            if is_form_field_named(record, name):
+                self._rows[row["id"]] = dict(row)  # flushed: the table is current
+                found = record
+                break
+        self._form_fields[name] = found
+        return found
+
+    def _forget_form_fields(self, *texts: str | None) -> None:
+        """Drops :meth:`form_field`'s cache when a write may add, change or remove a form field."""
+        if self._form_fields and any(t is not None and FORM_FIELD_PREFIX in t for t in texts):
+            self._form_fields = {}
+
     def put_record(self, record_id: str, content: dict | None, user_id: str | None,
                    content_text: str | None = None, group: object = KEEP_GROUP) -> int:
         if content is None:
@@ -455,6 +483,7 @@ class SqlLayerWriter(LayerWriter):
                 content, content_text = without_handed_out_keys(content), None
             text = dump_json(content) if content_text is None else content_text
         old = self._row(record_id)
+        self._forget_form_fields(text, old["content"] if old is not None else None)
         revision = self._revision = self._revision + 1
         now = self._now
         deleted = int(content is None)
@@ -491,6 +520,7 @@ class SqlLayerWriter(LayerWriter):
         rows, outcomes = self._rows, self._outcomes
         if rows.get(record_id, _UNKNOWN) is not None or outcomes.get(change_id, _UNKNOWN) is not None:
             return None
+        self._forget_form_fields(content_text)
         revision = self._revision = self._revision + 1
         rows[record_id] = values = (record_id, revision, content_text, root_id, user_id, group)
         self._pending_creates.append(values)
