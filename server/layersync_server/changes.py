@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from layersync_server.errors import invalid_request
 from layersync_server.ids import all_valid_record_ids, is_valid_record_id
 from layersync_server.permissions import (default_group_of, forbidden_change, may, may_view_wire,
-                                          moves_thread, root_id_of, value_field_name, wire_records)
+                                          moves_thread, root_id_of, sent_as_delta, value_field_name,
+                                          wire_records)
 from layersync_server.record_kinds import ANNOTATION, COMMENT, COMMENT_TYPE, kind_of
 from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE as VALUE_TYPE
 from layersync_server.record_schema import record_schema_problem
 from layersync_server.storage.base import (KEEP_GROUP, LayerState, LayerWriter, RecordPage,
-                                           StoredRecord, WriteWouldWait)
+                                           StoredRecord, WriteWouldWait, has_handed_out_keys)
 from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_REVISION, BadNumber, json_problem,
                                         parse_sync_json)
 
@@ -59,8 +60,8 @@ def normalize_content(record_id: str, content: dict) -> dict:
 
 def _stored_as_sent(record_id: str, content: dict) -> bool:
     """Whether :func:`normalize_content` would leave ``content`` as it is (clients send
-    ``id`` and ``v``)."""
-    return content.get("id") == record_id and "v" in content
+    ``id`` and ``v``) and storage would too (no :data:`HANDED_OUT_KEYS`, which it drops)."""
+    return content.get("id") == record_id and "v" in content and not has_handed_out_keys(content)
 
 
 def _content_to_store(record_id: str, content: dict) -> dict:
@@ -453,9 +454,11 @@ def answer_page(writer: LayerWriter, since: int, limit: int, exclude: frozenset[
 
 
 def sync_answer(layer: LayerState,
-                pushed: tuple[ApplyResult, RecordPage] | None, grant=None) -> dict:
+                pushed: tuple[ApplyResult, RecordPage] | None, grant=None,
+                since: int | None = None) -> dict:
     """The answer's body for :func:`push`'s result and the layer state after the commit;
-    ``grant``'s collaboration permissions filter the server changes (a delta) and the
+    ``grant``'s collaboration permissions filter the server changes (past the request's
+    ``since``: a delta, or from 0 as a snapshot, :func:`sent_as_delta`) and the
     rejections' server records (replayed outcomes were stored for whoever sent them)."""
     if pushed is None:
         return {"epoch": layer.epoch, "revision": layer.revision, "accepted": [],
@@ -468,5 +471,5 @@ def sync_answer(layer: LayerState,
                     else {**r, "server_record": None} for r in rejected]
     return {"epoch": page.layer.epoch, "revision": page.layer.revision,
             "accepted": result.accepted, "rejected": rejected,
-            "changes": wire_records(grant, page.records, True),
+            "changes": wire_records(grant, page.records, since is None or sent_as_delta(since)),
             "has_more": page.has_more, "next_since": page.next_since, "epoch_changed": False}

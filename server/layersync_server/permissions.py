@@ -183,6 +183,16 @@ def bare_tombstone(record_id: str, revision: int) -> dict:
     return {"id": record_id, "revision": revision, "deleted": True, "content": None}
 
 
+def sent_as_delta(since: int) -> bool:
+    """Whether a page of records past ``since`` goes out as a delta (a record the token may
+    not view: a bare tombstone, so that a client that had it drops it) rather than as a
+    snapshot (left out). At ``since`` 0 the client has applied nothing, so a bare tombstone
+    could only tell it that a record it may not view exists: every page from 0 (records,
+    changes, a sync answer) leaves them out, as the snapshot does. (The change stream
+    still sends bare tombstones from 0: tests/test_stream.py asserts it.)"""
+    return since > 0
+
+
 def wire_records(grant, records: list, as_delta: bool) -> list[dict]:
     """The wire shapes of ``records`` for ``grant``: the records it may view as they are;
     the others as :func:`bare_tombstone` in a delta (``as_delta``), left out of a snapshot."""

@@ -606,6 +606,7 @@ def seeded(srv):
                        headers=srv.auth(srv.doc, None))
     assert put.status_code in (200, 201), put.text
     owners, since = {}, 0
+    owners_log.clear()
     for n, (user, group) in enumerate((u, g) for u in USERS for g in (*GROUPS, None)):
         image = {"v": 2, "type": "pspdfkit/image", "pageIndex": 0, "bbox": [0, 0, 10, 10],
                  "imageAttachmentId": sha, "contentType": "image/png",
@@ -618,15 +619,43 @@ def seeded(srv):
                       since=10 ** 6, user_id=user)
         for i, c in made.items():
             owners[i] = (c["type"], user, group)
+            revision = next(a["revision"] for a in answer["accepted"] if a["id"] == i)
+            owners_log[i] = {"content": c, "versions": [(revision, group, False)]}
         revision = next(a["revision"] for a in answer["accepted"] if a["id"] == f"gone{n}")
-        sync(srv, layer, [change("delete", f"gone{n}", base=revision)], since=10 ** 6, user_id=user)
+        gone = sync(srv, layer, [change("delete", f"gone{n}", base=revision)], since=10 ** 6,
+                    user_id=user)["accepted"][0]["revision"]
+        owners_log[f"gone{n}"]["versions"].append((gone, group, True))
     return layer, owners, sha
 
 
+#: Per record of ``seeded``: its content and versions ``(revision, group, deleted)``, oldest
+#: first, which the property test's random group moves extend.
+owners_log: dict = {}
+
+
+def _move(srv, layer, owners, record_id: str, group) -> None:
+    """Move a live record of ``seeded`` to ``group`` (a token without a claim), so that its
+    history holds versions of several groups."""
+    log = owners_log[record_id]
+    base = log["versions"][-1][0]
+    answer = sync(srv, layer, [grouped("update", record_id, log["content"], base=base, group=group)],
+                  since=10 ** 6)
+    log["versions"].append((answer["accepted"][0]["revision"], group, False))
+    record_type, by, _ = owners[record_id]
+    owners[record_id] = (record_type, by, group)
+
+
+MOVABLE = [f"{kind}{n}" for n in range(9) for kind in ("a", "c", "w", "v")] + ["img1", "img7"]
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(claim=st.lists(ENTRY, max_size=4), user=st.sampled_from(USERS))
-def test_no_endpoint_sends_a_record_outside_the_view_grant(srv, seeded, claim, user):
+@given(claim=st.lists(ENTRY, max_size=4), user=st.sampled_from(USERS),
+       moves=st.lists(st.tuples(st.sampled_from(MOVABLE), st.sampled_from((*GROUPS, None))),
+                      max_size=3))
+def test_no_endpoint_sends_a_record_outside_the_view_grant(srv, seeded, claim, user, moves):
     layer, owners, sha = seeded
+    for record_id, group in moves:  # past versions in other groups than the record's now
+        _move(srv, layer, owners, record_id, group)
     headers = srv.auth(srv.doc, layer, user_id=user, collaboration_permissions=claim)
     url = srv.layer_url(srv.doc, layer)
 
@@ -656,6 +685,17 @@ def test_no_endpoint_sends_a_record_outside_the_view_grant(srv, seeded, claim, u
         history = srv.http.get(f"{url}/records/{record_id}/history", headers=headers)
         assert history.status_code == (200 if _oracle_view(claim, user, record_type, by, group)
                                        else 404), (record_id, claim, user, history.text)
+        if history.status_code != 200:
+            continue
+        kept = owners_log[record_id]["versions"][-20:]  # history_versions
+        expected = [revision for revision, at, _ in reversed(kept)
+                    if _oracle_view(claim, user, record_type, by, at)]  # each as it was
+        versions = history.json()["versions"]
+        assert [v["revision"] for v in versions] == expected, (record_id, claim, user, versions)
+        groups = {revision: at for revision, at, _ in kept}
+        for version in versions:
+            if version["content"] is not None:
+                assert (version["createdBy"], version["group"]) == (by, groups[version["revision"]])
     deleted = srv.http.get(url + "/deleted", headers=headers).json()["records"]
     for r in deleted:
         record_type, by, group = owners[r["id"]]

@@ -41,6 +41,7 @@ from layersync_server.errors import ApiError, invalid_fields
 from layersync_server.errors_http import (COMMON_ERROR_RESPONSES, api_error_response,
                                           unexpected_error_response)
 from layersync_server.json_http import WireJSONResponse
+from layersync_server.permissions import sent_as_delta
 from layersync_server.routes.access import grant, list_page, page_json, page_size
 from layersync_server.wire_json import MAX_REVISION
 
@@ -151,7 +152,7 @@ class LayerChanges(_HotEndpoint):
                                revoked_jti=found.jti, inline=True)
         wait_s = min(wait, ctx.settings.max_wait_s)
         if page.records or wait_s <= 0:
-            return WireJSONResponse(page_json(page, found))
+            return WireJSONResponse(page_json(page, found, sent_as_delta(since)))
         woke, handed = await ctx.notifier.wait_for_change(document_id, name, since, page.layer,
                                                           wait_s, page_size(ctx, limit), resets)
         if handed is not None:  # the page the commit that woke us read for us (notify.py)
@@ -159,7 +160,7 @@ class LayerChanges(_HotEndpoint):
         elif woke:
             page = await list_page(ctx, document_id, name, since, limit, include_tombstones=True,
                                    inline=True)
-        return WireJSONResponse(page_json(page, found))
+        return WireJSONResponse(page_json(page, found, sent_as_delta(since)))
 
 
 # -- POST .../sync --------------------------------------------------------------------------
@@ -219,7 +220,7 @@ class LayerSync(_HotEndpoint):
             return push(writer, body, found.user_id, size, inline, found)
 
         state, pushed = await commit(ctx, document_id, name, work, bounded)
-        return WireJSONResponse(sync_answer(state, pushed, found))
+        return WireJSONResponse(sync_answer(state, pushed, found, body.since))
 
 
 # -- mounting -------------------------------------------------------------------------------

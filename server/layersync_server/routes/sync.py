@@ -25,7 +25,7 @@ from layersync_server.ids import is_sha256_hex, is_valid_record_id
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.routes.access import grant, list_page, page_json
-from layersync_server.permissions import ClaimError, may, parse_claim, regranted_records
+from layersync_server.permissions import ClaimError, may, parse_claim, regranted_records, sent_as_delta
 from layersync_server.storage import DocumentNotFound
 from layersync_server.stream import STREAM_PATH, wire_seconds
 from layersync_server.wire_json import MAX_JSON_DEPTH, MAX_NUMBER_CHARS, MAX_REVISION, parse_json
@@ -135,7 +135,7 @@ async def layer_records(document_id: str, layer: str, request: Request,
     if previous_permissions is not None:
         previous = _previous_permissions(previous_permissions)
     page = await list_page(ctx, document_id, name, since, limit, include_tombstones=since > 0)
-    body = page_json(page, found, as_delta=since > 0)
+    body = page_json(page, found, sent_as_delta(since))
     if previous_permissions is not None:
         previous_user = previous_user_id if previous_user_id is not None else found.user_id
         body["regranted"] = await run_in_threadpool(
@@ -236,6 +236,8 @@ async def record_history(document_id: str, layer: str, record_id: str, request: 
         current = await run_in_threadpool(ctx.storage.get_record, document_id, name, record_id)
         if current is None or not _may_view_kept(grant, current, versions):
             versions = []  # as if it never existed
+        else:
+            versions = visible_versions(grant, versions)  # a private past is left out
     if state is None or not versions:
         raise not_found(f"no history for record {record_id!r}")
     return {"epoch": state.epoch, "revision": state.revision, "id": record_id,
@@ -259,23 +261,48 @@ async def deleted_records(document_id: str, layer: str, request: Request,
         raise no_document(document_id) from None
     body = page_json(page)
 
-    def last_contents():
-        out = []
-        for record in page.records:
-            live = [v for v in ctx.storage.record_history(document_id, name, record.id) if not v.deleted]
-            out.append(live[0].content if live else None)
-        return out
+    def last_versions():
+        return [_newest_live(ctx.storage.record_history(document_id, name, record.id))
+                for record in page.records]
 
     records = []
-    for record, entry, content in zip(page.records, body["records"],
-                                      await run_in_threadpool(last_contents)):
-        if grant.collaboration is not None and not may(
-                grant, "view", replace(record, content=content)):
-            continue  # classified by its last content; its ownership is kept on the tombstone
+    for record, entry, last in zip(page.records, body["records"],
+                                   await run_in_threadpool(last_versions)):
+        content = last.content if last is not None else None
+        if grant.collaboration is not None:
+            if not may(grant, "view", replace(record, content=content)):
+                continue  # classified by its last content; its ownership is kept on the tombstone
+            if last is not None and not may(grant, "view", last):
+                content = None  # that version is not the user's to see (restore: 404)
         entry["last_content"] = content
         records.append(entry)
     body["records"] = records
     return body
+
+
+def _newest_live(versions: list):
+    """The newest live version of ``versions`` (newest first), or None."""
+    return next((v for v in versions if not v.deleted), None)
+
+
+def visible_versions(grant: Grant, versions: list) -> list:
+    """The kept versions (newest first) the grant may view, each judged as it was: its own
+    content type, ``createdBy`` and ``group`` (a version kept before schema 6 has group
+    None, so only a view grant that needs no group covers it). A deletion is judged with
+    the type of the live version before it. Hidden versions are left out, as if not kept."""
+    if grant.collaboration is None:
+        return versions
+    out, older_type = [], None
+    for version in reversed(versions):  # oldest first: a deletion takes its predecessor's type
+        if version.deleted:
+            judged = version if older_type is None else replace(version, content={"type": older_type})
+        else:
+            judged = version
+            older_type = version.content.get("type")
+        if may(grant, "view", judged):
+            out.append(version)
+    out.reverse()
+    return out
 
 
 def _may_view_kept(grant: Grant, current, versions: list) -> bool:
@@ -311,7 +338,9 @@ def _conflict(message: str, server_record) -> ApiError:
 async def _write_version(ctx: AppContext, document_id: str, layer: str, record_id: str,
                          grant: Grant, body: dict, pick) -> dict:
     """Shared part of rollback and restore: check ``base_revision``, pick the version
-    with ``pick(current, history)``, write its content as a new revision."""
+    with ``pick(current, history, visible)`` (``visible``: the kept versions the grant may
+    view, :func:`visible_versions`; a hidden one is as if not kept), write its content as
+    a new revision."""
     base = body.get("base_revision")
     if base is not None and not is_revision(base):
         raise invalid_request(f"base_revision must be an integer 0..{MAX_REVISION}")
@@ -324,7 +353,7 @@ async def _write_version(ctx: AppContext, document_id: str, layer: str, record_i
             raise not_found(f"no record {record_id!r}")
         if base is not None and current.revision != base:
             raise _conflict(f"record changed at revision {current.revision}", current)
-        content = pick(current, history)
+        content = pick(current, history, visible_versions(grant, history))
         problem = content_problem(content)  # a kept version may predate today's checks
         if problem:
             raise invalid_request(f"that version cannot be written back: {problem}")
@@ -357,8 +386,8 @@ async def rollback_record(document_id: str, layer: str, record_id: str, request:
     if not is_revision(target) or target < 1:
         raise invalid_request(f"revision must be an integer 1..{MAX_REVISION}")
 
-    def pick(_current, history):
-        for version in history:
+    def pick(_current, _history, visible):
+        for version in visible:
             if version.revision == target:
                 if version.deleted:
                     raise invalid_request(f"revision {target} is a deletion; nothing to roll back to")
@@ -383,12 +412,12 @@ async def restore_record(document_id: str, layer: str, record_id: str, request: 
     grant = await _grant(request, ctx, document_id, name, "write")
     body = await read_json_object(request, ctx)
 
-    def pick(current, history):
+    def pick(current, history, visible):
         if not current.deleted:
             raise _conflict("record is not deleted", current)
-        for version in history:
-            if not version.deleted:
-                return version.content
-        raise not_found(f"no live version of record {record_id!r} is kept")
+        last = _newest_live(history)
+        if last is None or not any(v is last for v in visible):  # (the deleted list's last_content)
+            raise not_found(f"no live version of record {record_id!r} is kept")
+        return last.content
 
     return await _write_version(ctx, document_id, name, record_id, grant, body, pick)

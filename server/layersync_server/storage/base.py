@@ -50,6 +50,28 @@ class LayerDeleted(LookupError):
     brings it back by itself (docs/protocol.md, "When a layer is created")."""
 
 
+#: Keys a record is handed out with beside its content (its ownership, which the server
+#: stamps) and the permission flags clients add under a claim: never part of a record's
+#: content. :meth:`LayerWriter.put_record` drops them from every content it stores, so no
+#: write path (sync, rollback/restore, admin API, imports) stores ``createdBy: lead`` in
+#: a record bob created (docs/protocol.md, "Record shape"). The group is set by the
+#: change's ``group`` sibling only.
+HANDED_OUT_KEYS = ("createdBy", "updatedBy", "group", "isEditable", "isDeletable", "canReply",
+                   "isFillable", "canSetGroup")
+
+
+def has_handed_out_keys(content: dict) -> bool:
+    """Whether ``content`` holds one of :data:`HANDED_OUT_KEYS`."""
+    return any(key in content for key in HANDED_OUT_KEYS)
+
+
+def without_handed_out_keys(content: dict) -> dict:
+    """``content`` without :data:`HANDED_OUT_KEYS` (``content`` itself when it has none)."""
+    if not has_handed_out_keys(content):
+        return content
+    return {key: value for key, value in content.items() if key not in HANDED_OUT_KEYS}
+
+
 #: :meth:`LayerWriter.put_record`'s default ``group``: keep the record's.
 KEEP_GROUP = object()
 
@@ -195,7 +217,9 @@ class LayerWriter(abc.ABC):
 
         Increments the layer revision by one. Keeps ``created_by``/``created_at`` of an
         existing row; sets ``updated_by``/``updated_at``. ``group``: the record's group
-        (a string or None); :data:`KEEP_GROUP` keeps an existing row's (a new row: None). ``content_text``: when given,
+        (a string or None); :data:`KEEP_GROUP` keeps an existing row's (a new row: None).
+        :data:`HANDED_OUT_KEYS` in ``content`` are not stored (``content_text`` is then
+        not used). ``content_text``: when given,
         ``content`` encoded as the backend stores it (``storage.sql.dump_json``), which
         the caller already has; the backend may store it instead of encoding again.
         """
@@ -204,8 +228,10 @@ class LayerWriter(abc.ABC):
     def history(self, record_id: str) -> list[StoredRecord]:
         """The kept versions of a record (newest first; tombstones have ``content=None``).
 
-        At most ``history_versions`` versions are kept per record; ``created_*`` fields
-        are not set on versions.
+        At most ``history_versions`` versions are kept per record; each carries its
+        ownership as it was (``created_by``, ``updated_by``, ``group``; a version kept by a
+        server before schema 6 has ``group`` None, unknown) and ``updated_at``, not
+        ``created_at``.
         """
 
     @abc.abstractmethod
@@ -238,7 +264,8 @@ class LayerWriter(abc.ABC):
         """Fast path of a create (``layersync_server.changes.apply_changes``): when this
         writer knows without a read that ``change_id`` is not logged and record
         ``record_id`` does not exist, write the record (``content_text``: its content as
-        stored, whose ``id`` is ``record_id`` and whose ``rootId`` is ``root_id``) at a
+        stored, whose ``id`` is ``record_id`` and whose ``rootId`` is ``root_id``, without
+        :data:`HANDED_OUT_KEYS`: the caller checked) at a
         new revision in ``group``, log the change's ``accepted`` outcome, and return the revision:
         what :meth:`put_record` and :meth:`record_outcome` would do. Otherwise write
         nothing and return None (the caller applies the general rules). Default: None.

@@ -24,7 +24,8 @@ from layersync_server.storage.base import (Attachment, DocumentExists, DocumentI
                                            DocumentNotFound, LayerDeleted, LayerExists,
                                            LayerState, LayerWriter, NewDocument, RecordPage,
                                            KEEP_GROUP, Storage, StoredRecord,
-                                           is_form_field_named)
+                                           has_handed_out_keys, is_form_field_named,
+                                           without_handed_out_keys)
 from layersync_server.record_kinds import FORM_FIELD_PREFIX
 from layersync_server.wire_json import fast_dumps, loads
 
@@ -122,6 +123,18 @@ MIGRATIONS: list[tuple[int, list]] = [
     (5, [
         lambda storage, conn: storage.add_column(conn, "records", "group_name", "TEXT"),
     ]),
+    # Each kept version carries its ownership (history hands it out, and a version is
+    # shown only to users who may view that version). created_by never changes, so the
+    # versions kept before get their record's; their group is unknown and stays NULL,
+    # which reads as "in no group": only a view grant that needs no group (all, self,
+    # createdBy=) covers them (docs/protocol.md, "history").
+    (6, [
+        lambda storage, conn: storage.add_column(conn, "record_versions", "created_by", "TEXT"),
+        lambda storage, conn: storage.add_column(conn, "record_versions", "group_name", "TEXT"),
+        """UPDATE record_versions SET created_by = (SELECT r.created_by FROM records r
+            WHERE r.document_id = record_versions.document_id AND r.layer = record_versions.layer
+            AND r.id = record_versions.id) WHERE created_by IS NULL""",
+    ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -185,7 +198,8 @@ def _record(row) -> StoredRecord:
 def _version(row) -> StoredRecord:
     return StoredRecord(id=row["id"], revision=row["revision"], deleted=bool(row["deleted"]),
                         content=None if row["content"] is None else loads(row["content"]),
-                        updated_by=row["updated_by"], updated_at=row["updated_at"])
+                        created_by=row["created_by"], updated_by=row["updated_by"],
+                        updated_at=row["updated_at"], group=row["group_name"])
 
 
 def _page_query(document_id: str, layer: str, since: int, limit: int, include_tombstones: bool,
@@ -376,7 +390,7 @@ class SqlLayerWriter(LayerWriter):
             # database during a rolling upgrade also writes the row of the current version,
             # which this write now moves here; both rows hold the same version.
             many(self._conn, "INSERT INTO record_versions (document_id, layer, id, revision, deleted,"
-                 " content, updated_by, updated_at) VALUES (?,?,?,?,?,?,?,?) "
+                 " content, updated_by, updated_at, created_by, group_name) VALUES (?,?,?,?,?,?,?,?,?,?) "
                  "ON CONFLICT (document_id, layer, id, revision) DO NOTHING", self._pending_versions)
             self._pending_versions = []
             keep = self._s.history_versions - 1
@@ -465,6 +479,8 @@ class SqlLayerWriter(LayerWriter):
         if content is None:
             text = None
         else:
+            if has_handed_out_keys(content):
+                content, content_text = without_handed_out_keys(content), None
             text = dump_json(content) if content_text is None else content_text
         old = self._row(record_id)
         self._forget_form_fields(text, old["content"] if old is not None else None)
@@ -481,7 +497,8 @@ class SqlLayerWriter(LayerWriter):
         else:
             if self._s.history_versions > 1:
                 self._pending_versions.append((*self._key_tuple, record_id, old["revision"], old["deleted"],
-                                               old["content"], old["updated_by"], old["updated_at"]))
+                                               old["content"], old["updated_by"], old["updated_at"],
+                                               old["created_by"], old["group_name"]))
                 self._superseded[record_id] = self._superseded.get(record_id, 0) + 1
             self._rows[record_id] = {
                 "id": record_id, "revision": revision, "deleted": deleted, "content": text,
@@ -929,9 +946,10 @@ class SqlStorage(Storage):
         if self.history_versions <= 0:
             return []
         rows = self.execute(
-            conn, "SELECT id, revision, deleted, content, updated_by, updated_at FROM records "
-            "WHERE document_id=? AND layer=? AND id=? UNION ALL "
-            "SELECT v.id, v.revision, v.deleted, v.content, v.updated_by, v.updated_at "
+            conn, "SELECT id, revision, deleted, content, created_by, updated_by, updated_at, "
+            "group_name FROM records WHERE document_id=? AND layer=? AND id=? UNION ALL "
+            "SELECT v.id, v.revision, v.deleted, v.content, v.created_by, v.updated_by, "
+            "v.updated_at, v.group_name "
             "FROM record_versions v WHERE v.document_id=? AND v.layer=? AND v.id=? "
             "AND NOT EXISTS (SELECT 1 FROM records r WHERE r.document_id=v.document_id "
             "AND r.layer=v.layer AND r.id=v.id AND r.revision=v.revision) "
