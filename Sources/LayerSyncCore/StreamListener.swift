@@ -384,7 +384,9 @@ final class StreamListener: Sendable {
                 }
                 switch streamEnded() {
                 case .buffered(let reason)?: fallBack(reason, context: context)
-                case .unreachable?: backOff()
+                case .unreachable?:
+                    streamDied()
+                    backOff()
                 case nil where end == .noHello:
                     fallBack("the change stream's answer ended before its hello (something between client and server buffers it)", context: context)
                 case nil: backOff()
@@ -402,9 +404,16 @@ final class StreamListener: Sendable {
                 fallBack("the server answers \(error.httpStatus ?? 0) to POST \(path)", context: context)
             } catch {
                 streamEnded()
+                streamDied()
                 backOff()
             }
         }
+    }
+
+    /// The stream failed or went silent: the subscriptions' kept-alive connections may share
+    /// its dead path, so the next ones connect anew (on the control queue, before them).
+    private func streamDied() {
+        controlQueue.async { [self] in controlSession.closeIdleConnections() }
     }
 
     /// The stream's path and heartbeat period from the server info (asked for when the
