@@ -23,7 +23,8 @@ public enum ListeningTransport: Sendable, Equatable {
 /// What an event does to a layer runs on that layer's work queue, by the code the long-poll
 /// uses (``DocumentDescriptor/applyStreamedPage(_:since:generation:)``). The stream reconnects
 /// with capped exponential backoff and full jitter, and every subscription resumes from its
-/// layer's committed cursor.
+/// layer's committed cursor. Each new stream names the one before it (`replaces`): the server
+/// closes that one if it still holds it (a path that takes bytes and delivers none).
 ///
 /// Buffering (protocol.md "What the client does"): the `hello` is due when the request is sent,
 /// a `subscribed` event when its subscription is answered. An event overdue for
@@ -93,6 +94,9 @@ final class StreamListener: Sendable {
         var loopRunning = false
         /// The current stream's id, from its `hello`.
         var streamID: String?
+        /// The id of the last `hello`, kept after its stream ended: the next stream names it
+        /// (`replaces`) so the server closes it if it still holds it (a path that went silent).
+        var lastStreamID: String?
         /// Aborts the current stream transfer.
         var transfer: TransferCancellation?
         /// The stream's path and heartbeat period, once the server info said them.
@@ -370,13 +374,13 @@ final class StreamListener: Sendable {
             }
             guard let (path, heartbeat) = streamEndpoint(context, cancellation: transfer) else { continue }
             let token = descriptor.jwt
-            let retrying = state.withLock { state in
+            let (retrying, replaces) = state.withLock { state in
                 state.helloArmed = false
                 state.bodyBytes = 0
-                return state.fallbackReason != nil
+                return (state.fallbackReason != nil, state.lastStreamID)
             }
             do throws(LayerSyncError) {
-                let end = try context.server.openStream(path: path, jwt: token, stallSeconds: max(1, Int((2 * heartbeat).rounded(.up))), session: streamSession,
+                let end = try context.server.openStream(path: path, jwt: token, replaces: replaces, stallSeconds: max(1, Int((2 * heartbeat).rounded(.up))), session: streamSession,
                                                         cancellation: transfer, watchdog: { [self] sent, bytes in
                     watch(requestSent: sent, bodyBytes: bytes, context: context)
                 }) { [self] message in
@@ -384,7 +388,9 @@ final class StreamListener: Sendable {
                 }
                 switch streamEnded() {
                 case .buffered(let reason)?: fallBack(reason, context: context)
-                case .unreachable?: backOff()
+                case .unreachable?:
+                    streamDied()
+                    backOff()
                 case nil where end == .noHello:
                     fallBack("the change stream's answer ended before its hello (something between client and server buffers it)", context: context)
                 case nil: backOff()
@@ -402,9 +408,16 @@ final class StreamListener: Sendable {
                 fallBack("the server answers \(error.httpStatus ?? 0) to POST \(path)", context: context)
             } catch {
                 streamEnded()
+                streamDied()
                 backOff()
             }
         }
+    }
+
+    /// The stream failed or went silent: the subscriptions' kept-alive connections may share
+    /// its dead path, so the next ones connect anew (on the control queue, before them).
+    private func streamDied() {
+        controlQueue.async { [self] in controlSession.closeIdleConnections() }
     }
 
     /// The stream's path and heartbeat period from the server info (asked for when the
@@ -558,6 +571,7 @@ final class StreamListener: Sendable {
         case .hello(let streamID):
             let (layers, fellBack) = state.withLock { state -> ([StreamLayer], String?) in
                 state.streamID = streamID
+                state.lastStreamID = streamID
                 state.failures = 0
                 state.helloDue = nil
                 defer { state.fallbackReason = nil }

@@ -167,6 +167,9 @@ extension SyncServer {
     /// - Parameters:
     ///   - path: The stream's path (``ServerInfo/streamPath``).
     ///   - jwt: Any JWT valid on this server (it authorises holding a stream).
+    ///   - replaces: The id of the client's previous stream, given up as dead (silent, failed,
+    ///     ended): the server closes it if it still holds it (`{"replaces": id}`; its path
+    ///     may take bytes and deliver none, which the server cannot see), `nil` for none.
     ///   - stallSeconds: Seconds of silence that end the stream.
     ///   - watchdog: Called about once a second on this thread with whether the request has
     ///     been sent and how many body bytes arrived so far; `true` ends the stream (``StreamEnd/stopped``).
@@ -174,7 +177,7 @@ extension SyncServer {
     /// - Throws: `.accessDenied` (401/403), `.invalidDocument` (404: no stream here),
     ///   `.invalidServerData` (an event that is not what the protocol says), `.requestFailed`,
     ///   `.cancelled`.
-    package func openStream(path: String, jwt: String, stallSeconds: Int, session: HTTPSession, cancellation: TransferCancellation,
+    package func openStream(path: String, jwt: String, replaces: String?, stallSeconds: Int, session: HTTPSession, cancellation: TransferCancellation,
                             watchdog: @escaping @Sendable (_ requestSent: Bool, _ bodyBytes: Int) -> Bool,
                             onMessage: @escaping @Sendable (StreamMessage) -> Bool) throws(LayerSyncError) -> StreamEnd {
         struct Reading {
@@ -187,7 +190,9 @@ extension SyncServer {
         let reading = Mutex(Reading())  // used on this thread only; the lock makes the closures Sendable
         var request = HTTPRequest(method: "POST", url: url.url(path))
         request.headers = ["Content-Type: application/json", "Cache-Control: no-cache"]
-        request.body = Array("{}".utf8)
+        var body = JSONObject()
+        if let replaces { body["replaces"] = .string(replaces) }
+        request.body = JSONValue.object(body).jsonBytes
         request.timeoutSeconds = 0
         request.stallSeconds = stallSeconds
         request.onBodyChunk = { bytes in

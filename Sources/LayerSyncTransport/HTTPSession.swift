@@ -82,6 +82,17 @@ package final class HTTPSession: Sendable {
         }
     }
 
+    /// Closes the connections the session keeps alive (after the request in progress, if any):
+    /// the next request connects anew. For a path found dead on another connection to the
+    /// same server (a stalled middlebox holds the idle ones too, and a request on one of them
+    /// would wait out its whole timeout).
+    package func closeIdleConnections() {
+        handles.withLock { handles in
+            curl_multi_cleanup(handles.multi.value)
+            handles.multi = UncheckedSendable(curl_multi_init()!)
+        }
+    }
+
     /// Performs a request, blocking the calling thread until it ends.
     /// - Parameters:
     ///   - request: The request.

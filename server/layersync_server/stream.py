@@ -36,7 +36,8 @@ Fan-out (all of it on the event loop thread, never awaiting one client for anoth
   client that reads nothing while its socket still takes bytes (6-byte heartbeats on a
   quiet layer fit its buffers for days, and its kernel acknowledges them) looks alive to
   the server; the client sees that end (a stream silent for twice the heartbeat is dead
-  to it).
+  to it), and the stream it opens then names the dead one (``"replaces"``), which the
+  server closes at once (:meth:`StreamHub.replace`).
 * One sweeper task for the whole hub sends heartbeats (a ``: hb`` comment to a stream
   silent for ``heartbeat_s``), closes stalled streams and, every
   :data:`REVOCATION_CHECK_S`, ends subscriptions whose token was revoked by another
@@ -635,9 +636,27 @@ class StreamHub:
             return False
         return now - stream.stalled_since > self.stall_s
 
-    def _abort(self, stream: Stream) -> None:
-        log.info("closing a change stream whose client is gone (nothing taken for %.0f s)",
-                 self.stall_s)
+    def owned(self, stream_id: str, user_id: str | None) -> Stream | None:
+        """The open stream ``stream_id`` if the JWT user ``user_id`` opened it, else ``None``
+        (unknown, closed, or another user's: the same answer)."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.closing or stream.owner != user_id:
+            return None
+        return stream
+
+    def replace(self, stream_id: str, user_id: str | None) -> None:
+        """A new stream of ``user_id`` names ``stream_id`` as the one it replaces (its client
+        found it dead: silence, an error): that stream is closed at once, its connection
+        reset. Its path may still take bytes while delivering none (a stalled middlebox that
+        acknowledges), which the stall checks cannot see. An unknown id, or another user's
+        stream, is left as it is, silently."""
+        stream = self.owned(stream_id, user_id)
+        if stream is not None:
+            self._abort(stream, "its client opened a stream that replaces it")
+
+    def _abort(self, stream: Stream, why: str | None = None) -> None:
+        log.info("closing a change stream: %s", why or
+                 f"its client is gone (nothing taken for {self.stall_s:.0f} s)")
         if stream.transport is not None:
             # a close would wait for the buffers to drain: reset the connection (linger 0:
             # the kernel drops what it holds for the peer), abort the transport; the
@@ -688,8 +707,8 @@ def _hub(ctx: AppContext) -> StreamHub:
 def _stream_of(hub: StreamHub, stream_id: str, grant: Grant) -> Stream:
     """The open stream ``stream_id`` if ``grant``'s user opened it; another user's stream
     answers as an unknown one (404), so an id that leaked tells nothing and changes nothing."""
-    stream = hub.streams.get(stream_id)
-    if stream is None or stream.closing or stream.owner != grant.user_id:
+    stream = hub.owned(stream_id, grant.user_id)
+    if stream is None:
         raise not_found("no open stream with this id")
     return stream
 
@@ -721,7 +740,10 @@ class _Endpoint:
 
 
 class OpenStream(_Endpoint):
-    """``POST /sync/v2/stream``: any valid, unrevoked JWT of this server opens a stream."""
+    """``POST /sync/v2/stream``: any valid, unrevoked JWT of this server opens a stream.
+    The body may name the stream this one replaces (``{"replaces": "<stream id>"}``): the
+    client's previous stream, which it found dead; the server closes it first
+    (:meth:`StreamHub.replace`)."""
 
     async def answer(self, scope, receive, send):
         ctx = self.ctx
@@ -729,8 +751,12 @@ class OpenStream(_Endpoint):
         found = ctx.verifier.verify(request.headers.get("authorization"))
         if found.jti is not None and await run_in_worker(ctx.storage.is_token_revoked, found.jti):
             raise access_denied("token revoked")
-        await read_json_object(request, ctx)
+        replaces = (await read_json_object(request, ctx)).get("replaces")
+        if replaces is not None and not isinstance(replaces, str):
+            raise invalid_request("replaces must be a stream id (a string)")
         hub = _hub(ctx)
+        if replaces is not None:
+            hub.replace(replaces, found.user_id)
         stream = hub.open(found.user_id, scope.get("client"))
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"),

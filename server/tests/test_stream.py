@@ -40,7 +40,8 @@ class EventStream:
     into :attr:`events` (``(name, data)``; ``("hb", None)`` for a heartbeat comment,
     ``("<end>", None)`` when the response or the connection ends)."""
 
-    def __init__(self, url: str, token: str, read: bool = True, recv_buffer: int | None = None):
+    def __init__(self, url: str, token: str, read: bool = True, recv_buffer: int | None = None,
+                 body: bytes = b""):
         host, port = url.removeprefix("http://").rsplit(":", 1)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if recv_buffer is not None:
@@ -49,7 +50,8 @@ class EventStream:
         self.sock.connect((host, int(port)))
         self.sock.sendall((f"POST /sync/v2/stream HTTP/1.1\r\nHost: {host}\r\n"
                            f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n"
-                           "LayerSync-Protocol: 2\r\nContent-Length: 0\r\n\r\n").encode())
+                           f"LayerSync-Protocol: 2\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                          + body)
         self.events: queue.Queue = queue.Queue()
         self.status: int | None = None
         self.headers: dict[str, str] = {}

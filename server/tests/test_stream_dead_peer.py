@@ -10,6 +10,7 @@ the keepalive on the server's own side of a stream (its timer in ``/proc/net/tcp
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import time
@@ -107,6 +108,54 @@ def test_a_client_that_reads_slowly_is_not_closed(dead_peer_server):
     assert s.metric("layersync_open_streams") == 1
     slow.close()
     assert _wait(lambda: s.metric("layersync_open_streams") == 0, 10) is not None
+
+
+def test_a_stream_that_names_the_one_it_replaces_closes_that_one(dead_peer_server):
+    """A client whose path went silent (a middlebox that acknowledges but delivers nothing:
+    the server sees no stall) opens a new stream naming the old one, ``{"replaces": id}``:
+    the server closes the old one at once, its subscriptions with it. The same id from
+    another user, or an id the server does not know, changes nothing and answers alike."""
+    s = dead_peer_server
+    url = s.server.url
+    doc = s.server.new_document()
+
+    def open_as(user_id: str, replaces=None) -> EventStream:
+        body = json.dumps({} if replaces is None else {"replaces": replaces}).encode()
+        stream = EventStream(url, s.server.token(doc, user_id=user_id), body=body)
+        assert stream.status == 200, stream.status
+        return stream
+
+    def counts() -> tuple[float, float]:
+        return s.metric("layersync_open_streams"), s.metric("layersync_stream_subscriptions")
+
+    assert _wait(lambda: counts() == (0, 0), 10) is not None, f"streams of earlier tests: {counts()}"
+    first = open_as("alice")
+    assert s.subscribe(first.stream_id, doc, "r", user_id="alice").status_code == 200
+    assert counts() == (1, 1)
+    # bob names alice's stream, then an id nobody has: alice's stream stays, gets changes
+    others = [open_as("bob", replaces=first.stream_id), open_as("alice", replaces="no-such-stream")]
+    assert counts() == (3, 1)
+    kept = s.push(doc, "kept", "r")
+    assert first.next("changes")["revision"] == kept
+    for stream in others:
+        stream.close()
+    assert _wait(lambda: counts() == (1, 1), 10) is not None, counts()
+    # a malformed replaces is a bad request (the old stream is not touched)
+    with s.http.stream("POST", "/sync/v2/stream", json={"replaces": 5},
+                       headers=s.server.auth(doc, user_id="alice")) as bad:  # (a 200 would not end)
+        assert bad.status_code == 400, bad.status_code
+        assert json.loads(bad.read())["error"]["code"] == "invalid_request"
+    assert counts() == (1, 1)
+    # alice's own new stream replaces it: closed by the time its hello arrives, its socket reset
+    second = open_as("alice", replaces=first.stream_id)
+    assert counts() == (1, 0)
+    assert first.next("<end>", timeout=5) is None
+    assert s.subscribe(first.stream_id, doc, "r", user_id="alice").status_code == 404
+    assert s.subscribe(second.stream_id, doc, "r", since=kept, user_id="alice").status_code == 200
+    revision = s.push(doc, "after", "r")
+    assert second.next("changes")["revision"] == revision
+    second.close()
+    first.close()
 
 
 def _hello(stream: EventStream) -> str:

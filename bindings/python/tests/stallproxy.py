@@ -1,6 +1,10 @@
-"""A raw TCP relay on loopback with a switch: ``stalled = True`` stops relaying bytes in both
-directions on every connection (old and new ones are accepted and held open), as a network
-path that silently blackholes traffic; ``stalled = False`` resumes relaying."""
+"""A raw TCP relay on loopback with two switches. ``stalled = True`` stops relaying bytes in
+both directions on every connection (old and new ones are accepted and held open), as a
+network path that silently blackholes traffic; ``stalled = False`` resumes relaying.
+:meth:`StallProxy.stall_existing` stalls the connections open at that moment for good while
+new ones relay: a middlebox that lost those flows (a NAT rebinding, a stalled load balancer)
+but whose kernel still acknowledges what the server sends; nothing of them passes any more,
+not even their end."""
 from __future__ import annotations
 
 import socket
@@ -22,7 +26,14 @@ class StallProxy:
         self.socks: list[socket.socket] = []
         self.lock = threading.Lock()
         self.accepted = 0
+        #: connections numbered up to this one (1, 2, ... in accept order) are stalled for good
+        self.stalled_up_to = 0
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def stall_existing(self) -> None:
+        """Stall every connection accepted so far, for good; later ones relay."""
+        with self.lock:
+            self.stalled_up_to = self.accepted
 
     def _accept(self) -> None:
         while not self.closed:
@@ -32,11 +43,15 @@ class StallProxy:
                 return
             with self.lock:
                 self.accepted += 1
+                number = self.accepted
                 self.socks.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
 
-    def _serve(self, conn: socket.socket) -> None:
-        while self.stalled and not self.closed:
+    def _lost(self, number: int) -> bool:
+        return number <= self.stalled_up_to and not self.closed
+
+    def _serve(self, conn: socket.socket, number: int) -> None:
+        while (self.stalled or self._lost(number)) and not self.closed:
             time.sleep(0.05)
         try:
             up = socket.create_connection(self.upstream)
@@ -45,21 +60,23 @@ class StallProxy:
             return
         with self.lock:
             self.socks.append(up)
-        threading.Thread(target=self._pipe, args=(conn, up), daemon=True).start()
-        self._pipe(up, conn)
+        threading.Thread(target=self._pipe, args=(conn, up, number), daemon=True).start()
+        self._pipe(up, conn, number)
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, number: int) -> None:
         try:
             while not self.closed:
                 data = src.recv(65536)
                 if not data:
                     break
-                while self.stalled and not self.closed:
+                while (self.stalled or self._lost(number)) and not self.closed:
                     time.sleep(0.05)
                 dst.sendall(data)
         except OSError:
             pass
         finally:
+            while self._lost(number):  # a lost flow's end does not pass either
+                time.sleep(0.05)
             for s in (src, dst):
                 try:
                     s.shutdown(socket.SHUT_RDWR)

@@ -3,7 +3,9 @@ issue 16; the review's findings 1, 3, 4 and 5): a network stall is not taken for
 listening comes back to the stream; a proxy that passes the hello and then buffers is detected
 by the subscriptions' acknowledgements; layers past the server's subscription limit long-poll
 on their own and move to the stream when it has room; a cursor ahead of a server restored from
-a backup re-bases on the stream as on a long-poll. Uses stallproxy.py and bufferingproxy.py."""
+a backup re-bases on the stream as on a long-poll; a stream whose path went silent while the
+server still sees it acknowledged is closed on the server when the client replaces it (the
+review's last finding). Uses stallproxy.py and bufferingproxy.py."""
 from __future__ import annotations
 
 import shutil
@@ -43,6 +45,42 @@ def test_a_network_stall_does_not_move_listening_to_long_poll_for_good(make_clie
         record_id = post_server_note(srv, doc_id, "b", "after the outage")
         wait_until(lambda: record_id in local_ids(docs[1]), "the change after the outage", timeout=40)
         wait_until(lambda: client.listening_transport == "stream", "listening back on the stream", timeout=40)
+    finally:
+        proxy.close()
+
+
+def test_the_server_closes_the_stream_a_client_replaced_after_its_path_went_silent(make_client, own_server):
+    """A middlebox stalls the client's flows while its kernel keeps acknowledging what the
+    server sends (heartbeats fit the buffers): the server sees nothing wrong on TCP and would
+    hold the stream and its subscriptions for good. The client sees no byte for twice the
+    heartbeat and opens a new stream (a new flow, which passes) naming the old one: by the time
+    listening works again the server holds one stream for the client, not two, and one
+    subscription per layer, and changes reach the client."""
+    heartbeat_s = 2  # the client takes it from the server info: dead after 4 s of silence
+    srv = own_server(env={"LAYERSYNC_SERVER_STREAM_HEARTBEAT_S": str(heartbeat_s)})
+    doc_id = "deadpeer"
+    srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
+    proxy = StallProxy(srv.url)
+    try:
+        client = make_client(server_url=proxy.url)
+        client.wait_validated(timeout=WAIT_S)
+        docs = open_layers(client, srv, doc_id, ["a", "b"])
+        for doc in docs:
+            doc.start_listening()
+        wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "the subscriptions")
+        assert metric(srv, "layersync_open_streams") == 1
+        proxy.stall_existing()  # the client's flows go silent; new ones pass
+        stalled_at = time.monotonic()
+        during = post_server_note(srv, doc_id, "a", "while the old stream is silent")
+        # dead after 2 x heartbeat of silence (libcurl averages its speed over up to 5 s), a
+        # backoff of at most 1 s, then a new stream and its subscriptions
+        wait_until(lambda: during in local_ids(docs[0]), "the change made while the path was silent",
+                   timeout=2 * heartbeat_s + 5 + 1 + 10)
+        assert (metric(srv, "layersync_open_streams"), metric(srv, "layersync_stream_subscriptions")) == (1, 2), \
+            f"the stream the client gave up {time.monotonic() - stalled_at:.0f} s ago is still open on the server"
+        after = post_server_note(srv, doc_id, "b", "on the new stream")
+        wait_until(lambda: after in local_ids(docs[1]), "a change made after the new stream opened")
+        assert client.listening_transport == "stream"
     finally:
         proxy.close()
 
