@@ -188,8 +188,7 @@ def sent_as_delta(since: int) -> bool:
     not view: a bare tombstone, so that a client that had it drops it) rather than as a
     snapshot (left out). At ``since`` 0 the client has applied nothing, so a bare tombstone
     could only tell it that a record it may not view exists: every page from 0 (records,
-    changes, a sync answer) leaves them out, as the snapshot does. (The change stream
-    still sends bare tombstones from 0: tests/test_stream.py asserts it.)"""
+    changes, a sync answer, a change stream page) leaves them out, as the snapshot does."""
     return since > 0
 
 

@@ -8,7 +8,8 @@ authorised by that layer's JWT. What a subscription receives is exactly what the
 long-poll answers: every page is read with :func:`~layersync_server.routes.access.list_page`
 (or handed over by the commit, :func:`~layersync_server.notify.page_after`) and written
 with :func:`~layersync_server.routes.access.page_json` for the subscription's grant
-(collaboration permissions: bare tombstones for records it may not view). The sync
+(collaboration permissions: a record it may not view is left out of a page from cursor 0,
+a bare tombstone past it, :func:`~layersync_server.permissions.sent_as_delta`). The sync
 rules are not repeated here.
 
 Fan-out (all of it on the event loop thread, never awaiting one client for another):
@@ -68,6 +69,7 @@ from layersync_server.errors_http import api_error_response
 from layersync_server.ids import is_valid_layer_name
 from layersync_server.json_http import WireJSONResponse
 from layersync_server.notify import page_after
+from layersync_server.permissions import sent_as_delta
 from layersync_server.routes.access import grant as grant_of, list_page, page_json
 from layersync_server.storage.base import RecordPage
 from layersync_server.wire_json import MAX_REVISION, encode_response
@@ -422,7 +424,7 @@ class StreamHub:
 
     def _changes_event(self, sub: Subscription, page: RecordPage) -> bytes:
         body = {"document_id": sub.document_id, "layer": sub.wire_layer, "since": sub.cursor,
-                **page_json(page, sub.grant)}
+                **page_json(page, sub.grant, sent_as_delta(sub.cursor))}
         return event("changes", body)
 
     def _deliver(self, sub: Subscription, page: RecordPage, data: bytes) -> None:
