@@ -25,9 +25,9 @@ library and defusedxml only (no pikepdf), so the Python bindings can use it too.
 """
 
 from layersync_formats.values import LETTER, PageBox
-from layersync_formats.xfdf import ELEMENTS, LS_NS, MEDIA_TYPE, XFDF_NS, XfdfChanges, XfdfError
+from layersync_formats.xfdf import ELEMENTS, HANDOUT_KEYS, LS_NS, MEDIA_TYPE, XFDF_NS, XfdfChanges, XfdfError
 from layersync_formats.xfdf_reader import read_xfdf
 from layersync_formats.xfdf_writer import unwritable, write_xfdf
 
-__all__ = ["ELEMENTS", "LETTER", "LS_NS", "MEDIA_TYPE", "XFDF_NS", "PageBox", "XfdfChanges",
+__all__ = ["ELEMENTS", "HANDOUT_KEYS", "LETTER", "LS_NS", "MEDIA_TYPE", "XFDF_NS", "PageBox", "XfdfChanges",
            "XfdfError", "read_xfdf", "unwritable", "write_xfdf"]

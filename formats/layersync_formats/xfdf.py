@@ -57,6 +57,13 @@ RAW_ELEMENTS = ("caret", "sound", "link", "redact", "polygonline", "movie", "wid
 #: (``{"records": [...]}``, a child of ``<xfdf>``): bookmarks and form field definitions.
 EXTENSION_TYPES = ("pspdfkit/bookmark", "pspdfkit/form-field/")
 
+#: Keys a LayerSync record carries besides its Instant JSON: its ownership and what the
+#: user may do with it (the bindings' ``layersync.HANDOUT_KEYS``; the server keeps them
+#: beside the content). XFDF carries content only: the reader drops them from every
+#: ``<ls:instant-json>``, so a file can not change who owns a record or its group.
+HANDOUT_KEYS = ("createdBy", "updatedBy", "group",
+                "isEditable", "isDeletable", "canReply", "isFillable", "canSetGroup")
+
 #: Instant ``flags`` ↔ XFDF ``flags`` words (XFDF has ``print``, Instant ``noPrint``).
 FLAGS = {"hidden": "hidden", "invisible": "invisible", "noZoom": "nozoom",
          "noRotate": "norotate", "noView": "noview", "readOnly": "readonly", "locked": "locked",

@@ -18,8 +18,8 @@ from layersync_formats.safexml import XmlRefused, local_name, namespace_of, pars
 from layersync_formats.threads import MAX_REPLY_DEPTH, thread_root
 from layersync_formats.values import (LINE_CAPS, NOTE_ICONS, STAMP_TYPES, PageBox, PageBoxes, color_of,
                                       maybe_int, page_past_last, pdf_date_to_iso)
-from layersync_formats.xfdf import (EXTENSION_TYPES, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS, RAW_ELEMENTS,
-                                    TYPES, XFDF_NS, XfdfChanges, XfdfError, numbers_of,
+from layersync_formats.xfdf import (EXTENSION_TYPES, FLAGS, FLAG_ORDER, HANDOUT_KEYS, JUSTIFICATION, LS_NS,
+                                    RAW_ELEMENTS, TYPES, XFDF_NS, XfdfChanges, XfdfError, numbers_of,
                                     strip_xfdf_namespace)
 
 
@@ -81,7 +81,13 @@ def _extension_records(element: ET.Element) -> list[dict]:
             isinstance(r, dict) and isinstance(r.get("type"), str) and r["type"].startswith(EXTENSION_TYPES)
             for r in records):
         raise XfdfError('the document\'s <ls:instant-json> must be {"records": [bookmarks and form fields]}')
-    return records
+    return [_content_only(r) for r in records]
+
+
+def _content_only(fields: dict) -> dict:
+    """``fields`` without :data:`~layersync_formats.xfdf.HANDOUT_KEYS` (ownership and
+    permission flags are no content: an XFDF file never sets them)."""
+    return {k: v for k, v in fields.items() if k not in HANDOUT_KEYS}
 
 
 def _page_index_in_range(record: dict, pages: PageBoxes) -> None:
@@ -180,8 +186,9 @@ def _read_fields(element: ET.Element, path: tuple[str, ...], out: dict) -> None:
 
 def record_of(element: ET.Element, pages: PageBoxes = None, attachments: dict | None = None,
               caret: ET.Element | None = None) -> dict | None:
-    """The record an XFDF annotation element says (with its ``<ls:instant-json>`` applied);
-    None for elements that are not annotations. Embedded files go to ``attachments``;
+    """The record an XFDF annotation element says (with its ``<ls:instant-json>`` applied,
+    but never its :data:`~layersync_formats.xfdf.HANDOUT_KEYS`); None for elements that are
+    not annotations. Embedded files go to ``attachments``;
     ``caret`` is the ``<caret>`` of a "replace text" strikeout (:func:`replace_text_groups`)."""
     tag = local_name(element.tag)
     extension = None
@@ -201,7 +208,7 @@ def record_of(element: ET.Element, pages: PageBoxes = None, attachments: dict | 
         if not isinstance(ext.get("set", {}), dict):
             raise XfdfError("<ls:instant-json> must hold a JSON object")
         unset = ext.get("unset", []) if isinstance(ext.get("unset", []), list) else []
-        sets = ext.get("set", {})
+        sets = _content_only(ext.get("set", {}))
         kept = KEPT_FIELDS if sets.get("type", record.get("type")) != "pspdfkit/comment" else ("type", "id")
         if removed := [k for k in kept if k in record and (k in unset or (k in sets and sets[k] is None))]:
             raise XfdfError(f"<ls:instant-json> must not unset {', '.join(removed)}: an annotation has them")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from layersync_formats import LS_NS, XFDF_NS, XfdfError, read_xfdf, unwritable, write_xfdf
+from layersync_formats import HANDOUT_KEYS, LS_NS, XFDF_NS, XfdfError, read_xfdf, unwritable, write_xfdf
 from layersync_formats.values import LINE_CAPS, NOTE_ICONS, STAMP_TYPES
 from layersync_formats.xfdf import ELEMENTS, FLAG_ORDER
 
@@ -223,6 +223,28 @@ def test_command_document():
     assert changes.is_command
     assert [r["id"] for r in changes.added] == ["s1"] and [r["id"] for r in changes.modified] == ["c1"]
     assert changes.modified[0]["strokeColor"] == "#112233" and changes.deleted == ["gone1", "gone2"]
+
+
+def test_ownership_and_permission_flags_never_come_from_a_file():
+    """XFDF carries content only: ``group``, ``createdBy``, ``updatedBy`` and the permission
+    flags in an ``<ls:instant-json>`` (an annotation's or the document's records) are dropped,
+    whoever wrote the file (here: the writer itself, given a record that carries them)."""
+    handed_out = {"createdBy": "lead", "updatedBy": "lead", "group": "public", "isEditable": True,
+                  "isDeletable": True, "canReply": True, "isFillable": True, "canSetGroup": True}
+    assert set(handed_out) == set(HANDOUT_KEYS)
+    note = {"v": 2, "type": "pspdfkit/note", "id": "n1", "name": "n1", "pageIndex": 0, "bbox": [10, 10, 24, 24],
+            "icon": "comment", "text": {"format": "plain", "value": "draft"}, "customData": {"k": 1}}
+    field = {"v": 1, "type": "pspdfkit/form-field/text", "id": "f1", "name": "f1", "annotationIds": ["w1"]}
+    written = write_xfdf([dict(note, **handed_out), dict(field, **handed_out)])
+    assert '"group"' in written  # the file does carry them ...
+    records = {r["id"]: r for r in read_xfdf(written).records}
+    assert not set(HANDOUT_KEYS) & set(records["n1"]), records["n1"]  # ... the reader drops them
+    assert not set(HANDOUT_KEYS) & set(records["f1"]), records["f1"]
+    assert records["n1"]["customData"] == {"k": 1} and records["f1"]["name"] == "f1"  # content stays
+    crafted = _annots(f'<square name="s" page="0" rect="0,0,1,1"><ls:instant-json xmlns:ls="{LS_NS}">'
+                      '{"set": {"group": "public", "createdBy": "x", "isEditable": true}, "unset": ["group"]}'
+                      '</ls:instant-json></square>')
+    assert not set(HANDOUT_KEYS) & set(read_xfdf(crafted).records[0])
 
 
 XXE = """<?xml version="1.0"?>

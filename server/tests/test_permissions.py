@@ -417,6 +417,29 @@ def test_group_changes_need_set_group_at_both_ends(srv):
     assert delta == [{"id": "r", "revision": 4, "deleted": True, "content": None}]
 
 
+def test_a_pure_group_change_is_judged_by_json_not_python_equality(srv):
+    """set-group without edit moves a record only when its content is the same JSON: false
+    over 0, true over 1, 1.0 over 1 are content changes (Python's == says equal), refused."""
+    layer = "grpjson-" + uuid.uuid4().hex[:8]
+    stored = note("x", customData={"approved": 0, "locked": 1, "score": 2})
+    sync(srv, layer, [grouped("create", "r", stored, group="a")], user_id="lead")
+    mover = {"user_id": "mover", "collaboration_permissions": ["annotations:view:all",
+                                                               "annotations:set-group:all"]}
+    for sneaked in ({"approved": False, "locked": 1, "score": 2}, {"approved": 0, "locked": True, "score": 2},
+                    {"approved": 0, "locked": 1, "score": 2.0}):
+        refused = sync(srv, layer, [grouped("update", "r", dict(stored, customData=sneaked), base=1,
+                                            group="b")], **mover)
+        assert refused["rejected"] and refused["rejected"][0]["reason"] == "forbidden", (sneaked, refused)
+        assert refused["rejected"][0]["message"] == "may not edit this record"
+    kept = records(srv, layer)["records"][0]
+    assert json.dumps(kept["content"]["customData"]) == json.dumps(stored["customData"])
+    assert kept["group"] == "a" and kept["revision"] == 1
+    # the same JSON (keys in another order) is a pure group change
+    moved = sync(srv, layer, [grouped("update", "r", dict(reversed(list(kept["content"].items()))),
+                                      base=1, group="b")], **mover)
+    assert moved["accepted"] and records(srv, layer)["records"][0]["group"] == "b"
+
+
 def test_deleting_a_root_needs_delete_on_every_reply(srv):
     layer = "root-" + uuid.uuid4().hex[:8]
     sync(srv, layer, [change("create", "root", note("root")), change("create", "mine", comment("root"))],

@@ -351,3 +351,35 @@ def test_upload_with_an_xfdf_attachment_keeps_the_pdfs_bookmarks(server):
     document_id, response = _upload_with(server, out.getvalue(), xfdf)
     assert response.status_code == 200, response.text
     assert [b["name"] for b in server.document_json(document_id)["bookmarks"]] == ["Start"]
+
+
+def test_apply_xfdf_never_takes_ownership_or_group_from_the_file(server):
+    """XFDF carries content only: ``group``, ``createdBy`` and the permission flags an
+    ``<ls:instant-json>`` says (an annotation's or the document's records) do not become
+    the record's ownership or group, nor part of its content."""
+    doc = server.empty_document()
+    base = f"/api/documents/{doc}/layers/~/annotations"
+    created = server.http.post(base, json={"id": "n1", "content": note("draft"), "user_id": "lead",
+                                           "group": "private"}, headers=server.admin())
+    assert created.status_code == 200, created.text
+    handed_out = {"createdBy": "mallory", "updatedBy": "mallory", "group": "public", "isEditable": True,
+                  "canSetGroup": True}
+    field = {"v": 1, "type": "pspdfkit/form-field/text", "id": "f1", "name": "f1", "label": "L",
+             "annotationIds": [], "doNotSpellCheck": False, "doNotScroll": False, "multiLine": False,
+             "comb": False, "defaultValue": "", **handed_out}
+    xfdf = (f'<xfdf xmlns="{XFDF_NS}"><annots><text name="n1" page="0" rect="10,10,34,34" flags="print">'
+            f'<contents>edited</contents><ls:instant-json xmlns:ls="https://layersync.dev/ns/xfdf/1">'
+            f'{json.dumps({"set": handed_out})}</ls:instant-json></text></annots>'
+            f'<ls:instant-json xmlns:ls="https://layersync.dev/ns/xfdf/1">{json.dumps({"records": [field]})}'
+            '</ls:instant-json></xfdf>')
+    response = _apply(server, doc, xfdf)
+    assert response.status_code == 200, response.text
+    stored = server.http.get(f"{base}/n1", headers=server.admin()).json()
+    assert (stored["group"], stored["createdBy"]) == ("private", "lead")
+    assert stored["content"]["text"]["value"] == "edited"
+    document = server.document_json(doc)
+    assert [f["id"] for f in document["formFields"]] == ["f1"]
+    for record in document["annotations"] + document["formFields"] + [stored["content"]]:
+        assert not set(handed_out) & set(record), record
+    exported = _xfdf(server, doc).text
+    assert "mallory" not in exported and "isEditable" not in exported

@@ -831,7 +831,9 @@ class Document(CallsIntoC):
         widgets = [dict(w, value=values[w["formFieldName"]]) for w in live.values()
                    if w.get("type") == "pspdfkit/widget" and w.get("formFieldName") in values
                    and w.get("value") != values[w["formFieldName"]]]
-        for record in changes.records + widgets:
+        # XFDF carries content only: never ownership, group or flags (the codec drops them
+        # too; a group here would be a group change)
+        for record in [record_content(r) for r in changes.records] + widgets:
             if record.get("id") in live:
                 if live[record["id"]] != record:
                     self.update_annotation(record)

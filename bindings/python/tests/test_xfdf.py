@@ -2,9 +2,11 @@
 layersync-formats) and ``layersync xfdf export|import``, against the real server."""
 from __future__ import annotations
 
+import layersync_formats
 import pytest
 from layersync_formats import XFDF_NS, read_xfdf
 
+import layersync
 from layersync import InvalidArgumentError, NoSuchAnnotationError, record_content
 
 from conftest import WAIT_S
@@ -82,3 +84,52 @@ def test_cli_xfdf_export_and_import(cli_env, tmp_path):
     bad.write_text(XXE)
     refused = run("xfdf", "import", str(bad), env=cli_env)
     assert refused.returncode != 0 and "DTD" in refused.stderr
+
+
+LEAD = ["annotations:*:all", "comments:*:all", "form-fields:*:all"]
+
+
+def _lead_doc(make_client, server, doc_id):
+    client = make_client()
+    client.wait_validated(timeout=WAIT_S)
+    doc = client.document_for_jwt(server.mint_token(doc_id, user_id="lead", collaboration_permissions=LEAD))
+    doc.download(wait=True, timeout=WAIT_S)
+    return doc
+
+
+def test_import_never_takes_ownership_or_group_from_the_file(make_client, server, uploaded, monkeypatch):
+    """XFDF is untrusted and carries content only: an ``<ls:instant-json>`` that says
+    ``group``/``createdBy``/flags does not move a private note to another group (the codec
+    drops them), and neither does a record with them that reaches ``import_xfdf`` (it strips
+    them itself, with :func:`layersync.record_content`)."""
+    doc_id = uploaded()
+    doc = _lead_doc(make_client, server, doc_id)
+    assert layersync_formats.HANDOUT_KEYS == layersync.HANDOUT_KEYS  # one list, two packages
+    rec = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 24, 24], "icon": "comment",
+                                 "color": "#ffd600", "text": {"format": "plain", "value": "private draft"},
+                                 "group": "private"})
+    doc.sync(wait=True, timeout=WAIT_S)
+    handed_out = dict(createdBy="mallory", updatedBy="mallory", group="public", isEditable=True)
+    evil = layersync_formats.write_xfdf([dict(record_content(rec), **handed_out,
+                                              text={"format": "plain", "value": "edited"})])
+    assert doc.import_xfdf(evil) == {"created": 0, "updated": 1, "deleted": 0}
+    doc.sync(wait=True, timeout=WAIT_S)
+    stored = server.admin_json(f"/api/documents/{doc_id}/annotations/{rec['id']}")
+    assert (stored["group"], stored["createdBy"]) == ("private", "lead")
+    assert stored["content"]["text"]["value"] == "edited"  # the content did change
+    assert doc.get_annotation(rec["id"])["group"] == "private"
+    # a codec that let them through: import_xfdf's own strip holds
+    read = layersync_formats.read_xfdf
+
+    def leaky(data, **kw):
+        changes = read(data, **kw)
+        changes.added = [dict(r, **handed_out) for r in changes.added]
+        return changes
+
+    monkeypatch.setattr(layersync_formats, "read_xfdf", leaky)
+    doc.import_xfdf(layersync_formats.write_xfdf([dict(record_content(doc.get_annotation(rec["id"])),
+                                                       text={"format": "plain", "value": "again"})]))
+    assert doc.get_annotation(rec["id"])["group"] == "private"
+    doc.sync(wait=True, timeout=WAIT_S)
+    stored = server.admin_json(f"/api/documents/{doc_id}/annotations/{rec['id']}")
+    assert (stored["group"], stored["content"]["text"]["value"]) == ("private", "again")

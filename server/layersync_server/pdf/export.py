@@ -48,6 +48,7 @@ from layersync_formats.values import default_appearance, hex_to_rgb
 
 from layersync_server.pdf.values import (CUSTOM_DATA_KEY, custom_data_to_pdf, decode_text, encode_text,
                                          pdf_date)
+from layersync_server.wire_json import same_json
 
 _MARKUP_SUBTYPES = {v: k for k, v in MARKUP_TYPES.items()}
 _LINE_ENDING_NAMES = {v: k for k, v in LINE_ENDINGS.items()}
@@ -81,7 +82,7 @@ def export_pdf(original: bytes, contents: list[dict],
         # Unchanged records keep their original object; so do live records of types we
         # cannot write (widgets), rather than vanishing from the PDF.
         kept = {a.id for a in imported if a.id in live
-                and (live[a.id] == a.content or live[a.id].get("type") not in WRITABLE)}
+                and (same_json(live[a.id], a.content) or live[a.id].get("type") not in WRITABLE)}
         attachments = _attachments(imported)
         for content in contents:  # uploaded attachments of new file annotations
             file_id = content.get("fileAttachmentId")
@@ -94,7 +95,7 @@ def export_pdf(original: bytes, contents: list[dict],
             if a.id in kept:
                 a.obj[Name.NM] = encode_text(a.id)
                 if a.content.get("type") == "pspdfkit/widget" \
-                        and live[a.id].get("value") != a.content.get("value"):
+                        and not same_json(live[a.id].get("value"), a.content.get("value")):
                     _write_field_value(pdf, a.obj, live[a.id].get("value"))
         _remove(pdf, {(a.page_index, a.annot_index) for a in removed}, [a.obj for a in removed],
                 [a.group_partner for a in removed if a.group_partner is not None])

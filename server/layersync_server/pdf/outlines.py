@@ -20,6 +20,7 @@ from pikepdf import Array, Dictionary, Name
 
 from layersync_server.ids import derived_ulid, is_valid_pdf_name_id
 from layersync_server.pdf.values import decode_text, encode_text
+from layersync_server.wire_json import same_json
 
 BOOKMARK_TYPE = "pspdfkit/bookmark"
 #: The private key of an outline item holding its record id.
@@ -126,7 +127,7 @@ def write_bookmarks(pdf: pikepdf.Pdf, sha256: str, contents: list[dict]) -> list
     of those it cannot write (an action without a PDF form, a page the PDF lacks)."""
     bookmarks = [c for c in contents if c.get("type") == BOOKMARK_TYPE]
     imported = read_bookmarks(pdf, sha256)
-    if [c for c, _ in imported] == bookmarks:
+    if same_json([c for c, _ in imported], bookmarks):
         for content, item in imported:  # the original outline, nesting and all
             item[Name(BOOKMARK_ID_KEY)] = encode_text(content["id"])
         return []

@@ -26,7 +26,7 @@ from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, find
                                                   instant_json_body, instant_json_entries,
                                                   require_admin)
 from layersync_server.storage import StoredRecord
-from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem
+from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem, same_json
 
 
 router = admin_router()
@@ -139,12 +139,12 @@ def unknown_fields_refused(unknown: list[str]) -> None:
 
 def put_entries(writer, entries: list[dict]) -> tuple[int, int]:
     """Inside a :func:`commit`: create each entry's record or replace the one with its id
-    (identical ones are left alone). Returns ``(created, updated)``; the admin write path
+    (identical ones, :func:`~layersync_server.wire_json.same_json`, are left alone). Returns ``(created, updated)``; the admin write path
     of Instant JSON and XFDF apply."""
     created = updated = 0
     for content in entries:
         current = writer.get_record(content["id"])
-        if current is not None and not current.deleted and current.content == content:
+        if current is not None and not current.deleted and same_json(current.content, content):
             continue
         writer.put_record(content["id"], content, None)
         if current is None or current.deleted:
