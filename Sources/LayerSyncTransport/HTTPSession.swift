@@ -151,8 +151,11 @@ package final class HTTPSession: Sendable {
         _ = ls_curl_setopt_str(handle, CURLOPT_ACCEPT_ENCODING, "")
         _ = ls_curl_setopt_long(handle, CURLOPT_TCP_KEEPALIVE, 1)
         if let stallSeconds = request.stallSeconds {
+            // libcurl judges the speed averaged over its last 5 s (progress.c, CURR_TIME), so
+            // a transfer that goes silent drops below 1 byte/s about 5 s after its last byte;
+            // its count starts then. Asking for 5 s less ends it `stallSeconds` after that byte.
             _ = ls_curl_setopt_long(handle, CURLOPT_LOW_SPEED_LIMIT, 1)
-            _ = ls_curl_setopt_long(handle, CURLOPT_LOW_SPEED_TIME, stallSeconds)
+            _ = ls_curl_setopt_long(handle, CURLOPT_LOW_SPEED_TIME, max(1, stallSeconds - 5))
         }
         if let body = request.body {
             _ = ls_curl_setopt_long(handle, CURLOPT_POST, 1)
