@@ -460,7 +460,11 @@ const char *layersync_client_storage_path(const layersync_client *client);
 /**
  * Returns the document descriptor for the document and layer a JWT grants. Only the JWT's
  * shape is checked here (offline); the server checks its signature. Mirrors Instant's
- * `documentDescriptor(forJWT:)`.
+ * `documentDescriptor(forJWT:)`. A document and layer already open keep the JWT they
+ * have: a later call with another token (other permissions or
+ * `collaboration_permissions`) returns the same handle and does not use the new token;
+ * change tokens with `layersync_document_reauthenticate`. A token of another `user_id`
+ * than the one pinned to the local layer fails with `USER_ID_MISMATCH`.
  *
  * @param client The client. Must not be NULL.
  * @param jwt A JWT granting one document and layer (claims `document_id`, optional
@@ -469,8 +473,8 @@ const char *layersync_client_storage_path(const layersync_client *client);
  *     layer always give the same handle. Must not be NULL.
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
- *     `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_STORAGE_LOCKED`,
- *     `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
+ *     `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_USER_ID_MISMATCH`,
+ *     `LAYERSYNC_ERROR_STORAGE_LOCKED`, `LAYERSYNC_ERROR_DATABASE_ACCESS_FAILED`.
  */
 int layersync_client_document_for_jwt(
     layersync_client *client, const char *jwt, layersync_document **out_document,
