@@ -45,10 +45,16 @@ package struct JWTClaims: Sendable, Equatable {
             throw invalid("header is not base64url JSON object")
         }
         if let alg = header["alg"], alg.stringValue == nil { throw invalid("alg is not a string") }
-        guard let payloadBytes = Base64URL.decode(parts[1]),
-              case .object(let payload)? = try? JSONValue.parse(bytes: payloadBytes) else {
-            throw invalid("payload is not base64url JSON object")
+        guard let payloadBytes = Base64URL.decode(parts[1]) else { throw invalid("payload is not base64url JSON object") }
+        let payloadValue: JSONValue
+        do {
+            payloadValue = try JSONValue.parse(bytes: payloadBytes)
+        } catch {
+            // The parser's reason, e.g. a lone surrogate escape, which no string can hold (the
+            // server refuses one in collaboration_permissions too).
+            throw invalid("payload is not base64url JSON object (\(error.message))")
         }
+        guard case .object(let payload) = payloadValue else { throw invalid("payload is not base64url JSON object") }
         guard let documentID = payload["document_id"]?.stringValue, !documentID.isEmpty else {
             throw invalid("document_id missing or not a non-empty string")
         }

@@ -30,6 +30,16 @@ func makeJWT(_ payload: String, header: String = #"{"alg":"ES256","typ":"JWT"}"#
         #expect(claims.expiresAt == 1_999_999_999)
     }
 
+    /// A lone surrogate escape cannot be a Swift string: the JWT is invalid, and the message says why.
+    @Test func aLoneSurrogateInThePayloadIsNamed() {
+        do throws(LayerSyncError) {
+            _ = try JWTClaims(token: makeJWT(#"{"document_id":"d","collaboration_permissions":["annotations:view:group=\ud800"]}"#))
+            Issue.record("accepted")
+        } catch {
+            #expect(error.code == .invalidJWT && error.message.contains("lone surrogate"), "\(error.message)")
+        }
+    }
+
     @Test func acceptsLayerNameAliasAndDefaultsToTheDefaultLayer() throws {
         #expect(try JWTClaims(token: makeJWT(#"{"document_id":"d","layer_name":"x"}"#)).layerName == "x")
         #expect(try JWTClaims(token: makeJWT(#"{"document_id":"d"}"#)).layerName == "")

@@ -538,3 +538,50 @@ def test_a_large_claim_parses_in_linear_time_on_the_client(make_client, server, 
     small_s = _claim_parse_seconds(client, small)
     large_s = _claim_parse_seconds(client, large)
     assert large_s < 30 * small_s, (small_s, large_s)
+
+
+# -- breaker findings (issue 14, brk14) ------------------------------------------------------
+
+def _get_records(server, doc_id, token):
+    st, body = raw(server, "GET", f"/sync/v1/documents/{doc_id}/layers/~/records?since=0", token)
+    return st, json.loads(body or b"null")
+
+
+def test_a_mark_after_the_scope_equals_sign_is_valid_on_both_sides(make_client, server, uploaded):
+    """``group=\\u0301x``: the server compares code points (200); the client used to find no
+    ``=`` (Swift's ``Character`` merges it with the accent) and refused the JWT."""
+    doc_id = uploaded()
+    token = _signed(server, doc_id, ["annotations:view:group=\u0301x"])
+    assert _get_records(server, doc_id, token)[0] == 200
+    client = make_client()
+    client.document_for_jwt(token)  # no InvalidJWTError
+
+
+def test_a_lone_surrogate_in_the_claim_is_refused_on_both_sides(make_client, server, uploaded):
+    """A lone surrogate (``"\\ud800"`` in the payload's JSON) is no Unicode text: no client
+    string can hold it, so the server refuses it too (403, the reason named) rather than
+    serving a token the client cannot read."""
+    doc_id = uploaded()
+    token = _signed(server, doc_id, ["annotations:view:group=\ud800"])
+    st, body = _get_records(server, doc_id, token)
+    assert st == 403 and "lone surrogate" in body["error"]["message"], body
+    client = make_client()
+    with pytest.raises(layersync.InvalidJWTError, match="lone surrogate"):
+        client.document_for_jwt(token)
+
+
+def test_canonically_equivalent_group_names_are_different_groups(make_client, server, uploaded):
+    """A record in group ``"cafe\\u0301"`` (NFD) under a grant of ``group=caf\\u00e9`` (NFC):
+    the server compares code points and forbids the edit; the client used Swift's ``==``
+    (canonical equivalence), showed ``isEditable`` true and queued an edit that bounced."""
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    rec = lead.create_annotation(note("nfd", group="cafe\u0301"))
+    lead.sync(wait=True, timeout=WAIT_S)
+    _, eve, _ = open_doc(make_client, server, doc_id, "eve", ["annotations:view:all", "annotations:edit:group=caf\u00e9"])
+    got = eve.get_annotation(rec["id"])
+    assert got["group"] == "cafe\u0301" and got["isEditable"] is False, got
+    with pytest.raises(layersync.ForbiddenError):
+        eve.update_annotation(dict(got, text={"format": "plain", "value": "eve"}))
+    assert not eve.rejected_changes()
+
