@@ -125,7 +125,11 @@ typedef enum {
     LAYERSYNC_ERROR_OLD_CLIENT = 21,
     /** This library needs a newer protocol than the server speaks. */
     LAYERSYNC_ERROR_OLD_SERVER = 22,
-    /** The JWT is malformed (checked offline: shape and claim types). */
+    /**
+     * The JWT is malformed (checked offline: shape and claim types), or longer than
+     * 65,536 bytes (it travels in every request's `Authorization` header, which libcurl
+     * caps at 1 MiB; the server answers 431 `token_too_large`).
+     */
     LAYERSYNC_ERROR_INVALID_JWT = 32,
     /** The JWT's `user_id` differs from the one pinned in the local store. */
     LAYERSYNC_ERROR_USER_ID_MISMATCH = 33,
@@ -464,7 +468,7 @@ const char *layersync_client_storage_path(const layersync_client *client);
  *
  * @param client The client. Must not be NULL.
  * @param jwt A JWT granting one document and layer (claims `document_id`, optional
- *     `layer`, `user_id`, `permissions`, `exp`). Must not be NULL.
+ *     `layer`, `user_id`, `permissions`, `exp`); at most 65,536 bytes. Must not be NULL.
  * @param out_document Receives the handle, owned by the client. The same document and
  *     layer always give the same handle. Must not be NULL.
  * @param error Receives the details of a failure. May be NULL.
@@ -891,7 +895,8 @@ double layersync_document_sync_delay(const layersync_document *document);
  * changes are sent afterwards. Mirrors Instant's `reauthenticate(withJWT:)`.
  *
  * @param document The document. Must not be NULL.
- * @param jwt A fresh JWT for the same document, layer and user. Must not be NULL.
+ * @param jwt A fresh JWT for the same document, layer and user; at most 65,536 bytes.
+ *     Must not be NULL.
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_USER_ID_MISMATCH`,
