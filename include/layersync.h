@@ -1524,7 +1524,11 @@ int layersync_document_add_attachment(
 /**
  * Reads an attachment from the local disk cache; never touches the network.
  * `ATTACHMENT_NOT_LOADED`: a local record references it but it was not downloaded yet
- * (call `layersync_document_download_attachment`); `NO_SUCH_ATTACHMENT`: unknown here.
+ * (call `layersync_document_download_attachment`); `NO_SUCH_ATTACHMENT`: unknown here,
+ * or, under a JWT with `collaboration_permissions`, used by no live record of the layer
+ * that the JWT may view (the server's rule, which answers 404; an attachment added here
+ * and not uploaded yet stays readable), so bytes cached under a wider grant are not
+ * handed out after a narrowing reauthentication.
  *
  * @param document The document. Must not be NULL.
  * @param attachment_id The attachment id (64 lowercase hex digits). Must not be NULL.
@@ -1543,8 +1547,10 @@ int layersync_document_attachment_data(
 /**
  * Downloads an attachment into the disk cache (attachments are downloaded lazily);
  * returns at once. The bytes are checked against the id. The callback gets
- * `NO_SUCH_ATTACHMENT` when the server does not have it, `INVALID_SERVER_DATA` when the
- * bytes do not hash to the id, `REQUEST_FAILED` offline.
+ * `NO_SUCH_ATTACHMENT` when the server does not have it (or, under
+ * `collaboration_permissions`, no record the JWT may view uses it: refused before asking,
+ * as `layersync_document_attachment_data`), `INVALID_SERVER_DATA` when the bytes do not
+ * hash to the id, `REQUEST_FAILED` offline.
  *
  * @param document The document. Must not be NULL.
  * @param attachment_id The attachment id. Must not be NULL.

@@ -576,3 +576,29 @@ def test_an_over_long_jwt_is_refused_offline_and_by_the_server(make_client, serv
     assert len(small) <= 65536 and _get_records(server, doc_id, small)[0] == 200
     make_client().document_for_jwt(small).download(wait=True, timeout=WAIT_S)
 
+
+def test_a_cached_attachment_of_a_record_no_longer_visible_is_not_found(make_client, server, uploaded, tmp_path):
+    """After a narrowing reauthentication the private image record disappears, and so does its
+    attachment: the local read answers NO_SUCH_ATTACHMENT as the server answers 404 (a live
+    record the token may view must mention the hash), instead of the cached bytes."""
+    doc_id = uploaded()
+    client = make_client(storage_path=tmp_path / "s")
+    client.wait_validated(timeout=WAIT_S)
+    doc = client.document_for_jwt(server.mint_token(doc_id, user_id="lead", collaboration_permissions=LEAD))
+    doc.download(wait=True, timeout=WAIT_S)
+    sha = doc.add_attachment(b"PRIVATE-BYTES", "application/octet-stream")
+    assert doc.attachment_data(sha) == b"PRIVATE-BYTES"  # added here, not uploaded yet: the user's own bytes
+    doc.create_annotation({"type": "pspdfkit/image", "pageIndex": 0, "bbox": [1, 1, 5, 5], "imageAttachmentId": sha,
+                           "contentType": "image/png", "group": "private"})
+    doc.sync(wait=True, timeout=WAIT_S)
+    assert doc.attachment_data(sha) == b"PRIVATE-BYTES"  # its record is visible
+    guest = server.mint_token(doc_id, user_id="lead", collaboration_permissions=GUEST)
+    doc.reauthenticate(guest)
+    doc.sync(wait=True, timeout=WAIT_S)
+    assert all(r.get("imageAttachmentId") != sha for r in doc.list_annotations())
+    with pytest.raises(layersync.NoSuchAttachmentError):
+        doc.attachment_data(sha)
+    with pytest.raises(layersync.NoSuchAttachmentError):
+        doc.download_attachment(sha, wait=True, timeout=WAIT_S)
+    st, _ = raw(server, "GET", f"/sync/v1/documents/{doc_id}/attachments/{sha}", guest)
+    assert st == 404  # the server's answer, mirrored
