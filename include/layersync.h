@@ -125,7 +125,11 @@ typedef enum {
     LAYERSYNC_ERROR_OLD_CLIENT = 21,
     /** This library needs a newer protocol than the server speaks. */
     LAYERSYNC_ERROR_OLD_SERVER = 22,
-    /** The JWT is malformed (checked offline: shape and claim types). */
+    /**
+     * The JWT is malformed (checked offline: shape and claim types), or longer than
+     * 65,536 bytes (it travels in every request's `Authorization` header, which libcurl
+     * caps at 1 MiB; the server answers 431 `token_too_large`).
+     */
     LAYERSYNC_ERROR_INVALID_JWT = 32,
     /** The JWT's `user_id` differs from the one pinned in the local store. */
     LAYERSYNC_ERROR_USER_ID_MISMATCH = 33,
@@ -468,7 +472,7 @@ const char *layersync_client_storage_path(const layersync_client *client);
  *
  * @param client The client. Must not be NULL.
  * @param jwt A JWT granting one document and layer (claims `document_id`, optional
- *     `layer`, `user_id`, `permissions`, `exp`). Must not be NULL.
+ *     `layer`, `user_id`, `permissions`, `exp`); at most 65,536 bytes. Must not be NULL.
  * @param out_document Receives the handle, owned by the client. The same document and
  *     layer always give the same handle. Must not be NULL.
  * @param error Receives the details of a failure. May be NULL.
@@ -895,7 +899,8 @@ double layersync_document_sync_delay(const layersync_document *document);
  * changes are sent afterwards. Mirrors Instant's `reauthenticate(withJWT:)`.
  *
  * @param document The document. Must not be NULL.
- * @param jwt A fresh JWT for the same document, layer and user. Must not be NULL.
+ * @param jwt A fresh JWT for the same document, layer and user; at most 65,536 bytes.
+ *     Must not be NULL.
  * @param error Receives the details of a failure. May be NULL.
  * @return `LAYERSYNC_OK`, or an error code: `LAYERSYNC_ERROR_INVALID_ARGUMENT`,
  *     `LAYERSYNC_ERROR_INVALID_JWT`, `LAYERSYNC_ERROR_USER_ID_MISMATCH`,
@@ -1523,7 +1528,11 @@ int layersync_document_add_attachment(
 /**
  * Reads an attachment from the local disk cache; never touches the network.
  * `ATTACHMENT_NOT_LOADED`: a local record references it but it was not downloaded yet
- * (call `layersync_document_download_attachment`); `NO_SUCH_ATTACHMENT`: unknown here.
+ * (call `layersync_document_download_attachment`); `NO_SUCH_ATTACHMENT`: unknown here,
+ * or, under a JWT with `collaboration_permissions`, used by no live record of the layer
+ * that the JWT may view (the server's rule, which answers 404; an attachment added here
+ * and not uploaded yet stays readable), so bytes cached under a wider grant are not
+ * handed out after a narrowing reauthentication.
  *
  * @param document The document. Must not be NULL.
  * @param attachment_id The attachment id (64 lowercase hex digits). Must not be NULL.
@@ -1542,8 +1551,10 @@ int layersync_document_attachment_data(
 /**
  * Downloads an attachment into the disk cache (attachments are downloaded lazily);
  * returns at once. The bytes are checked against the id. The callback gets
- * `NO_SUCH_ATTACHMENT` when the server does not have it, `INVALID_SERVER_DATA` when the
- * bytes do not hash to the id, `REQUEST_FAILED` offline.
+ * `NO_SUCH_ATTACHMENT` when the server does not have it (or, under
+ * `collaboration_permissions`, no record the JWT may view uses it: refused before asking,
+ * as `layersync_document_attachment_data`), `INVALID_SERVER_DATA` when the bytes do not
+ * hash to the id, `REQUEST_FAILED` offline.
  *
  * @param document The document. Must not be NULL.
  * @param attachment_id The attachment id. Must not be NULL.

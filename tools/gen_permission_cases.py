@@ -25,9 +25,18 @@ from layersync_server import permissions as P  # noqa: E402
 OUT = REPO / "tests" / "permission-cases.json"
 USER = "me"
 TYPES = {"annotations": "pspdfkit/note", "comments": "pspdfkit/comment", "form-fields": "pspdfkit/widget",
-         "value": "pspdfkit/form-field-value", "untyped": None, "bookmark": "pspdfkit/bookmark"}
+         "value": "pspdfkit/form-field-value", "untyped": None, "bookmark": "pspdfkit/bookmark",
+         # a combining mark after the prefix's "/" (one Swift Character with it): still a form field
+         "combining": "pspdfkit/form-field/\u0301x"}
 SCOPES = ["all", "self", "group=g", "createdBy=other"]
-OWNERS = [(USER, None), (USER, "g"), ("other", None), ("other", "g"), ("third", "h"), (None, None)]
+OWNERS = [(USER, None), (USER, "g"), ("other", None), ("other", "g"), ("third", "h"), (None, None),
+          # canonically equivalent to names of the Unicode claims (NFD of "José", "café"; KELVIN
+          # SIGN for "K"), not the same code points: the server tells them apart, and so must Swift
+          ("Jose\u0301", None), (None, "cafe\u0301"), (None, "\u212a")]
+#: Claims naming the NFC (or ASCII) twins of those owners, and a name that starts with a mark.
+UNICODE_CLAIMS = [["annotations:*:group=caf\u00e9", "comments:*:createdBy=Jos\u00e9", "form-fields:*:group=K"],
+                  ["annotations:*:group=cafe\u0301", "annotations:*:createdBy=Jose\u0301", "form-fields:*:group=\u212a"],
+                  ["annotations:view:group=\u0301x", "annotations:*:group=\u212a"]]
 
 
 def record(record_type, created_by, group, rid="r"):
@@ -49,7 +58,7 @@ def claims():
                 out.append([entry] if action == "view" else [f"{content_type}:view:all", entry])
     out.append(["annotations:view:self", "annotations:edit:all"])  # edit without view of others
     out.append(["annotations:*:group=g", "annotations:*:createdBy=other"])
-    return out
+    return out + UNICODE_CLAIMS
 
 
 ACTIONS = ("view", "edit", "delete", "reply", "fill", "set-group")
@@ -76,7 +85,8 @@ GRANT_CLAIMS = [None, ["annotations:*:all", "comments:*:all", "form-fields:*:all
                 ["annotations:*:self", "comments:*:self", "form-fields:*:self"],
                 # Instant's landlord/tenant: fill scoped by the form field's group, or its creator
                 ["annotations:view:all", "form-fields:view:all", "form-fields:fill:group=g"],
-                ["form-fields:view:all", "form-fields:fill:createdBy=other"]]
+                ["form-fields:view:all", "form-fields:fill:createdBy=other"],
+                ["annotations:view:all", "annotations:edit:all", "annotations:set-group:group=caf\u00e9"]]
 
 
 def owner(rec):
@@ -103,6 +113,23 @@ def change_cases():
                 if write and default_group is None:  # the other two only matter to creates
                     cases += update_cases(g) + delete_cases(g)
                 grants.append({"claim": claim, "write": write, "default_group": default_group, "cases": cases})
+    # Group names compared by code points: a create in "cafe\u0301" is not one in the default
+    # group "caf\u00e9" (it needs set-group), moving a record between the two is a group change.
+    for claim in (["annotations:view:all"], ["annotations:*:all"], GRANT_CLAIMS[-1]):
+        g = grant(claim, default_group="caf\u00e9")
+        cases = []
+        for group in ("caf\u00e9", "cafe\u0301"):
+            why = P.forbidden_change(g, "create", None, {"id": "n", "type": TYPES["annotations"]}, group, True)
+            cases.append({"op": "create", "type": TYPES["annotations"], "group_given": True, "group": group,
+                          "root": None, "forbidden": why})
+        for current_group, new_group in (("caf\u00e9", "cafe\u0301"), ("cafe\u0301", "caf\u00e9"), ("g", "cafe\u0301")):
+            current = record(TYPES["annotations"], USER, current_group)
+            for changed in (False, True):
+                content = dict(current.content, text="new") if changed else dict(current.content)
+                why = P.forbidden_change(g, "update", current, content, new_group, True)
+                cases.append({"op": "update", "current": owner(current), "content_changed": changed,
+                              "type": TYPES["annotations"], "group_given": True, "group": new_group, "forbidden": why})
+        grants.append({"claim": claim, "write": True, "default_group": "caf\u00e9", "cases": cases})
     return grants
 
 
@@ -213,8 +240,17 @@ def malformed_cases():
         except P.ClaimError:
             ok = False
         cases.append({"claim": ["annotations:view:all", entry], "entry": entry, "valid": ok})
-    for claim in (["annotations:view:group=a=b"], ["annotations:view:createdBy=x:y"], ["comments:*:self"]):
-        cases.append({"claim": claim, "entry": claim[0], "valid": P.parse_claim(claim) is not None})
+    # On code points: a mark after ":" or "=" does not hide it (one Swift Character with it),
+    # and a mark on a keyword spoils the keyword.
+    unicode = (["annotations:view:group=\u0301x"], ["annotations:view:createdBy=\u0301"], ["annotations:view:group=:\u0301"],
+               ["annotations:\u0301view:all"], ["annotations\u0301:view:all"], ["annotations:view:all\u0301"],
+               ["annotations:view:group\u0301=x"], ["annotations:*\u0301:all"], ["annotations:view:self\u0301"])
+    for claim in (["annotations:view:group=a=b"], ["annotations:view:createdBy=x:y"], ["comments:*:self"], *unicode):
+        try:
+            valid = P.parse_claim(claim) is not None
+        except P.ClaimError:
+            valid = False
+        cases.append({"claim": claim, "entry": claim[0], "valid": valid})
     return cases
 
 

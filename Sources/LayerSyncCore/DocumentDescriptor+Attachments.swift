@@ -44,12 +44,15 @@ extension DocumentDescriptor {
     /// - Returns: The bytes and content type.
     /// - Throws: `.invalidArgument` (not a SHA-256 hex id), `.attachmentNotLoaded` (a local
     ///   record references it but it is not downloaded yet: call ``downloadAttachment(id:completion:)``),
-    ///   `.noSuchAttachment` (unknown here), `.couldNotReadFromDiskCache`, plus the common errors.
+    ///   `.noSuchAttachment` (unknown here, or, under a `collaboration_permissions` claim, used
+    ///   by no record the token may view: ``requireReadableAttachment(_:)``),
+    ///   `.couldNotReadFromDiskCache`, plus the common errors.
     public func attachmentData(id: String) throws(LayerSyncError) -> (bytes: [UInt8], contentType: String) {
         try requireDownloaded()
         guard SHA256.isDigest(id) else {
             throw LayerSyncError(.invalidArgument, "an attachment id is 64 lowercase hex digits", attachmentID: id)
         }
+        try requireReadableAttachment(id)
         let path = attachmentsDirectory + "/" + id
         guard StorageLayout.fileExists(path) else {
             let referenced = try store.referencedAttachmentIDs().contains(id)
@@ -67,7 +70,8 @@ extension DocumentDescriptor {
 
     /// Downloads an attachment from the server into the local cache (verifying its hash).
     /// Completion JSON: `{"attachment_id", "size_bytes", "content_type"}`; errors:
-    /// `.noSuchAttachment` (404), `.invalidServerData` (bytes do not hash to the id),
+    /// `.noSuchAttachment` (404, or refused before asking by ``requireReadableAttachment(_:)``),
+    /// `.invalidServerData` (bytes do not hash to the id),
     /// `.couldNotCreateAttachment`, `.requestFailed`, `.accessDenied`.
     /// - Parameters:
     ///   - id: The attachment id.
@@ -78,6 +82,7 @@ extension DocumentDescriptor {
             throw LayerSyncError(.invalidArgument, "an attachment id is 64 lowercase hex digits", attachmentID: id)
         }
         try runOperation(completion, capability: "attachments", notFound: .noSuchAttachment) { token, cancellation throws(LayerSyncError) in
+            try self.requireReadableAttachment(id)
             let (bytes, contentType) = try self.context.server.getAttachment(documentID: self.documentID, id: id, jwt: token,
                                                                              session: self.workSession, cancellation: cancellation)
             guard SHA256.hex(bytes) == id else {
@@ -92,6 +97,21 @@ extension DocumentDescriptor {
             return JSONValue.object(JSONObject([("attachment_id", .string(id)), ("size_bytes", .integer(Int64(bytes.count))),
                                                 ("content_type", .string(contentType))])).jsonText
         }
+    }
+
+    /// The server's rule for reading an attachment (docs/protocol.md "Collaboration
+    /// permissions", attachments), applied to the local copy: without a claim every attachment
+    /// of the document is readable; under one, only an attachment that a live record of this
+    /// layer the token may view mentions in its content, or one added here and not uploaded yet
+    /// (the user holds those bytes). Else it is not found, as the server answers 404, so bytes
+    /// cached under a wider grant stay out of reach after a narrowing reauthentication.
+    /// - Throws: `.noSuchAttachment`, `.databaseAccessFailed`.
+    func requireReadableAttachment(_ id: String) throws(LayerSyncError) {
+        let grant = self.grant
+        guard grant.isRestricted else { return }
+        if try store.recordsMentioning(id).contains(where: { grant.allows(.view, $0.ownership) }) { return }
+        if try store.pendingAttachments().contains(where: { $0.id == id }) { return }
+        throw LayerSyncError(.noSuchAttachment, "no attachment \(id) in this document", documentID: documentID, attachmentID: id)
     }
 
     /// Uploads every attachment added locally that the server does not have yet (sync cycle).

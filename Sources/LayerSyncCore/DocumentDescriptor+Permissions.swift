@@ -186,7 +186,9 @@ extension DocumentDescriptor {
         guard try store.isDownloaded(), let claims = claims(of: token) else { return }
         let applied = try store.appliedGrant() ?? (permissions: nil, userID: claims.userID)
         let current = (permissions: claims.collaboration?.entries, userID: claims.userID)
-        guard applied.permissions != current.permissions || applied.userID != current.userID else { return }
+        // Code points, as the server compares (not Swift's canonical equivalence).
+        guard !CollaborationPermissions.sameEntries(applied.permissions, current.permissions)
+                || !applied.userID.isExactly(current.userID) else { return }
         let since = try store.since()
         let page = try context.server.regrantedRecords(documentID: documentID, layer: layerName, since: since, epoch: try store.epoch(),
                                                        previousPermissions: applied.permissions, previousUserID: applied.userID,

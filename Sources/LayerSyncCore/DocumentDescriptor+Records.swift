@@ -103,7 +103,7 @@ extension DocumentDescriptor {
             object["creatorName"] = storedContent?["creatorName"]
         }
         let text = JSONValue.object(object).jsonText
-        let newGroup = groupAsked.flatMap { $0 == current.group ? nil : .some($0) }
+        let newGroup = groupAsked.flatMap { $0.isExactly(current.group) ? nil : .some($0) }  // code points, as the server
         let contentChanged = storedContent != .object(object)
         // Setting or changing rootId moves the record into a thread: `reply` there too.
         let newRootID = object["rootId"]?.stringValue

@@ -28,12 +28,13 @@ package struct CollaborationPermissions: Sendable, Equatable {
 
         /// The content type of a record whose `content.type` is `recordType` (`nil`: none, or
         /// not a string, which counts as `annotations` like any type the claim does not name).
+        /// Compared by code points, as the server's `record_kind` does.
         package init(recordType: String?) {
             guard let recordType else { self = .annotations; return }
-            if recordType == CollaborationPermissions.commentType {
+            if recordType.isExactly(CollaborationPermissions.commentType) {
                 self = .comments
-            } else if recordType.hasPrefix("pspdfkit/form-field/") || recordType == "pspdfkit/widget"
-                        || recordType == CollaborationPermissions.formFieldValueType {
+            } else if recordType.utf8.starts(with: "pspdfkit/form-field/".utf8) || recordType.isExactly("pspdfkit/widget")
+                        || recordType.isExactly(CollaborationPermissions.formFieldValueType) {
                 self = .formFields
             } else {
                 self = .annotations
@@ -46,12 +47,12 @@ package struct CollaborationPermissions: Sendable, Equatable {
         case view, edit, delete, reply, fill, setGroup = "set-group"
     }
 
-    /// Who one grant covers.
+    /// Who one grant covers (names compared by code points: ``ExactString``).
     struct Scope: Sendable, Equatable {
         var all = false
         var own = false
-        var groups: Set<String> = []
-        var creators: Set<String> = []
+        var groups: Set<ExactString> = []
+        var creators: Set<ExactString> = []
 
         /// Adds what `other` covers.
         mutating func merge(_ other: Scope) {
@@ -63,9 +64,9 @@ package struct CollaborationPermissions: Sendable, Equatable {
 
         func covers(createdBy: String?, group: String?, userID: String?) -> Bool {
             if all { return true }
-            if own, let userID, createdBy == userID { return true }
-            if let group, groups.contains(group) { return true }
-            if let createdBy, creators.contains(createdBy) { return true }
+            if own, let userID, let createdBy, createdBy.isExactly(userID) { return true }
+            if let group, groups.contains(ExactString(group)) { return true }
+            if let createdBy, creators.contains(ExactString(createdBy)) { return true }
             return false
         }
     }
@@ -96,31 +97,34 @@ package struct CollaborationPermissions: Sendable, Equatable {
             func invalid(_ why: String) -> LayerSyncError {
                 LayerSyncError(.invalidJWT, "malformed JWT: collaboration_permissions entry \"\(entry)\": \(why)")
             }
-            // Python's split(":", 2): the scope keeps any further colons.
-            let parts = entry.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
+            // Python's split(":", 2): the scope keeps any further colons. On code points, as
+            // the server: a `:` or `=` followed by a combining mark is one Character in Swift.
+            let parts = entry.unicodeScalars.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+                .map { String(Substring($0)) }
             guard parts.count == 3 else { throw invalid("expected <content-type>:<action>:<scope>") }
-            guard let contentType = ContentType(rawValue: parts[0]) else {
+            guard let contentType = ContentType.allCases.first(where: { $0.rawValue.isExactly(parts[0]) }) else {
                 throw invalid("content type must be one of annotations, comments, form-fields")
             }
             let actions: [Action]
-            if parts[1] == "*" {
+            if parts[1].isExactly("*") {
                 actions = contentType.actions
-            } else if let action = Action(rawValue: parts[1]), contentType.actions.contains(action) {
+            } else if let action = Action.allCases.first(where: { $0.rawValue.isExactly(parts[1]) }),
+                      contentType.actions.contains(action) {
                 actions = [action]
             } else {
                 let names = contentType.actions.map(\.rawValue).joined(separator: ", ")
                 throw invalid("action must be one of \(names) or * for \(contentType.rawValue)")
             }
             var grant = Scope()
-            let scopeText = parts[2]
-            if scopeText == "all" {
+            let scopeText = parts[2].unicodeScalars
+            if parts[2].isExactly("all") {
                 grant.all = true
-            } else if scopeText == "self" {
+            } else if parts[2].isExactly("self") {
                 grant.own = true
-            } else if let equals = scopeText.firstIndex(of: "="), scopeText[scopeText.index(after: equals)...].isEmpty == false,
-                      ["group", "createdBy"].contains(String(scopeText[..<equals])) {
-                let value = String(scopeText[scopeText.index(after: equals)...])
-                if scopeText.hasPrefix("group=") { grant.groups.insert(value) } else { grant.creators.insert(value) }
+            } else if let equals = scopeText.firstIndex(of: "="), scopeText.index(after: equals) != scopeText.endIndex,
+                      case let name = String(Substring(scopeText[..<equals])), name.isExactly("group") || name.isExactly("createdBy") {
+                let value = ExactString(String(Substring(scopeText[scopeText.index(after: equals)...])))
+                if name.isExactly("group") { grant.groups.insert(value) } else { grant.creators.insert(value) }
             } else {
                 throw invalid("scope must be all, self, group=<name> or createdBy=<user_id>")
             }
@@ -155,7 +159,13 @@ package struct CollaborationPermissions: Sendable, Equatable {
         scopes[Self.key(contentType, action)] ?? Scope()
     }
 
-    package static func == (lhs: Self, rhs: Self) -> Bool { lhs.entries == rhs.entries }
+    package static func == (lhs: Self, rhs: Self) -> Bool { sameEntries(lhs.entries, rhs.entries) }
+
+    /// Whether two claims' entries are the same strings, code point for code point (`nil`: no claim).
+    package static func sameEntries(_ lhs: [String]?, _ rhs: [String]?) -> Bool {
+        guard let lhs, let rhs else { return lhs == nil && rhs == nil }
+        return lhs.count == rhs.count && zip(lhs, rhs).allSatisfy { $0.isExactly($1) }
+    }
 }
 
 /// A record's ownership as the permissions see it: its `content.type`, `createdBy`, `group`.
@@ -175,6 +185,11 @@ package struct RecordOwnership: Sendable, Equatable {
         self.type = type
         self.createdBy = createdBy
         self.group = group
+    }
+
+    /// Code point equality (the server's), not Swift's canonical equivalence.
+    package static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.type.isExactly(rhs.type) && lhs.createdBy.isExactly(rhs.createdBy) && lhs.group.isExactly(rhs.group)
     }
 }
 
@@ -201,6 +216,12 @@ package struct PermissionGrant: Sendable, Equatable {
         self.userID = userID
         self.canWrite = canWrite
         self.defaultGroup = defaultGroup
+    }
+
+    /// Code point equality of the names (the server's), not Swift's canonical equivalence.
+    package static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.collaboration == rhs.collaboration && lhs.userID.isExactly(rhs.userID) && lhs.canWrite == rhs.canWrite
+            && lhs.defaultGroup.isExactly(rhs.defaultGroup)
     }
 
     /// Whether the token has a claim at all (without one, everything is allowed).
@@ -237,15 +258,15 @@ package struct PermissionGrant: Sendable, Equatable {
         if !canWrite { return "token lacks the 'write' permission, which creating a record needs" }
         let inherited = defaultGroup(ofType: type, field: field)
         let groupOfNew = groupGiven ? group : inherited
-        if type == CollaborationPermissions.commentType || rootGiven, !mayReply(root: root) {
+        if type.isExactly(CollaborationPermissions.commentType) || rootGiven, !mayReply(root: root) {
             return "may not reply to this thread"
         }
-        if type == CollaborationPermissions.formFieldValueType,
+        if type.isExactly(CollaborationPermissions.formFieldValueType),
            !(mayFill(field: field, createdBy: userID, group: groupOfNew)
              && allows(.view, RecordOwnership(type: type, createdBy: userID, group: groupOfNew))) {
             return "may not fill this form field"
         }
-        if groupGiven, group != inherited, !allows(.setGroup, RecordOwnership(type: type, createdBy: userID, group: group)) {
+        if groupGiven, !group.isExactly(inherited), !allows(.setGroup, RecordOwnership(type: type, createdBy: userID, group: group)) {
             return "may not create a record in group \(Self.quoted(group))"
         }
         return nil
@@ -255,7 +276,7 @@ package struct PermissionGrant: Sendable, Equatable {
     /// value's is its form field's (`field`; Instant: values inherit the field's group), anything
     /// else's (and a value whose field is not known) the token's `default_group`.
     package func defaultGroup(ofType type: String?, field: RecordOwnership?) -> String? {
-        if let field, type == CollaborationPermissions.formFieldValueType { return field.group }
+        if let field, type.isExactly(CollaborationPermissions.formFieldValueType) { return field.group }
         return defaultGroup
     }
 
@@ -296,9 +317,9 @@ package struct PermissionGrant: Sendable, Equatable {
                                  field: RecordOwnership? = nil, renamed: Bool = false, newField: RecordOwnership? = nil) -> String? {
         guard collaboration != nil else { return nil }
         if !allows(.view, current) { return "may not view this record" }
-        let groupChange = groupGiven && group != current.group
+        let groupChange = groupGiven && !group.isExactly(current.group)
         if contentChanged || !groupChange {
-            if current.type == CollaborationPermissions.formFieldValueType {
+            if current.type.isExactly(CollaborationPermissions.formFieldValueType) {
                 if !(mayFill(field: field, createdBy: current.createdBy, group: current.group)
                      && (!(contentChanged && renamed) || mayFill(field: newField, createdBy: current.createdBy, group: current.group))) {
                     return "may not fill this record"
@@ -314,7 +335,7 @@ package struct PermissionGrant: Sendable, Equatable {
             }
             if movesThread, !mayReply(root: root) { return "may not reply to this thread" }
         }
-        if groupGiven, group != current.group,
+        if groupGiven, !group.isExactly(current.group),
            !(allows(.setGroup, current)
              && allows(.setGroup, RecordOwnership(type: newType, createdBy: current.createdBy, group: group))) {
             return "may not move this record to group \(Self.quoted(group))"
@@ -341,4 +362,36 @@ package struct PermissionGrant: Sendable, Equatable {
 
     /// Python's `repr` of a group, as the server's messages write it.
     private static func quoted(_ group: String?) -> String { group.map { "'\($0)'" } ?? "None" }
+}
+
+/// A string whose equality and hash are its code points (the server's Python `str`), not
+/// Swift's canonical equivalence, under which `"caf\u{E9}"` and `"cafe\u{301}"` are equal:
+/// group names and user ids are matched as the server matches them.
+struct ExactString: Hashable, Sendable {
+    let text: String
+
+    init(_ text: String) { self.text = text }
+
+    static func == (lhs: Self, rhs: Self) -> Bool { lhs.text.isExactly(rhs.text) }
+
+    func hash(into hasher: inout Hasher) {
+        for byte in text.utf8 { hasher.combine(byte) }
+    }
+}
+
+extension String {
+    /// Whether the two are the same code points (UTF-8 bytes), as Python's `==` compares;
+    /// Swift's `==` is canonical equivalence, which must not decide permissions.
+    package func isExactly(_ other: String) -> Bool { utf8.elementsEqual(other.utf8) }
+}
+
+extension Optional where Wrapped == String {
+    /// ``Swift/String/isExactly(_:)`` of two optional strings (`nil` equals only `nil`).
+    package func isExactly(_ other: String?) -> Bool {
+        switch (self, other) {
+        case (nil, nil): true
+        case let (lhs?, rhs?): lhs.isExactly(rhs)
+        default: false
+        }
+    }
 }

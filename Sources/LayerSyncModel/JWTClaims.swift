@@ -25,6 +25,12 @@ package struct JWTClaims: Sendable, Equatable {
     /// `collaboration_permissions` parsed, `nil` when absent (full access).
     package var collaboration: CollaborationPermissions?
 
+    /// The longest token accepted, in bytes (UTF-8). It travels in every request's
+    /// `Authorization` header: libcurl refuses a request of more than 1 MiB ("Out of memory"),
+    /// common proxies much less, and the server answers 431 above the same limit; a longer
+    /// token is refused here rather than failing every request as if offline.
+    package static let maximumTokenBytes = 65_536
+
     /// What this token may do with records (``PermissionGrant``).
     package var grant: PermissionGrant {
         PermissionGrant(collaboration: collaboration, userID: userID, canWrite: permissions?.contains("write") ?? true,
@@ -36,6 +42,10 @@ package struct JWTClaims: Sendable, Equatable {
     /// - Throws: `.invalidJWT` describing the first problem found.
     package init(token: String) throws(LayerSyncError) {
         func invalid(_ why: String) -> LayerSyncError { LayerSyncError(.invalidJWT, "malformed JWT: \(why)") }
+        guard token.utf8.count <= Self.maximumTokenBytes else {
+            throw LayerSyncError(.invalidJWT, "JWT too long: \(token.utf8.count) bytes, the limit is \(Self.maximumTokenBytes) "
+                                 + "(it is sent in every request's Authorization header)")
+        }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else { throw invalid("expected 3 dot-separated parts, found \(parts.count)") }
         guard !parts[0].isEmpty, !parts[1].isEmpty else { throw invalid("empty header or payload") }
@@ -45,10 +55,16 @@ package struct JWTClaims: Sendable, Equatable {
             throw invalid("header is not base64url JSON object")
         }
         if let alg = header["alg"], alg.stringValue == nil { throw invalid("alg is not a string") }
-        guard let payloadBytes = Base64URL.decode(parts[1]),
-              case .object(let payload)? = try? JSONValue.parse(bytes: payloadBytes) else {
-            throw invalid("payload is not base64url JSON object")
+        guard let payloadBytes = Base64URL.decode(parts[1]) else { throw invalid("payload is not base64url JSON object") }
+        let payloadValue: JSONValue
+        do {
+            payloadValue = try JSONValue.parse(bytes: payloadBytes)
+        } catch {
+            // The parser's reason, e.g. a lone surrogate escape, which no string can hold (the
+            // server refuses one in collaboration_permissions too).
+            throw invalid("payload is not base64url JSON object (\(error.message))")
         }
+        guard case .object(let payload) = payloadValue else { throw invalid("payload is not base64url JSON object") }
         guard let documentID = payload["document_id"]?.stringValue, !documentID.isEmpty else {
             throw invalid("document_id missing or not a non-empty string")
         }

@@ -26,6 +26,13 @@ extension LayerStore {
         }
     }
 
+    /// The live records whose content mentions `text` (an attachment id: the records that use
+    /// it), compared exactly, as the server's `records_mentioning`.
+    /// - Throws: `.databaseAccessFailed`.
+    package func recordsMentioning(_ text: String) throws(LayerSyncError) -> [StoredRecord] {
+        try storedRecords("SELECT \(Self.storedColumns) FROM records r WHERE instr(r.content, ?) > 0", [.text(text)])
+    }
+
     /// Attachments not yet on the server, oldest first: (id, content type).
     package func pendingAttachments() throws(LayerSyncError) -> [(id: String, contentType: String)] {
         try withDatabase { db throws(LayerSyncError) in

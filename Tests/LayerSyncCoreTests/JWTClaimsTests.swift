@@ -30,6 +30,32 @@ func makeJWT(_ payload: String, header: String = #"{"alg":"ES256","typ":"JWT"}"#
         #expect(claims.expiresAt == 1_999_999_999)
     }
 
+    /// A JWT travels in every request's header (libcurl: 1 MiB per request at most): one over
+    /// the limit is refused offline with the limit named, one at it is accepted.
+    @Test func refusesATokenOverTheLengthLimit() throws {
+        let prefix = makeJWT(#"{"document_id":"d","pad":""}"#).count
+        let fits = makeJWT(#"{"document_id":"d","pad":"\#(String(repeating: "x", count: (JWTClaims.maximumTokenBytes - prefix) * 3 / 4 - 2))"}"#)
+        #expect(fits.utf8.count <= JWTClaims.maximumTokenBytes)
+        _ = try JWTClaims(token: fits)
+        let long = makeJWT(#"{"document_id":"d","pad":"\#(String(repeating: "x", count: JWTClaims.maximumTokenBytes))"}"#)
+        #expect(throws: LayerSyncError.self) { _ = try JWTClaims(token: long) }
+        do throws(LayerSyncError) {
+            _ = try JWTClaims(token: long)
+        } catch {
+            #expect(error.code == .invalidJWT && error.message.contains("\(JWTClaims.maximumTokenBytes)"), "\(error.message)")
+        }
+    }
+
+    /// A lone surrogate escape cannot be a Swift string: the JWT is invalid, and the message says why.
+    @Test func aLoneSurrogateInThePayloadIsNamed() {
+        do throws(LayerSyncError) {
+            _ = try JWTClaims(token: makeJWT(#"{"document_id":"d","collaboration_permissions":["annotations:view:group=\ud800"]}"#))
+            Issue.record("accepted")
+        } catch {
+            #expect(error.code == .invalidJWT && error.message.contains("lone surrogate"), "\(error.message)")
+        }
+    }
+
     @Test func acceptsLayerNameAliasAndDefaultsToTheDefaultLayer() throws {
         #expect(try JWTClaims(token: makeJWT(#"{"document_id":"d","layer_name":"x"}"#)).layerName == "x")
         #expect(try JWTClaims(token: makeJWT(#"{"document_id":"d"}"#)).layerName == "")

@@ -20,10 +20,13 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from layersync_server.errors import access_denied, unauthorized
+from layersync_server.errors import ApiError, access_denied, unauthorized
 from layersync_server.permissions import ClaimError, Permissions, parse_claim
 
 ALL_PERMISSIONS = ("read-document", "write", "download")
+#: The longest JWT accepted (bytes), the client's limit too (JWTClaims.maximumTokenBytes):
+#: it travels in every request's header, which libcurl and proxies cap.
+MAX_TOKEN_BYTES = 65_536
 _ALGORITHMS_BY_KEY = {rsa.RSAPublicKey: ["RS256", "RS512"], ec.EllipticCurvePublicKey: ["ES256", "ES512"]}
 _ADMIN_HEADER = re.compile(r'^\s*Token\s+token="?([^"]*)"?\s*$', re.IGNORECASE)
 
@@ -84,7 +87,8 @@ class JwtVerifier:
         """Turn an ``Authorization`` header into a :class:`Grant`.
 
         Raises:
-            ApiError: 401 ``unauthorized`` when the header is missing; 403
+            ApiError: 401 ``unauthorized`` when the header is missing; 431
+                ``token_too_large`` for a token over :data:`MAX_TOKEN_BYTES`; 403
                 ``access_denied`` when it is not a valid, unexpired, well-formed JWT.
         """
         if not authorization:
@@ -95,6 +99,9 @@ class JwtVerifier:
         if self._key is None:
             raise access_denied("server has no public key configured")
         token = token.strip()
+        if len(token) > MAX_TOKEN_BYTES:  # (a header value is Latin-1: one character per byte)
+            raise ApiError(431, "token_too_large", f"JWT is {len(token)} bytes, the limit is {MAX_TOKEN_BYTES}",
+                           {"max_token_bytes": MAX_TOKEN_BYTES})
         cached = self._verified.get(token)
         if cached is not None:  # same bytes, same key: the signature and the claims hold
             grant, iat, nbf, exp = cached

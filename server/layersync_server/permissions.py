@@ -101,7 +101,8 @@ def parse_claim(value: object) -> Permissions | None:
             ``<content-type>:<action>:<scope>`` with a known content type, an action of
             that content type (``reply`` only for comments, ``fill`` only for form
             fields) or ``*``, and a scope ``all``, ``self``, ``group=<name>``,
-            ``createdBy=<user_id>`` (the message names the entry).
+            ``createdBy=<user_id>`` (the message names the entry), or one that is not
+            Unicode text (a lone surrogate, which the client's strings cannot hold).
     """
     if value is None:
         return None
@@ -109,6 +110,11 @@ def parse_claim(value: object) -> Permissions | None:
         raise ClaimError("claim collaboration_permissions must be an array of strings")
     grants: dict[tuple[str, str], dict] = {}
     for entry in value:
+        try:  # a lone surrogate ("\ud800" in the JSON) is no Unicode text: clients cannot hold it
+            entry.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ClaimError(f"collaboration_permissions entry {entry!r}: not valid Unicode "
+                             "(a lone surrogate)") from None
         parts = entry.split(":", 2)
         if len(parts) != 3:
             raise ClaimError(f"collaboration_permissions entry {entry!r}: expected "

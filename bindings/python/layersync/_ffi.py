@@ -141,7 +141,7 @@ ERROR_EXCEPTIONS = {
     19: ('PayloadLimitExceededError', "A single change is larger than the server's `max_request_bytes`."),
     21: ('OldClientError', 'The server needs a newer protocol than this library speaks.'),
     22: ('OldServerError', 'This library needs a newer protocol than the server speaks.'),
-    32: ('InvalidJWTError', 'The JWT is malformed (checked offline: shape and claim types).'),
+    32: ('InvalidJWTError', "The JWT is malformed (checked offline: shape and claim types), or longer than 65,536 bytes (it travels in every request's `Authorization` header, which libcurl caps at 1 MiB; the server answers 431 `token_too_large`)."),
     33: ('UserIDMismatchError', "The JWT's `user_id` differs from the one pinned in the local store."),
     40: ('AttachmentNotLoadedError', 'The attachment exists but its bytes are not downloaded yet.'),
     41: ('NoSuchAttachmentError', 'No attachment with that id.'),

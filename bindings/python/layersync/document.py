@@ -702,7 +702,8 @@ class Document(CallsIntoC):
         Raises:
             AttachmentNotLoadedError: a local record references it but its bytes are not
                 downloaded yet (use :meth:`download_attachment`).
-            NoSuchAttachmentError: unknown here.
+            NoSuchAttachmentError: unknown here, or, under a JWT with
+                ``collaboration_permissions``, used by no record it may view (the server's rule).
             CouldNotReadFromDiskCacheError, NotDownloadedError, InvalidArgumentError.
         """
         struct = _ffi.layersync_attachment()
