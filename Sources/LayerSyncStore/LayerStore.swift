@@ -18,10 +18,10 @@ import Glibc
 /// Within a process every opener of the same directory shares one instance
 /// (``open(directory:localWriteDurability:)``); a second process gets `.storageLocked`.
 ///
-/// Tables (schema version 8, `PRAGMA user_version`; version 1 lacked `records_fts`,
+/// Tables (schema version 7, `PRAGMA user_version`; version 1 lacked `records_fts`,
 /// version 2 `attachments`, version 3 indexed records for search by triggers on every write,
 /// version 4 had a UNIQUE index on `pending_changes.change_id`, version 5 lacked
-/// `rejected_changes`, version 6 lacked record ownership, version 7 the `rootId` index):
+/// `rejected_changes`, version 6 lacked record ownership):
 /// - `records`: `content` is the local view (NULL when deleted locally), `created_by`,
 ///   `updated_by`, `grp` its ownership (collaboration permissions); index `records_root` on
 ///   the live records' ``rootIDExpression`` (the replies of a record).
@@ -47,11 +47,12 @@ import Glibc
 ///   acknowledged them; see LayerStore+RejectionReports.swift.
 package final class LayerStore: Sendable {
     /// Schema version stored in `PRAGMA user_version`.
-    static let schemaVersion: Int64 = 8
+    static let schemaVersion: Int64 = 7
 
     /// A record's `rootId` (`NULL` when it has none or its content is not JSON), as index
-    /// `records_root` holds it: a query finds replies through the index only when it spells
-    /// the expression exactly so (with `content IS NOT NULL`, the index's condition).
+    /// `records_root` (created when a store opens, outside the schema versions) holds it: a
+    /// query finds replies through the index only when it spells the expression exactly so
+    /// (with `content IS NOT NULL`, the index's condition).
     static let rootIDExpression = "CASE WHEN json_valid(content) THEN json_extract(content, '$.rootId') END"
 
     /// The layer directory.
@@ -390,18 +391,13 @@ package final class LayerStore: Sendable {
                 try db.execute("PRAGMA user_version = 7;")
             }
         }
-        if version < 8 {
-            // Version 8: live records by `rootId` (``rootIDExpression``) through an index, not a
-            // scan of every record: the replies a delete takes with it, a thread's comments, and
-            // under collaboration permissions the replies behind every record handed out
-            // (`isDeletable`, a create's and an update's answer too).
-            try db.transaction { () throws(LayerSyncError) in
-                try db.execute("""
-                    CREATE INDEX IF NOT EXISTS records_root ON records(\(rootIDExpression)) WHERE content IS NOT NULL;
-                    PRAGMA user_version = 8;
-                    """)
-            }
-        }
+        // Live records by `rootId` (``rootIDExpression``) through an index, not a scan of every
+        // record: the replies a delete takes with it, a thread's comments, and under
+        // collaboration permissions the replies behind every record handed out (`isDeletable`,
+        // a create's and an update's answer too). Not a schema version: SQLite maintains the
+        // index for a library that does not know it as well, so a store that has it still opens
+        // in the library before (a downgrade needs no reset).
+        try db.execute("CREATE INDEX IF NOT EXISTS records_root ON records(\(rootIDExpression)) WHERE content IS NOT NULL;")
     }
 
     /// Runs `body` with the connection, under the store's lock.
