@@ -56,7 +56,7 @@ extension LayerStore {
                 throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(id)", recordID: id)
             }
             let comments = try db.query(
-                "SELECT id FROM records WHERE content IS NOT NULL AND id <> ? AND json_extract(content, '$.rootId') = ? ORDER BY rowid",
+                "SELECT id FROM records WHERE content IS NOT NULL AND id <> ? AND \(Self.rootIDExpression) = ? ORDER BY rowid",
                 [.text(id), .text(id)]
             ).compactMap { $0.first?.text }
             let ids = [id] + comments
@@ -237,7 +237,7 @@ extension LayerStore {
                 throw LayerSyncError(.noSuchAnnotation, "no annotation with id \(rootID)", recordID: rootID)
             }
             return try db.query("""
-                SELECT \(Self.storedColumns) FROM records r WHERE content IS NOT NULL AND id <> ? AND json_extract(content, '$.rootId') = ?
+                SELECT \(Self.storedColumns) FROM records r WHERE content IS NOT NULL AND id <> ? AND \(Self.rootIDExpression) = ?
                 ORDER BY json_extract(content, '$.createdAt'), id
                 """, [.text(rootID), .text(rootID)]).compactMap(Self.storedRecord)
         }

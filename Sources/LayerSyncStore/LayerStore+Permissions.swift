@@ -69,8 +69,9 @@ extension LayerStore {
         try replies(rootIDs: [rootID])[rootID] ?? []
     }
 
-    /// The live replies of several root records in one query (one pass over the records, not
-    /// one per root: a list of records handed out asks for all of theirs at once).
+    /// The live replies of several root records in one query (one index lookup per root, index
+    /// `records_root`: a list of records handed out asks for all of theirs at once; a create
+    /// or update under a claim asks for its record's, so this must not scan the records).
     /// - Parameter rootIDs: The roots' ids.
     /// - Returns: Each root id that has live replies with them, oldest row first; a root
     ///   without replies is absent.
@@ -81,8 +82,8 @@ extension LayerStore {
         return try withDatabase { db throws(LayerSyncError) in
             var replies: [String: [StoredRecord]] = [:]
             for row in try db.query("""
-                SELECT \(Self.storedColumns), json_extract(r.content, '$.rootId') AS root FROM records r
-                WHERE r.content IS NOT NULL AND root IN (SELECT value FROM json_each(?)) AND r.id <> root ORDER BY r.rowid
+                SELECT \(Self.storedColumns), \(Self.rootIDExpression) AS root FROM records r
+                WHERE content IS NOT NULL AND root IN (SELECT value FROM json_each(?)) AND r.id <> root ORDER BY r.rowid
                 """, [.text(ids)]) {
                 guard let root = row[6].text, let reply = Self.storedRecord(row) else { continue }
                 replies[root, default: []].append(reply)

@@ -46,6 +46,31 @@ func temporaryDirectory(_ name: String = "store") -> String {
         #expect(try reopened.withDatabase { db throws(LayerSyncError) in try db.query("PRAGMA user_version").first?.first?.integer } == LayerStore.schemaVersion)
     }
 
+    /// The replies of a record (a delete takes them, a thread lists them, every record handed
+    /// out under collaboration permissions reads them) come through index `records_root`, not a
+    /// scan of every record; a record whose content is not JSON is no one's reply.
+    @Test func repliesAreLookedUpThroughTheRootIndex() throws {
+        let store = try LayerStore.open(directory: temporaryDirectory())
+        try store.createRecord(id: "r", content: #"{"id":"r","type":"pspdfkit/note"}"#)
+        try store.createRecord(id: "c1", content: #"{"id":"c1","type":"pspdfkit/comment","rootId":"r"}"#)
+        try store.createRecord(id: "o", content: #"{"id":"o","type":"pspdfkit/comment","rootId":"other"}"#)
+        try store.createRecord(id: "c2", content: #"{"id":"c2","type":"pspdfkit/comment","rootId":"r"}"#)
+        try store.createRecord(id: "bad", content: #"{"id":"bad"}"#)
+        try store.withDatabase { db throws(LayerSyncError) in
+            _ = try db.query("UPDATE records SET content = 'not JSON \"rootId\":\"r\"' WHERE id = 'bad'")
+        }
+        #expect(try store.replies(rootID: "r").map(\.id) == ["c1", "c2"])
+        #expect(try store.replies(rootIDs: ["r", "other", "none"]).mapValues { $0.map(\.id) } == ["r": ["c1", "c2"], "other": ["o"]])
+        #expect(try store.storedComments(rootID: "r").map(\.id).sorted() == ["c1", "c2"])
+        let plan = try store.withDatabase { db throws(LayerSyncError) in
+            try db.query("EXPLAIN QUERY PLAN SELECT id FROM records WHERE content IS NOT NULL AND \(LayerStore.rootIDExpression) = ?",
+                         [.text("r")]).compactMap { $0.last?.text }
+        }
+        #expect(plan.contains { $0.contains("USING INDEX records_root") }, "plan: \(plan)")
+        #expect(try store.deleteRecord(id: "r") == ["r", "c1", "c2"])
+        #expect(try store.replies(rootID: "r").isEmpty)
+    }
+
     @Test func sameDirectorySharesOneStoreInAProcess() throws {
         let directory = temporaryDirectory()
         let a = try LayerStore.open(directory: directory)
