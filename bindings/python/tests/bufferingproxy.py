@@ -22,8 +22,11 @@ class BufferingProxy(FaultProxy):
     """FaultProxy's listener and bookkeeping (``close``, ``cut_all``), with its own answer
     path: every request forwarded, every answer held as above."""
 
-    def __init__(self, upstream_url: str) -> None:
+    def __init__(self, upstream_url: str, pass_first: int = 0) -> None:
+        """``pass_first``: bytes of each answer passed at once before the buffering starts
+        (a proxy that lets the head and the stream's ``hello`` through, then holds)."""
         self.requests: list[str] = []
+        self.pass_first = pass_first
         super().__init__(upstream_url)
 
     def count(self, fragment: str) -> int:  # type: ignore[override]
@@ -46,11 +49,15 @@ class BufferingProxy(FaultProxy):
             head = [f"{request.method} {request.path} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
             head += [f"Content-Length: {len(request.body)}", "Connection: close"]
             upstream.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + request.body)
-            held = b""
+            held, passed = b"", 0
             while True:
                 chunk = upstream.recv(65536)
                 if not chunk:
                     break
+                if passed < self.pass_first:
+                    conn.sendall(chunk)
+                    passed += len(chunk)
+                    continue
                 held += chunk
                 if len(held) >= HOLD_BYTES:
                     conn.sendall(held)

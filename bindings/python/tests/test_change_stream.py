@@ -91,6 +91,16 @@ def open_layers(client: layersync.Client, server: ReferenceServer, doc_id: str, 
     return docs
 
 
+def listen_through(make_client, proxy_url: str, server: ReferenceServer, doc_id: str, layers: list[str]):
+    """A validated client on ``proxy_url`` listening on ``layers`` of ``doc_id``: (client, docs)."""
+    client = make_client(server_url=proxy_url)
+    client.wait_validated(timeout=WAIT_S)
+    docs = open_layers(client, server, doc_id, layers)
+    for doc in docs:
+        doc.start_listening()
+    return client, docs
+
+
 def test_fifty_layers_share_one_stream_connection_and_one_listener_thread(make_client, server, uploaded):
     doc_id = uploaded()
     port = urllib.parse.urlparse(server.url).port
@@ -253,11 +263,7 @@ def test_a_buffering_proxy_makes_the_client_fall_back_to_long_poll(make_client, 
     doc_id = uploaded()
     proxy = BufferingProxy(server.url)
     try:
-        client = make_client(server_url=proxy.url)
-        client.wait_validated(timeout=WAIT_S)
-        docs = open_layers(client, server, doc_id, ["u", "v"])
-        for doc in docs:
-            doc.start_listening()
+        client, docs = listen_through(make_client, proxy.url, server, doc_id, ["u", "v"])
         started = time.monotonic()
         wait_until(lambda: client.listening_transport == "long-poll", "the fallback to long-poll", timeout=15)
         assert time.monotonic() - started < 8  # the 5 s hello deadline, not the 30 s stall

@@ -9,14 +9,12 @@ review's last finding). Uses stallproxy.py and bufferingproxy.py."""
 from __future__ import annotations
 
 import shutil
-import socket
 import time
 
-from bufferingproxy import HOLD_BYTES, BufferingProxy
+from bufferingproxy import BufferingProxy
 from conftest import WAIT_S, corpus_pdf
-from faultproxy import _read_request
 from stallproxy import StallProxy
-from test_change_stream import (free_port, local_ids, metric, open_layers, own_server,  # noqa: F401
+from test_change_stream import (free_port, listen_through, local_ids, metric, open_layers, own_server,  # noqa: F401
                                 post_server_note, wait_until)
 
 
@@ -30,11 +28,7 @@ def test_a_network_stall_does_not_move_listening_to_long_poll_for_good(make_clie
     srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
     proxy = StallProxy(srv.url)
     try:
-        client = make_client(server_url=proxy.url)
-        client.wait_validated(timeout=WAIT_S)
-        docs = open_layers(client, srv, doc_id, ["a", "b"])
-        for doc in docs:
-            doc.start_listening()
+        client, docs = listen_through(make_client, proxy.url, srv, doc_id, ["a", "b"])
         wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "the subscriptions")
         assert client.listening_transport == "stream"
         accepted = proxy.accepted
@@ -62,11 +56,7 @@ def test_the_server_closes_the_stream_a_client_replaced_after_its_path_went_sile
     srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
     proxy = StallProxy(srv.url)
     try:
-        client = make_client(server_url=proxy.url)
-        client.wait_validated(timeout=WAIT_S)
-        docs = open_layers(client, srv, doc_id, ["a", "b"])
-        for doc in docs:
-            doc.start_listening()
+        client, docs = listen_through(make_client, proxy.url, srv, doc_id, ["a", "b"])
         wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "the subscriptions")
         assert metric(srv, "layersync_open_streams") == 1
         proxy.stall_existing()  # the client's flows go silent; new ones pass
@@ -151,58 +141,14 @@ def test_layers_past_the_servers_max_subscriptions_still_receive_changes(make_cl
     wait_until(lambda: metric(srv, "layersync_open_long_polls") == 0, "its long-poll to end")
 
 
-class LateBufferingProxy(BufferingProxy):
-    """Passes the answer's first 2 KiB at once (head and hello), then buffers 64 KiB lumps."""
-    def _serve(self, conn):
-        upstream = None
-        try:
-            request = _read_request(conn)
-            if request is None:
-                return
-            with self.lock:
-                self.requests.append(f"{request.method} {request.path}")
-            upstream = socket.create_connection(self.upstream, timeout=None)
-            with self.lock:
-                self.connections.add(upstream)
-            headers = {k: v for k, v in request.headers.items()
-                       if k.lower() not in ("connection", "keep-alive", "content-length")}
-            head = [f"{request.method} {request.path} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
-            head += [f"Content-Length: {len(request.body)}", "Connection: close"]
-            upstream.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + request.body)
-            held, passed = b"", 0
-            while True:
-                chunk = upstream.recv(65536)
-                if not chunk:
-                    break
-                if passed < 300:
-                    conn.sendall(chunk); passed += len(chunk); continue
-                held += chunk
-                if len(held) >= HOLD_BYTES:
-                    conn.sendall(held); held = b""
-            conn.sendall(held)
-        except OSError:
-            pass
-        finally:
-            for s in (upstream, conn):
-                if s is not None:
-                    try:
-                        s.close()
-                    except OSError:
-                        pass
-
-
 def test_a_proxy_that_passes_the_hello_then_buffers_is_detected(make_client, server, uploaded):
     """A proxy that passes the answer's head and hello and then holds the body in 64 KiB lumps:
     the subscriptions' acknowledgements (`subscribed` events) do not arrive while the server
     answers the probe, so the client falls back to long-poll and gets the change."""
     doc_id = uploaded()
-    proxy = LateBufferingProxy(server.url)
+    proxy = BufferingProxy(server.url, pass_first=300)  # head and hello pass, then 64 KiB lumps
     try:
-        client = make_client(server_url=proxy.url)
-        client.wait_validated(timeout=WAIT_S)
-        docs = open_layers(client, server, doc_id, ["u", "v"])
-        for doc in docs:
-            doc.start_listening()
+        client, docs = listen_through(make_client, proxy.url, server, doc_id, ["u", "v"])
         time.sleep(3)
         record_id = post_server_note(server, doc_id, "u", "through the proxy")
         deadline = time.monotonic() + 45
