@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from conftest import CORPUS, MAX_REQUEST_BYTES, change, note
 from layersync_server.app import create_app
+from layersync_server.auth import MAX_TOKEN_BYTES
 from layersync_server.settings import Settings
 from layersync_server.storage.sqlite import SqliteStorage
 
@@ -71,6 +72,11 @@ def _too_large(server, doc):
                             headers={**server.auth(doc), "Content-Type": "application/json"})
 
 
+def _token_too_large(server, doc):
+    return server.http.get(server.layer_url(doc) + "/records",
+                           headers={"Authorization": "Bearer " + "a" * (MAX_TOKEN_BYTES + 1)})
+
+
 CASES = {
     (400, "invalid_request"): _invalid_request,
     (401, "unauthorized"): lambda s, d: s.http.get(s.layer_url(d) + "/records"),
@@ -89,6 +95,7 @@ CASES = {
     (400, "hash_mismatch"): _hash_mismatch,
     (416, "range_not_satisfiable"): _range,
     (413, "payload_too_large"): _too_large,
+    (431, "token_too_large"): _token_too_large,
     (426, "old_client"): lambda s, d: s.http.get("/sync/v1/info", headers={"LayerSync-Protocol": "0"}),
 }
 
