@@ -105,6 +105,8 @@ int main(void)
     /* B heard all of it on the change stream (protocol version 2), not by long-poll. */
     CHECK(layersync_client_listening_transport(b) == LAYERSYNC_LISTENING_STREAM);
     CHECK(layersync_client_listening_transport(NULL) == LAYERSYNC_LISTENING_STREAM);
+    CHECK(layersync_document_listening_transport(b_doc) == LAYERSYNC_LISTENING_STREAM);  /* its layer too */
+    CHECK(layersync_document_listening_transport(NULL) == LAYERSYNC_LISTENING_STREAM);
     CHECK_OK(layersync_document_stop_listening(b_doc, &error), &error);
     CHECK_CALLBACK_THREADS(&a_events);
     CHECK_CALLBACK_THREADS(&b_events);
