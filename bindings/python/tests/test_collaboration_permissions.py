@@ -111,13 +111,19 @@ def test_records_carry_ownership_and_flags_under_a_claim(make_client, server, up
     assert not set(server.annotations(doc.id)[created["id"]]) & set(layersync.HANDOUT_KEYS)
 
 
-def test_reviewer_may_change_only_own_records_and_nothing_is_queued(make_client, server, uploaded):
-    doc_id = uploaded()
+def leads_note_seen_by_a_reviewer(make_client, server, doc_id):
+    """The lead creates and syncs a note; reviewer bob opens the document: (lead, bob, the
+    note as bob gets it)."""
     _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
     theirs = lead.create_annotation(note("lead's"))
     lead.sync(wait=True, timeout=WAIT_S)
     _, bob, _ = open_doc(make_client, server, doc_id, "bob", REVIEWER)
-    seen = bob.get_annotation(theirs["id"])
+    return lead, bob, bob.get_annotation(theirs["id"])
+
+
+def test_reviewer_may_change_only_own_records_and_nothing_is_queued(make_client, server, uploaded):
+    doc_id = uploaded()
+    lead, bob, seen = leads_note_seen_by_a_reviewer(make_client, server, doc_id)
     assert seen["createdBy"] == "lead"
     assert (seen["isEditable"], seen["isDeletable"], seen["canReply"], seen["canSetGroup"]) == (False, False, True, False)
     before = bob.list_annotations()
@@ -125,22 +131,22 @@ def test_reviewer_may_change_only_own_records_and_nothing_is_queued(make_client,
         bob.update_annotation(dict(seen, text={"format": "plain", "value": "bob was here"}))
     assert info.value.code == layersync._ffi.LAYERSYNC_ERROR_FORBIDDEN
     with pytest.raises(layersync.ForbiddenError, match="may not delete"):
-        bob.delete_annotation(theirs["id"])
+        bob.delete_annotation(seen["id"])
     with pytest.raises(layersync.ForbiddenError, match="group"):
         bob.update_annotation(dict(seen, group="elsewhere"))
     assert not bob.has_unsynced_changes and bob.list_annotations() == before
     own = bob.create_annotation(note("bob's"))
     assert own["isEditable"] and own["isDeletable"] and not own["canSetGroup"]
     bob.update_annotation(dict(own, text={"format": "plain", "value": "bob edits his own"}))
-    reply = bob.create_comment(theirs["id"], "a reply")
+    reply = bob.create_comment(seen["id"], "a reply")
     assert reply["createdBy"] == "bob"
     bob.sync(wait=True, timeout=WAIT_S)
     assert not bob.rejected_changes()
     # The lead's root now carries bob's reply: bob still may not delete it.
-    assert not bob.get_annotation(theirs["id"])["isDeletable"]
+    assert not bob.get_annotation(seen["id"])["isDeletable"]
     # The lead may not delete it either under delete:self of comments; with comments:*:all she may.
     lead.sync(wait=True, timeout=WAIT_S)
-    assert lead.get_annotation(theirs["id"])["isDeletable"]
+    assert lead.get_annotation(seen["id"])["isDeletable"]
 
 
 def test_is_deletable_in_one_listing_judges_each_root_by_its_own_replies(make_client, server, uploaded):
@@ -452,18 +458,14 @@ def test_a_no_op_update_without_edit_does_not_stamp_updatedby(make_client, serve
     """Bug: a reviewer without `edit` on a record can pass it back unchanged through
     update_annotation; nothing refuses it, the server accepts it and stamps updatedBy=bob."""
     doc_id = uploaded()
-    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
-    theirs = lead.create_annotation(note("lead's"))
-    lead.sync(wait=True, timeout=WAIT_S)
-    _, bob, _ = open_doc(make_client, server, doc_id, "bob", REVIEWER)
-    seen = bob.get_annotation(theirs["id"])
+    lead, bob, seen = leads_note_seen_by_a_reviewer(make_client, server, doc_id)
     assert not seen["isEditable"]
     try:
         bob.update_annotation(seen)
     except layersync.ForbiddenError:
         return
     bob.sync(wait=True, timeout=WAIT_S)
-    record = server.admin_json(f"/api/documents/{doc_id}/annotations/{theirs['id']}")
+    record = server.admin_json(f"/api/documents/{doc_id}/annotations/{seen['id']}")
     assert record["updatedBy"] == "lead", record
 
 
