@@ -67,9 +67,16 @@ def _stored_as_sent(record_id: str, content: dict) -> bool:
 def _content_to_store(record_id: str, content: dict) -> dict:
     """:func:`normalize_content`, without the copy when nothing changes; the writer only
     reads it."""
+    return _to_store(record_id, content, None)[0]
+
+
+def _to_store(record_id: str, content: dict, text: str | None) -> tuple[dict, str | None]:
+    """``(content as stored, its text)``: :func:`_content_to_store`, and ``text`` (the
+    dump of ``content`` as sent, or None) when it is also the dump of the stored content,
+    i.e. nothing changes; else None (the writer encodes it)."""
     if _stored_as_sent(record_id, content):
-        return content
-    return normalize_content(record_id, content)
+        return content, text
+    return normalize_content(record_id, content), None
 
 
 #: A change without a ``group`` sibling (it keeps the record's; a create gets the default).
@@ -161,33 +168,6 @@ def _kept_creator(grant, current: StoredRecord, content: dict) -> dict:
     return kept
 
 
-def _fast_create_group(grant, change: dict, content: dict) -> object:
-    """The group of a create that the fast path may write as sent, or :data:`_NO_GROUP`
-    when the general rules must decide (a permission to check, a name to force)."""
-    group = _group_of(change)
-    if grant is None:
-        return None if group is _NO_GROUP else group
-    default = grant.default_group
-    if group is _NO_GROUP:
-        if content.get("type") == VALUE_TYPE:  # its form field's group: read it
-            return _NO_GROUP
-        group = default
-    elif group is not None and not isinstance(group, str):
-        return _NO_GROUP
-    if grant.creator_name is not None and _forced_creator(grant, content) is not content:
-        return _NO_GROUP
-    if grant.collaboration is not None and (group != default or content.get("type") in (
-            COMMENT_TYPE, VALUE_TYPE) or "rootId" in content or "write" not in grant.permissions):
-        return _NO_GROUP
-    return group
-
-
-def _stored_text(record_id: str, content: dict, text: str | None) -> str | None:
-    """``text`` (the dump of ``content`` as sent) when it is also the dump of the
-    content as stored, i.e. :func:`_content_to_store` keeps ``content`` as it is."""
-    return text if text is not None and _stored_as_sent(record_id, content) else None
-
-
 def _forbidden(change: dict, message: str, current: StoredRecord | None, grant) -> dict:
     """A ``forbidden`` rejection: the server's version when the user may view it (the
     local copy reverts to it), else none."""
@@ -262,8 +242,8 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
             content, text = forced, None
         if not given:
             group = default_group_of(grant, content, field)
-        revision = writer.put_record(record_id, _content_to_store(record_id, content), user_id,
-                                     _stored_text(record_id, content, text), group)
+        content, text = _to_store(record_id, content, text)
+        revision = writer.put_record(record_id, content, user_id, text, group)
     elif current is None:
         return _rejected(change, "not_found", f"record {record_id} does not exist", None)
     elif current.deleted:
@@ -280,8 +260,8 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
         content = _kept_creator(grant, current, change["content"])
         if content is not change["content"]:
             text = None
-        revision = writer.put_record(record_id, _content_to_store(record_id, content), user_id,
-                                     _stored_text(record_id, content, text),
+        content, text = _to_store(record_id, content, text)
+        revision = writer.put_record(record_id, content, user_id, text,
                                      group if given else KEEP_GROUP)
     else:
         revision = _tombstone_with_children(writer, record_id, user_id)
@@ -308,12 +288,6 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
     (:func:`~layersync_server.wire_json.parse_sync_json`); the writer stores it
     instead of encoding the content again.
 
-    Fast path: a create whose content is stored as sent, of a record the writer knows
-    is absent, under a change id it knows is not logged (a batch of new records, after
-    :meth:`LayerWriter.prefetch`), goes to :meth:`LayerWriter.accept_create` in one
-    call; anything else (or when the writer can not tell) takes the general rules.
-    Both give the same outcome (tests/test_push_fast_path.py).
-
     ``grant``: the token's :class:`~layersync_server.auth.Grant`: its collaboration
     permissions reject a change alone as ``forbidden``, its ``default_group`` and
     ``creator_name`` stamp new records (:mod:`layersync_server.permissions`).
@@ -328,28 +302,14 @@ def apply_changes(writer: LayerWriter, changes: list[dict], user_id: str | None,
         texts = itertools.repeat(None)
     elif len(texts) != len(changes):
         raise ValueError("content_texts must be parallel to changes")
-    accepted, rejected, own = result.accepted, result.rejected, result.own_revisions
-    accept_create = writer.accept_create
+    accepted, rejected = result.accepted, result.rejected
+    recorded, record = writer.recorded_outcome, writer.record_outcome
     for change, text in zip(changes, texts):
         change_id = change["change_id"]
-        if text is not None and change.get("op") == "create":
-            record_id = change.get("id")
-            content = change["content"]  # an object: it has a text
-            if _stored_as_sent(record_id, content) and (ids_valid or is_valid_record_id(record_id)) \
-                    and record_schema_problem(content) is None \
-                    and (group := _fast_create_group(grant, change, content)) is not _NO_GROUP:
-                root_id = content.get("rootId")
-                revision = accept_create(change_id, record_id, text,
-                                         root_id if isinstance(root_id, str) else None, user_id,
-                                         group)
-                if revision is not None:
-                    own.add(revision)
-                    accepted.append({"change_id": change_id, "id": record_id, "revision": revision})
-                    continue
-        outcome = writer.recorded_outcome(change_id)
+        outcome = recorded(change_id)
         if outcome is None:
             outcome = _apply_one(writer, change, user_id, result, checked, text, grant)
-            writer.record_outcome(change_id, outcome)
+            record(change_id, outcome)
         (rejected if "reason" in outcome else accepted).append(outcome)
     return result
 

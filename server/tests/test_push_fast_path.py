@@ -1,14 +1,12 @@
-"""The push fast paths give exactly the general path's answers and stored bytes.
+"""A push parsed the fast way gives exactly the answers and stored bytes of the exact parser.
 
-A sync body parsed by ``parse_sync_json`` carries each content's stored text, and a
-create of a new record under a new change id goes through ``LayerWriter.accept_create``
-and multi-row inserts (``SqlStorage.insert_rows``) instead of the general rules. These
-tests push the same batches both ways — the fast way, and the general way (the exact
-parser: no texts, ``checked`` False) — into twin layers of every backend and compare
-the outcomes, the stored rows and the logged outcome texts byte for byte; they also
-hold ``parse_sync_json`` to ``parse_json_checked`` and the exclusion forms of
-``changes_since`` to a plain filter.
-"""
+``parse_sync_json`` hands the rules each content's stored text (and ``checked``: no bad
+number, lone surrogate or deep nesting anywhere), so the writer stores that text instead
+of encoding the content again; the exact parser (``_parse_exact``) gives neither. These
+tests push the same batches both ways into twin layers of every backend and compare the
+outcomes, the stored rows and the logged outcome texts byte for byte; they also hold
+``parse_sync_json`` to ``parse_json_checked`` and the exclusion forms of
+``changes_since`` to a plain filter."""
 
 from __future__ import annotations
 
@@ -131,7 +129,7 @@ def test_fast_and_general_paths_store_and_answer_the_same(storage):
         raw = _body(batch, since)
         fast = _push(storage, "fast", raw, fast=True)
         general = _push(storage, "general", raw, fast=False)
-        assert fast[2] and fast[3] is not None  # the fast path really ran
+        assert fast[2] and fast[3] is not None  # the parse handed over the texts
         assert fast[0].accepted == general[0].accepted
         assert fast[0].rejected == general[0].rejected
         assert fast[0].own_revisions == general[0].own_revisions
@@ -302,29 +300,6 @@ def test_record_id_check_matches_its_definition():
             assert is_valid_record_id(value) == reference(value), repr(value)
     for value in ("", "x" * 128, "x" * 129, None, 7, b"abc", "01M8MC7QCD4FAFZQCN4MF2ABEC"):
         assert is_valid_record_id(value) == reference(value)
-
-
-def test_accept_create_declines_what_it_does_not_know(storage):
-    """Without :meth:`prefetch` the writer does not know whether a record or change id
-    exists, so it declines (None) and writes nothing; after it, it declines existing
-    records and logged change ids."""
-    with storage.write_layer("d", "L") as writer:
-        writer.put_record("old", {"id": "old", "v": 2}, None)
-        writer.record_outcome("logged", {"change_id": "logged", "id": "x", "revision": 1})
-    with storage.write_layer("d", "L") as writer:
-        assert writer.accept_create("c1", "old", '{"id":"old","v":2}', None, "u") is None
-        assert writer.accept_create("c2", "new", '{"id":"new","v":2}', None, "u") is None
-        writer.prefetch([], ["c1", "c2"])  # change ids known, records not
-        assert writer.accept_create("c1", "old", '{"id":"old","v":2}', None, "u") is None
-        assert writer.accept_create("c2", "new", '{"id":"new","v":2}', None, "u") is None
-        writer.prefetch(["old", "new"], ["logged", "c3"])
-        assert writer.accept_create("c3", "old", '{"id":"old","v":2}', None, "u") is None
-        assert writer.accept_create("logged", "new", '{"id":"new","v":2}', None, "u") is None
-        assert writer.accept_create("c3", "new", '{"id":"new","v":2}', None, "u") == 2
-        assert writer.accept_create("c4", "new", '{"id":"new","v":2}', None, "u") is None
-        assert writer.get_record("new").content == {"id": "new", "v": 2}
-    assert storage.get_layer("d", "L").revision == 2
-    assert [r.id for r in storage.list_records("d", "L", 0, 10, True).records] == ["old", "new"]
 
 
 def test_create_then_update_of_one_record_in_one_flush(storage):

@@ -62,7 +62,7 @@ HANDED_OUT_KEYS = ("createdBy", "updatedBy", "group", "isEditable", "isDeletable
 
 def has_handed_out_keys(content: dict) -> bool:
     """Whether ``content`` holds one of :data:`HANDED_OUT_KEYS`."""
-    return any(key in content for key in HANDED_OUT_KEYS)
+    return not content.keys().isdisjoint(HANDED_OUT_KEYS)
 
 
 def without_handed_out_keys(content: dict) -> dict:
@@ -257,20 +257,6 @@ class LayerWriter(abc.ABC):
     @abc.abstractmethod
     def record_outcome(self, change_id: str, outcome: dict) -> None:
         """Remember the outcome (an ``accepted`` or ``rejected`` entry) of a change id."""
-
-    def accept_create(self, change_id: str, record_id: str, content_text: str,
-                      root_id: str | None, user_id: str | None,
-                      group: str | None = None) -> int | None:
-        """Fast path of a create (``layersync_server.changes.apply_changes``): when this
-        writer knows without a read that ``change_id`` is not logged and record
-        ``record_id`` does not exist, write the record (``content_text``: its content as
-        stored, whose ``id`` is ``record_id`` and whose ``rootId`` is ``root_id``, without
-        :data:`HANDED_OUT_KEYS`: the caller checked) at a
-        new revision in ``group``, log the change's ``accepted`` outcome, and return the revision:
-        what :meth:`put_record` and :meth:`record_outcome` would do. Otherwise write
-        nothing and return None (the caller applies the general rules). Default: None.
-        """
-        return None
 
     def prefetch(self, record_ids, change_ids) -> None:
         """Hint: a batch touching these records and change ids follows; a backend may

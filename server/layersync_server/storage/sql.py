@@ -138,8 +138,6 @@ MIGRATIONS: list[tuple[int, list]] = [
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
-#: Not in a cache (distinct from None, "known absent").
-_UNKNOWN = object()
 _RECORD_COLUMNS = ("id, revision, deleted, content, created_by, updated_by, created_at, updated_at, "
                    "group_name")
 _DOCUMENT_COLUMNS = "document_id, title, sha256, size_bytes, page_count, annotation_count, created_at"
@@ -174,7 +172,7 @@ def dump_json(content: dict) -> str:
 
 def _row_of_create(values: tuple, now: str) -> dict:
     """The cached row (columns of ``_RECORD_COLUMNS``) of a pending create
-    (:meth:`SqlLayerWriter.accept_create`: ``(id, revision, content, root_id, user_id, group)``)."""
+    (:meth:`SqlLayerWriter.put_record` of a new record: ``(id, revision, content, root_id, user_id, group)``)."""
     record_id, revision, content, _, user_id, group = values
     return {"id": record_id, "revision": revision, "deleted": 0, "content": content,
             "created_by": user_id, "created_at": now, "updated_by": user_id, "updated_at": now,
@@ -264,8 +262,8 @@ class SqlLayerWriter(LayerWriter):
     Writes are buffered and sent as multi-row inserts (:meth:`SqlStorage.insert_rows`;
     :meth:`flush`, called by :meth:`SqlStorage.write_layer` before commit and before any
     SQL read that could see them), so a batch of N changes costs a few statements
-    instead of several per change. :meth:`accept_create` is the cheapest write: a new
-    record under a new change id, both known absent from the caches.
+    instead of several per change; new records (the bulk of a batch of creates) go in one
+    ``INSERT ... SELECT`` of their varying columns (:meth:`SqlStorage.insert_selected_rows`).
     Every record this transaction reads or writes is cached by id (``_rows``; ``None`` =
     no such record), so the cache is authoritative for every id it holds: the layer lock
     guarantees nobody else writes the layer meanwhile, and an id is cached before its
@@ -304,10 +302,10 @@ class SqlLayerWriter(LayerWriter):
         # rows to insert, each starting with (document_id, layer)
         self._pending_records: list[tuple] = []
         self._pending_versions: list[tuple] = []
-        self._pending_outcomes: list[tuple] = []
-        # accept_create's rows: (id, revision, content, root_id, user_id), (change_id, outcome)
+        # new records, (id, revision, content, root_id, user_id, group): also their rows in
+        # _rows until read (_row makes the dict); and (change_id, outcome) of logged changes
         self._pending_creates: list[tuple] = []
-        self._pending_created_outcomes: list[tuple] = []
+        self._pending_outcomes: list[tuple] = []
         self._form_fields: dict[str, StoredRecord | None] = {}  # form_field's answers by name
 
     @property
@@ -403,12 +401,9 @@ class SqlLayerWriter(LayerWriter):
             self._new.difference_update(self._superseded)  # they have versions now
             self._superseded = {}
         if self._pending_outcomes:
-            self._s.insert_rows(self._conn, _INSERT_OUTCOME, self._pending_outcomes)
-            self._pending_outcomes = []
-        if self._pending_created_outcomes:
             self._s.insert_selected_rows(self._conn, _INSERT_OUTCOME, "?, ?, column1, column2", key,
-                                         self._pending_created_outcomes)
-            self._pending_created_outcomes = []
+                                         self._pending_outcomes)
+            self._pending_outcomes = []
         if self._revision != self._flushed_revision:
             self._q("UPDATE layers SET revision=? WHERE document_id=? AND name=?",
                     (self._revision, *key))
@@ -421,7 +416,7 @@ class SqlLayerWriter(LayerWriter):
         except KeyError:
             pass
         else:
-            if type(row) is tuple:  # written by accept_create
+            if type(row) is tuple:  # a pending create (put_record)
                 row = self._rows[record_id] = _row_of_create(row, self._now)
             return row
         row = None
@@ -489,6 +484,13 @@ class SqlLayerWriter(LayerWriter):
         deleted = int(content is None)
         if group is KEEP_GROUP:
             group = old["group_name"] if old is not None else None
+        root_id = content.get("rootId") if content else None
+        if type(root_id) is not str:
+            root_id = None
+        if old is None and text is not None:  # a new record: the batched insert of creates
+            self._rows[record_id] = values = (record_id, revision, text, root_id, user_id, group)
+            self._pending_creates.append(values)
+            return revision
         if old is None:
             self._rows[record_id] = {
                 "id": record_id, "revision": revision, "deleted": deleted, "content": text,
@@ -504,29 +506,9 @@ class SqlLayerWriter(LayerWriter):
                 "id": record_id, "revision": revision, "deleted": deleted, "content": text,
                 "created_by": old["created_by"], "created_at": old["created_at"],
                 "updated_by": user_id, "updated_at": now, "group_name": group}
-        root_id = content.get("rootId") if content else None
         document_id, layer = self._key_tuple
         self._pending_records.append((document_id, layer, record_id, revision, deleted, text,
-                                      root_id if isinstance(root_id, str) else None,
-                                      user_id, user_id, now, now, group))
-        return revision
-
-    def accept_create(self, change_id: str, record_id: str, content_text: str,
-                      root_id: str | None, user_id: str | None,
-                      group: str | None = None) -> int | None:
-        """:meth:`LayerWriter.accept_create`: the caches say (after :meth:`prefetch`)
-        whether the record and the change id are absent; the row and the outcome are
-        those :meth:`put_record` and :meth:`record_outcome` write."""
-        rows, outcomes = self._rows, self._outcomes
-        if rows.get(record_id, _UNKNOWN) is not None or outcomes.get(change_id, _UNKNOWN) is not None:
-            return None
-        self._forget_form_fields(content_text)
-        revision = self._revision = self._revision + 1
-        rows[record_id] = values = (record_id, revision, content_text, root_id, user_id, group)
-        self._pending_creates.append(values)
-        text = outcomes[change_id] = orjson.dumps(
-            {"change_id": change_id, "id": record_id, "revision": revision}).decode("utf-8")
-        self._pending_created_outcomes.append((change_id, text))
+                                      root_id, user_id, user_id, now, now, group))
         return revision
 
     def history(self, record_id: str) -> list[StoredRecord]:
@@ -549,7 +531,7 @@ class SqlLayerWriter(LayerWriter):
         for row in self._rows.values():
             if row is None:
                 continue
-            if type(row) is tuple:  # a pending accept_create: (id, revision, ..)
+            if type(row) is tuple:  # a pending create: (id, revision, ..)
                 if row[1] > start:
                     rows.append(_row_of_create(row, self._now))
             elif row["revision"] > start:
@@ -572,7 +554,7 @@ class SqlLayerWriter(LayerWriter):
         else:
             text = dump_json(outcome)
         self._outcomes[change_id] = text
-        self._pending_outcomes.append((*self._key_tuple, change_id, text))
+        self._pending_outcomes.append((change_id, text))
 
 
 class SqlStorage(Storage):
