@@ -29,7 +29,7 @@ from layersync_server.openapi_bodies import HealthOut, media
 from layersync_server.observability import Metrics, ObservabilityMiddleware
 from layersync_server import dashboard
 from layersync_server.routes import admin, sync
-from layersync_server.routes.propagation import (OPENAPI_MODELS, OPENAPI_PATHS, Shortcut,
+from layersync_server.routes.propagation import (OPENAPI_MODELS, OPENAPI_PATHS,
                                                  hot_routes)
 from layersync_server.settings import Settings
 from layersync_server.storage import Storage, open_storage
@@ -40,8 +40,8 @@ _PROTOCOL_HEADER_BYTES = PROTOCOL_HEADER.encode()
 
 
 class ProtocolVersion:
-    """The ``LayerSync-Protocol`` rules (docs/protocol.md, Conventions), in one place for
-    :class:`ProtocolVersionMiddleware` and the hot routes' shortcut before it.
+    """The ``LayerSync-Protocol`` rules (docs/protocol.md, Conventions), applied to every
+    request by :class:`ProtocolVersionMiddleware`.
 
     Every response carries ``LayerSync-Protocol: <max>`` (:attr:`header`, appended last
     to the response headers); a request announcing a version below ``protocol_min`` is
@@ -97,25 +97,7 @@ class ProtocolVersionMiddleware:
 
 
 class LayerSyncApp(FastAPI):
-    """FastAPI that answers the propagation path's two requests (:mod:`routes.propagation
-    <layersync_server.routes.propagation>`) before its middleware stack.
-
-    The shortcut (:class:`~layersync_server.routes.propagation.Shortcut`) is taken when,
-    at the first HTTP request, the app has no middleware but the server's own
-    (:data:`OWN_MIDDLEWARE`, which the shortcut does the work of), no ``root_path`` and
-    is not in debug mode, and :attr:`hot_shortcut` is on; otherwise those requests go
-    through the stack to the same endpoints in the router. Every other request takes the
-    whole stack.
-    """
-
-    #: The middleware classes the shortcut stands for (create_app adds them).
-    OWN_MIDDLEWARE = (ObservabilityMiddleware, ProtocolVersionMiddleware)
-
-    #: Serve the hot routes before the stack when the app allows it (class docs).
-    hot_shortcut = True
-    _shortcut: Shortcut | None = None  # set by create_app
-    _serving: Shortcut | None | bool = False  # decided at the first HTTP request
-    _others = None  # what serves the other requests (default: the whole app)
+    """FastAPI with the server's graceful stop (:meth:`drain`)."""
 
     def drain(self) -> None:
         """First step of a graceful stop (server.py calls it on SIGTERM/SIGINT, once the
@@ -125,46 +107,21 @@ class LayerSyncApp(FastAPI):
         storage stays open until the lifespan's shutdown. Call on the event loop thread."""
         self.state.ctx.notifier.drain()  # (and the change streams: bye)
 
-    def serve_others_through(self, middleware_class, **options) -> None:
-        """Send the requests the shortcut does not answer through
-        ``middleware_class(<the whole app>, **options)`` (server.py: uvicorn's
-        proxy-headers middleware, which only those requests read)."""
-        self._others = middleware_class(super().__call__, **options)
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            shortcut = self._serving
-            if shortcut is False:
-                shortcut = self._serving = self._usable_shortcut()
-            if shortcut is not None:
-                found = shortcut.match(scope)
-                if found is not None:
-                    scope["app"] = self
-                    return await shortcut(scope, receive, send, found)
-        await (self._others or super().__call__)(scope, receive, send)
-
-    def _usable_shortcut(self) -> Shortcut | None:
-        if (not self.hot_shortcut or self.debug or self.root_path
-                or any(m.cls not in self.OWN_MIDDLEWARE for m in self.user_middleware)):
-            return None
-        return self._shortcut
-
 
 #: The FastAPI routers of the app, in the order their routes are matched and listed in
-#: ``/openapi.json``; a new router is one more entry (the hot routes follow the sync
-#: router, see :func:`_include_routes`).
+#: ``/openapi.json``; a new router is one more entry. The propagation path's routes (the
+#: hot routes and the change stream) come before them, so that a request to them matches
+#: at the first tries (:func:`_include_routes`).
 ROUTERS = (sync.router, *admin.ROUTERS, dashboard.router)  # dashboard: HTML for people
 
 
 def _include_routes(app: LayerSyncApp, ctx: AppContext) -> None:
-    """Every route of the app but the operations ones (the one place routers are added)."""
-    hot = hot_routes(ctx)
+    """Every route of the app but the operations ones (the one place routers are added).
+    The hot routes' and the stream's paths are matched by no other route (their last
+    segments are theirs alone), so their place changes only how soon they are found."""
+    app.router.routes.extend([*hot_routes(ctx), *stream_routes(ctx)])
     for router in ROUTERS:
         app.include_router(router)
-        if router is sync.router:
-            app.router.routes.extend(hot)
-            app.router.routes.extend(stream_routes(ctx))
-    app._shortcut = Shortcut(hot, ProtocolVersion(ctx.settings), app.state.metrics)
 
 
 def create_app(settings: Settings, storage: Storage | None = None) -> LayerSyncApp:

@@ -68,7 +68,6 @@ import threading
 from pathlib import Path
 
 import uvicorn
-from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from layersync_server.app import create_app
 from layersync_server.observability import configure_logging
@@ -295,15 +294,12 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 0,
     # "auto" = uvloop and httptools (dependencies of the server) when importable, else
     # asyncio and h11: a request round trip is ~0.1 ms shorter with them.
     app = create_app(settings)
-    # uvicorn's X-Forwarded-For/-Proto handling (FORWARDED_ALLOW_IPS, default loopback)
-    # moves inside the app, behind the hot routes' shortcut: those two routes read
-    # neither the client address nor the scheme, and skip one more layer.
+    # uvicorn's X-Forwarded-For/-Proto handling: FORWARDED_ALLOW_IPS, default loopback
     config = uvicorn.Config(app, log_level=log_level, lifespan="on", loop="auto",
                             http=connection_protocol(app.state.ctx.notifier.hub.transports),
-                            proxy_headers=False,
+                            proxy_headers=True,
                             timeout_graceful_shutdown=settings.shutdown_timeout_s,
                             access_log=False, log_config=None)
-    app.serve_others_through(ProxyHeadersMiddleware, trusted_hosts=config.forwarded_allow_ips)
     server = _LayerSyncServer(config, app, f"http://{url_host}:{actual_port}", actual_port,
                               port_file, settings.shutdown_timeout_s)
     # Thousands of held long-polls keep many objects alive; with the default thresholds

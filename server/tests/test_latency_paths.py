@@ -286,7 +286,6 @@ def _fastapi_declared(app):
 
     app.router.routes[:] = [r for r in app.router.routes if not isinstance(r, HotRoute)]
     app.include_router(router)
-    app.hot_shortcut = False
     return app
 
 

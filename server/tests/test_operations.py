@@ -86,3 +86,24 @@ def test_one_process_holds_a_thousand_idle_long_polls(server):
 
     responses = asyncio.run(scenario())
     assert all(r.status_code == 200 and [x["id"] for x in r.json()["records"]] == ["wake"] for r in responses)
+
+
+def test_serve_follows_forwarded_headers_of_a_trusted_proxy(tmp_path, keys):
+    """uvicorn's proxy-headers middleware (FORWARDED_ALLOW_IPS, default loopback): a
+    redirect follows ``X-Forwarded-Proto`` from a trusted (loopback) proxy, and the hot
+    routes answer behind it."""
+    process, srv = start_server(tmp_path, str(tmp_path / "db.sqlite"), *keys)
+    try:
+        redirect = srv.http.get("/sync/v1/info/", headers={"X-Forwarded-Proto": "https"},
+                                follow_redirects=False)
+        plain = srv.http.get("/sync/v1/info/", follow_redirects=False)
+        document_id = srv.new_document()
+        pushed = srv.sync(document_id, [change("create", "n1", note())])
+        polled = srv.http.get(srv.layer_url(document_id) + "/changes", params={"since": 0},
+                              headers={**srv.auth(document_id), "X-Forwarded-For": "10.0.0.1"})
+    finally:
+        stop_server(process, srv)
+    assert redirect.status_code == 307 and redirect.headers["location"].startswith("https://")
+    assert plain.headers["location"].startswith("http://")
+    assert pushed.status_code == 200 and pushed.headers["layersync-protocol"] == "2"
+    assert polled.status_code == 200 and "n1" in [r["id"] for r in polled.json()["records"]]

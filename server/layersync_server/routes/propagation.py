@@ -5,18 +5,9 @@ solving or parameter models. Each is written once (:class:`LayerSync`,
 
 Why plain ASGI: FastAPI's route machinery costs ~0.3 ms per request on a 2-core machine
 (a long-poll that answers at once: 0.8 -> 0.4 ms round trip over loopback), and these two
-requests are most of the traffic. How they are mounted:
-
-* each is a Starlette :class:`HotRoute` in the app's router (``create_app``), so a
-  request that reaches the router (another method: 405; a trailing slash: the redirect;
-  an app with middleware of its own, see below) gets the router's usual answers;
-* :class:`Shortcut` serves them before the whole middleware stack
-  (``app.LayerSyncApp``): each layer of the stack (ServerErrorMiddleware, FastAPI's own
-  layers, ObservabilityMiddleware, ProtocolVersionMiddleware) costs an await, most of
-  them also a ``send`` wrapper (~0.02 ms per request); the shortcut does what the server's
-  own layers do for these requests in one call (protocol check and header, metrics and
-  access log, the error envelope, the 500 answer). An app with any other middleware, in
-  debug mode or with a ``root_path`` serves them through the stack instead.
+requests are most of the traffic. Each is a Starlette :class:`HotRoute`, the first routes
+of the app's router (``create_app``), behind the same middleware stack as every other
+request (protocol check and header, metrics and access log, the error envelope).
 
 ``/openapi.json`` describes them with :data:`OPENAPI_PATHS`, a static fragment.
 """
@@ -25,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from typing import Annotated
 
 from pydantic import Field, TypeAdapter, ValidationError
@@ -37,9 +27,8 @@ from layersync_server import openapi_bodies as bodies
 from layersync_server.changes import parse_sync_request, push, sync_answer
 from layersync_server.context import (INLINE_MAX_RECORDS, AppContext, commit, layer_from_segment,
                                       read_body)
-from layersync_server.errors import ApiError, invalid_fields
-from layersync_server.errors_http import (COMMON_ERROR_RESPONSES, api_error_response,
-                                          unexpected_error_response)
+from layersync_server.errors import invalid_fields
+from layersync_server.errors_http import COMMON_ERROR_RESPONSES
 from layersync_server.json_http import WireJSONResponse
 from layersync_server.permissions import sent_as_delta
 from layersync_server.routes.access import grant, list_page, page_json, page_size
@@ -120,7 +109,7 @@ def changes_query(query_string: bytes) -> tuple[int, float, int | None]:
 
 class _HotEndpoint:
     """A plain ASGI endpoint over the app context: :meth:`answer` builds the response (or
-    raises :class:`ApiError`, which the caller turns into the error envelope)."""
+    raises :class:`~layersync_server.errors.ApiError`, which the caller turns into the error envelope)."""
 
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
@@ -139,7 +128,7 @@ class LayerChanges(_HotEndpoint):
     the re-read answers 404 ``not_found`` (the layer is not created again)."""
 
     async def answer(self, scope, receive) -> WireJSONResponse:
-        """The response; raises :class:`ApiError` for an error answer."""
+        """The response; raises :class:`~layersync_server.errors.ApiError` for an error answer."""
         ctx = self.ctx
         since, wait, limit = changes_query(scope.get("query_string", b""))
         params = scope["path_params"]
@@ -196,7 +185,7 @@ class LayerSync(_HotEndpoint):
     round trip (:func:`~layersync_server.changes.push`)."""
 
     async def answer(self, scope, receive) -> WireJSONResponse:
-        """The response; raises :class:`ApiError` for an error answer."""
+        """The response; raises :class:`~layersync_server.errors.ApiError` for an error answer."""
         ctx = self.ctx
         params = scope["path_params"]
         document_id = params["document_id"]
@@ -261,50 +250,6 @@ def hot_routes(ctx: AppContext) -> list[HotRoute]:
     reach them: they have no dependencies)."""
     return [HotRoute(LAYER_PATH + "/changes", LayerChanges(ctx), "GET"),
             HotRoute(LAYER_PATH + "/sync", LayerSync(ctx), "POST")]
-
-
-class Shortcut:
-    """Serves :func:`hot_routes`' requests before the app's middleware stack, doing what
-    the server's layers do for them: ServerErrorMiddleware (the 500 answer of an
-    unexpected exception, without the protocol header, then re-raised),
-    ObservabilityMiddleware (metrics, access log), ProtocolVersionMiddleware (check and
-    header) and the exception handlers (the error envelope)."""
-
-    def __init__(self, routes: list[HotRoute], protocol, metrics):
-        self.routes = {method: route for route in routes for method in route.methods}
-        self.protocol = protocol  # app.ProtocolVersion
-        self.metrics = metrics  # observability.Metrics
-
-    def match(self, scope) -> tuple | None:
-        """``(route, child scope)`` of a request the shortcut answers, else None."""
-        route = self.routes.get(scope["method"])
-        if route is None:
-            return None
-        match, child_scope = route.matches(scope)
-        return (route, child_scope) if match is Match.FULL else None
-
-    async def __call__(self, scope, receive, send, found: tuple) -> None:
-        started = time.monotonic()
-        status = 500  # until a response starts (as ObservabilityMiddleware notes it)
-        response = None
-        try:
-            response = self.protocol.problem(scope["headers"])
-            if response is None:
-                route, child_scope = found
-                scope.update(child_scope)  # (only now: a refused protocol is "unmatched")
-                try:
-                    response = await route.endpoint.answer(scope, receive)
-                except ApiError as exc:
-                    response = api_error_response(exc)
-            response.raw_headers.append(self.protocol.header)
-            status = response.status_code
-            await response(scope, receive, send)
-        except Exception as exc:
-            if response is None:  # nothing sent: ServerErrorMiddleware's answer
-                await unexpected_error_response(exc)(scope, receive, send)
-            raise
-        finally:
-            self.metrics.note_request(scope, status, time.monotonic() - started)
 
 
 # -- OpenAPI --------------------------------------------------------------------------------
