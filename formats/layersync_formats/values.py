@@ -11,6 +11,8 @@ PDF import/export (``layersync_server.pdf.values`` adds only what needs pikepdf)
 * Instant JSON enums PDF and XFDF name too: note icons, stamp types, line caps.
 * ``/DA`` (XFDF ``defaultappearance``, PDF 32000-1 §12.7.3.3): ``/Helv 12 Tf 0 0 1 rg`` ↔
   ``font``, ``fontSize``, ``fontColor``.
+* Sameness of parsed JSON values (:func:`same_json`): whether a record read from a file
+  changes the stored one.
 """
 
 from __future__ import annotations
@@ -240,3 +242,38 @@ def default_appearance(font: str | None, size: float | None, color: str | None) 
     font_name = font if isinstance(font, str) and _DA_FONT_NAME.fullmatch(font) else "Helv"
     size = 12 if size is None else size
     return f"/{font_name} {number_text(size)} Tf {number_text(r)} {number_text(g)} {number_text(b)} rg"
+
+
+def same_json(a: object, b: object) -> bool:
+    """Whether two parsed JSON values are the same JSON: THE test of "content unchanged"
+    (the server's permission rule that lets a pure group change through, its imports that
+    leave identical records alone, its PDF export that keeps unchanged originals, and the
+    Python bindings' XFDF import).
+
+    Type-aware, unlike Python's ``==`` (where ``0 == False == 0.0`` and ``1 == True``): a
+    boolean, an integer and a float are never the same value, nor are ``0.0`` and ``-0.0``
+    (their JSON text differs); object key order does not count, array order does. A NaN
+    (only ever in content stored by an older server) is the same as nothing."""
+    if a is b:
+        return not (type(a) is float and a != a)
+    if a != b:  # C-level first: most changes differ here; equal under == is necessary
+        return False
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if type(x) is not type(y):
+            return False
+        if type(x) is dict:
+            if x.keys() != y.keys():
+                return False
+            stack.extend((value, y[key]) for key, value in x.items())
+        elif type(x) is list:
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif type(x) is float:
+            if x != y or math.copysign(1.0, x) != math.copysign(1.0, y):
+                return False
+        elif x != y:
+            return False
+    return True

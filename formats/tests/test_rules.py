@@ -13,7 +13,7 @@ from layersync_formats.richtext import (css_style, free_text_style, instant_to_r
                                         xhtml_inner)
 from layersync_formats.safexml import XmlRefused, parse_untrusted
 from layersync_formats.values import (PageBox, components_to_hex, default_appearance, hex_to_rgb, iso_to_pdf_date,
-                                      number_text, parse_default_appearance, pdf_date_to_iso)
+                                      number_text, parse_default_appearance, pdf_date_to_iso, same_json)
 
 
 def test_pdf_dates_both_ways():
@@ -109,3 +109,17 @@ def test_page_box_quads():
     assert quads == [-10, 802, 90, 802, -10, 790, 90, 790] and box.quads_to_rects(quads) == [[10, 20, 100, 12]]
     assert PageBox.at({1: (0, 0, 100, 100)}, 1).point_to_instant(10, 90) == [10, 10]
     assert PageBox.at(None, 3).y1 == 792
+
+
+def test_same_json_tells_json_values_apart_where_python_equality_does_not():
+    """``same_json`` is the one test of "content unchanged" (server and bindings): a
+    boolean, an integer and a float are different JSON even where ``==`` says equal."""
+    differ = [(0, False), (1, True), (1, 1.0), (0.0, -0.0), ({"a": 0}, {"a": False}),
+              ([1, True], [1, 1]), ({"a": [0.0]}, {"a": [-0.0]}), ([1, 2], [2, 1]), ({"a": 1}, {"a": 1, "b": 2})]
+    for a, b in differ:
+        assert not same_json(a, b) and not same_json(b, a), (a, b)
+    same = [({"a": 1, "b": [True, None]}, {"b": [True, None], "a": 1}), (2.5, 2.5), ("x", "x"), (None, None)]
+    for a, b in same:
+        assert same_json(a, b) and same_json(b, a), (a, b)
+    assert same_json(float("nan"), float("nan")) is False  # a NaN is the same as nothing
+

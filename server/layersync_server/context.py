@@ -135,11 +135,11 @@ async def commit(ctx: "AppContext", document_id: str, layer: str, work,
     storage would wait, the worker path runs instead, so ``work`` may run twice (the
     first try rolled back) and must have no effect outside the transaction.
 
-    When long-polls wait on the layer, the writer also builds the page they would
-    re-read (records past the revision before the commit: the ones it wrote,
-    :meth:`LayerWriter.written_page`, else read after the commit) and hands it to them through
-    :meth:`LayerNotifier.publish`, so they answer without another thread hop and query
-    (see :mod:`layersync_server.notify`); they answer before this coroutine resumes.
+    When long-polls or stream subscriptions wait on the layer, the page they would re-read
+    (records past the revision before the commit) is read right after the commit, on the
+    same thread, and handed to them through :meth:`LayerNotifier.publish`, so they answer
+    without another thread hop (see :mod:`layersync_server.notify`); they answer before
+    this coroutine resumes.
 
     Raises:
         ApiError: 404 when the document does not exist or the layer was deleted; whatever
@@ -154,11 +154,9 @@ async def commit(ctx: "AppContext", document_id: str, layer: str, work,
             before = writer.layer.revision
             result = work(writer)
             waiters = writer.layer.revision != before and notifier.has_waiters(document_id, layer)
-            if waiters:  # the page they would re-read, as of this commit (no query)
-                page = writer.written_page(ctx.settings.max_page_records)
         state = writer.layer
         if state.revision != before:
-            if waiters and page is None:  # the writer could not tell: read it
+            if waiters:  # the page they would re-read, as of this commit
                 try:
                     page = storage.list_records(document_id, layer, before,
                                                 ctx.settings.max_page_records, True)

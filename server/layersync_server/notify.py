@@ -15,9 +15,8 @@ thread, or another process's reset arriving meanwhile) would miss it: it passes 
 ``forget`` ran since.
 
 Hand-over: a commit made in this process may pass ``published`` the page a waiter
-would read next (``list_records(since=<revision before the commit>)`` as of the
-commit: built by the writer from the rows it wrote, ``LayerWriter.written_page``,
-or read right after the commit; see ``context.commit``). A woken waiter whose ``since`` that page
+would read next (``list_records(since=<revision before the commit>)``, read right after
+the commit on the committing thread; see ``context.commit``). A woken waiter whose ``since`` that page
 covers answers from it (:func:`page_after`) instead of reading storage again: that
 saves a worker-thread round trip and a query on the propagation path. The page is a
 snapshot of the layer after the commit, exactly what a re-read at that moment

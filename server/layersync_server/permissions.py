@@ -20,7 +20,7 @@ record; a record with a string ``rootId`` is a reply whatever its type, so creat
 an update that sets or changes ``rootId``, needs what a comment in that thread needs. Every
 update needs ``edit`` (``fill`` for a form field value), even one that changes nothing, unless
 it is a pure group change (``set-group``: content the same JSON as stored, by
-:func:`~layersync_server.wire_json.same_json`, so ``false`` over ``0`` is a change). ``fill`` is judged by the value's form field (the
+:func:`~layersync_formats.values.same_json`, so ``false`` over ``0`` is a change). ``fill`` is judged by the value's form field (the
 live ``pspdfkit/form-field/*`` record whose ``name`` the value's names: its ``createdBy`` and
 ``group``, as Instant scopes it), or by the value itself when the layer has no such field; a
 value created without ``group`` gets its field's group (:func:`default_group_of`). Deleting a root deletes its thread: the user needs
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from layersync_server import record_kinds
 from layersync_server.record_kinds import COMMENT_TYPE, FORM_FIELD_VALUE_TYPE as VALUE_TYPE
-from layersync_server.wire_json import same_json
+from layersync_formats.values import same_json
 
 CONTENT_TYPES = ("annotations", "comments", "form-fields")
 #: Actions each content type accepts (``*`` = all of them).

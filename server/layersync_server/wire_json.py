@@ -339,40 +339,6 @@ def json_problem(value: object, max_depth: int | None = MAX_JSON_DEPTH) -> str |
     return None
 
 
-def same_json(a: object, b: object) -> bool:
-    """Whether two parsed JSON values are the same JSON: THE test of "content unchanged"
-    (the permission rule that lets a pure group change through, the admin import that
-    leaves identical records alone, the PDF export that keeps unchanged originals).
-
-    Type-aware, unlike Python's ``==`` (where ``0 == False == 0.0`` and ``1 == True``): a
-    boolean, an integer and a float are never the same value, nor are ``0.0`` and ``-0.0``
-    (their JSON text differs); object key order does not count, array order does. A NaN
-    (only ever in content stored by an older server) is the same as nothing."""
-    if a is b:
-        return not (type(a) is float and a != a)
-    if a != b:  # C-level first: most changes differ here; equal under == is necessary
-        return False
-    stack = [(a, b)]
-    while stack:
-        x, y = stack.pop()
-        if type(x) is not type(y):
-            return False
-        if type(x) is dict:
-            if x.keys() != y.keys():
-                return False
-            stack.extend((value, y[key]) for key, value in x.items())
-        elif type(x) is list:
-            if len(x) != len(y):
-                return False
-            stack.extend(zip(x, y))
-        elif type(x) is float:
-            if x != y or math.copysign(1.0, x) != math.copysign(1.0, y):
-                return False
-        elif x != y:
-            return False
-    return True
-
-
 def depth_problem(value: object, max_depth: int) -> str | None:
     """The nesting message of :func:`json_problem`, or None (walks containers only)."""
     return None if within_depth([value], max_depth) else f"content nests deeper than {max_depth} levels"

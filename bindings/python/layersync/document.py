@@ -829,14 +829,15 @@ class Document(CallsIntoC):
             self.add_attachment(data, "application/octet-stream")
         counts = {"created": 0, "updated": 0, "deleted": 0}
         values = changes.form_field_values
+        same = codec.values.same_json  # JSON sameness: false is not 0, nor 1.0 1
         widgets = [dict(w, value=values[w["formFieldName"]]) for w in live.values()
                    if w.get("type") == "pspdfkit/widget" and w.get("formFieldName") in values
-                   and w.get("value") != values[w["formFieldName"]]]
+                   and not same(w.get("value"), values[w["formFieldName"]])]
         # XFDF carries content only: never ownership, group or flags (the codec drops them
         # too; a group here would be a group change)
         for record in [record_content(r) for r in changes.records] + widgets:
             if record.get("id") in live:
-                if live[record["id"]] != record:
+                if not same(live[record["id"]], record):
                     self.update_annotation(record)
                     counts["updated"] += 1
             else:

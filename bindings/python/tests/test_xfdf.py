@@ -133,3 +133,21 @@ def test_import_never_takes_ownership_or_group_from_the_file(make_client, server
     doc.sync(wait=True, timeout=WAIT_S)
     stored = server.admin_json(f"/api/documents/{doc_id}/annotations/{rec['id']}")
     assert (stored["group"], stored["content"]["text"]["value"]) == ("private", "again")
+
+
+def test_import_tells_false_from_zero(downloaded):
+    """A record is unchanged only if its JSON is the same (``same_json``): an XFDF that
+    says ``false`` where the layer holds ``0`` (or ``1.0`` over ``1``) updates it; Python's
+    ``==`` would call them equal and skip the edit."""
+    _, doc = downloaded()
+    # (XFDF numbers read back as floats: a float bbox makes the round trip exact)
+    rec = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10.0, 10.0, 24.0, 24.0],
+                                 "icon": "comment", "text": {"format": "plain", "value": "n"},
+                                 "customData": {"done": 0, "score": 1}})
+    same = layersync_formats.write_xfdf([record_content(rec)])
+    assert doc.import_xfdf(same) == {"created": 0, "updated": 0, "deleted": 0}
+    changed = layersync_formats.write_xfdf([dict(record_content(rec), customData={"done": False, "score": 1.0})])
+    assert doc.import_xfdf(changed) == {"created": 0, "updated": 1, "deleted": 0}
+    stored = doc.get_annotation(rec["id"])["customData"]
+    assert stored["done"] is False and type(stored["score"]) is float
+

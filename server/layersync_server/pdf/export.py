@@ -48,7 +48,7 @@ from layersync_formats.values import default_appearance, hex_to_rgb
 
 from layersync_server.pdf.values import (CUSTOM_DATA_KEY, custom_data_to_pdf, decode_text, encode_text,
                                          pdf_date)
-from layersync_server.wire_json import same_json
+from layersync_formats.values import same_json
 
 _MARKUP_SUBTYPES = {v: k for k, v in MARKUP_TYPES.items()}
 _LINE_ENDING_NAMES = {v: k for k, v in LINE_ENDINGS.items()}

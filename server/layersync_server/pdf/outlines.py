@@ -20,7 +20,7 @@ from pikepdf import Array, Dictionary, Name
 
 from layersync_server.ids import derived_ulid, is_valid_pdf_name_id
 from layersync_server.pdf.values import decode_text, encode_text
-from layersync_server.wire_json import same_json
+from layersync_formats.values import same_json
 
 BOOKMARK_TYPE = "pspdfkit/bookmark"
 #: The private key of an outline item holding its record id.

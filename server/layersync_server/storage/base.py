@@ -242,14 +242,6 @@ class LayerWriter(abc.ABC):
         ``exclude_revisions``, by revision, at most ``limit``. Lets a sync answer
         without another transaction."""
 
-    def written_page(self, limit: int) -> "RecordPage | None":
-        """The page :meth:`Storage.list_records` (tombstones included) will give for
-        ``since`` = the revision the layer had when this transaction began, once it
-        commits, built from what the writer knows it wrote (no query), or ``None`` when
-        this writer can not tell (the caller then reads storage). Called after the
-        transaction's last write. Default: None."""
-        return None
-
     @abc.abstractmethod
     def recorded_outcome(self, change_id: str) -> dict | None:
         """The outcome stored for ``change_id`` by :meth:`record_outcome`, if any."""

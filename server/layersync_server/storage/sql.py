@@ -236,10 +236,6 @@ def _page(state: LayerState, rows: list, limit: int) -> RecordPage:
     return RecordPage(state, records, has_more, next_since)
 
 
-def _by_revision(row: dict) -> int:
-    return row["revision"]
-
-
 def _document(row) -> DocumentInfo:
     return DocumentInfo(**{k: row[k] for k in row.keys()})
 
@@ -521,23 +517,6 @@ class SqlLayerWriter(LayerWriter):
         sql, params = _page_query(*self._key(), since, limit, True, exclude_revisions, False)
         rows = self._q(sql, params).fetchall()
         return _page(self.layer, rows, limit)
-
-    def written_page(self, limit: int) -> RecordPage:
-        """:meth:`LayerWriter.written_page`: every record written here is in ``_rows``
-        at its latest revision (an id is cached before its first write), and the records
-        above :attr:`start_revision` once this transaction commits are exactly those."""
-        start = self.start_revision
-        rows = []
-        for row in self._rows.values():
-            if row is None:
-                continue
-            if type(row) is tuple:  # a pending create: (id, revision, ..)
-                if row[1] > start:
-                    rows.append(_row_of_create(row, self._now))
-            elif row["revision"] > start:
-                rows.append(row)
-        rows.sort(key=_by_revision)
-        return _page(self.layer, rows[:limit + 1], limit)
 
     def recorded_outcome(self, change_id: str) -> dict | None:
         if change_id in self._outcomes:

@@ -26,7 +26,8 @@ from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, find
                                                   instant_json_body, instant_json_entries,
                                                   require_admin)
 from layersync_server.storage import StoredRecord
-from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem, same_json
+from layersync_formats.values import same_json
+from layersync_server.wire_json import MAX_JSON_DEPTH, json_problem
 
 
 router = admin_router()
@@ -139,7 +140,7 @@ def unknown_fields_refused(unknown: list[str]) -> None:
 
 def put_entries(writer, entries: list[dict]) -> tuple[int, int]:
     """Inside a :func:`commit`: create each entry's record or replace the one with its id
-    (identical ones, :func:`~layersync_server.wire_json.same_json`, are left alone). Returns ``(created, updated)``; the admin write path
+    (identical ones, :func:`~layersync_formats.values.same_json`, are left alone). Returns ``(created, updated)``; the admin write path
     of Instant JSON and XFDF apply."""
     created = updated = 0
     for content in entries:
