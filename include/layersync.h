@@ -324,8 +324,9 @@ typedef enum {
 typedef enum {
     /**
      * The default: one change stream (protocol version 2, Server-Sent Events over one
-     * HTTP/1.1 connection) carries every layer the client listens on, served by one
-     * listener thread.
+     * HTTP/1.1 connection) carries every layer the client listens on (one stream per user
+     * when the layers' JWTs name several `user_id`s: a stream belongs to one user), all
+     * served by one listener thread.
      */
     LAYERSYNC_LISTENING_STREAM = 0,
     /**
@@ -841,18 +842,20 @@ int layersync_document_stop_syncing(
     layersync_document *document, bool cancel_current_request, layersync_error *error);
 
 /**
- * Starts listening for server changes: a subscription on the client's one change stream
- * (every listened layer shares one connection and one thread), or this layer's HTTP
- * long-poll when the client fell back to it (`layersync_client_listening_transport`) or
- * the stream cannot take this layer (`layersync_document_listening_transport`). Changes
- * are applied locally and reported through `did_receive_changes`. Survives transient
- * network failures with capped exponential backoff, resuming from the layer's last
- * committed revision; stops on authentication failure (a refused JWT, or one that expired
- * or was revoked while subscribed: `did_fail_authentication` once) until
- * reauthentication, other layers unaffected. Stops for good when the server answers that
- * the document or layer no longer exists (404 `not_found`, e.g. the layer was deleted):
- * `did_fail_sync` reports `INVALID_DOCUMENT` once (with no `did_begin_sync` before it)
- * and pending local changes are kept. Mirrors Instant's `startListeningForChanges()`.
+ * Starts listening for server changes: a subscription on the client's change stream of
+ * this layer's JWT user (every listened layer of that user shares one connection; each
+ * other user of the client's JWTs has a stream of its own; one listener thread serves
+ * them all), or this layer's HTTP long-poll when the client fell back to it
+ * (`layersync_client_listening_transport`) or the stream cannot take this layer
+ * (`layersync_document_listening_transport`). Changes are applied locally and reported
+ * through `did_receive_changes`. Survives transient network failures with capped
+ * exponential backoff, resuming from the layer's last committed revision; stops on
+ * authentication failure (a refused JWT, or one that expired or was revoked while
+ * subscribed: `did_fail_authentication` once) until reauthentication, other layers
+ * unaffected. Stops for good when the server answers that the document or layer no longer
+ * exists (404 `not_found`, e.g. the layer was deleted): `did_fail_sync` reports
+ * `INVALID_DOCUMENT` once (with no `did_begin_sync` before it) and pending local changes
+ * are kept. Mirrors Instant's `startListeningForChanges()`.
  *
  * @param document The document. Must not be NULL.
  * @param error Receives the details of a failure. May be NULL.

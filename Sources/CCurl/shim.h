@@ -14,12 +14,12 @@ static inline CURLcode ls_curl_setopt_xferinfo_cb(CURL *h, ls_curl_xferinfo_cb v
 static inline CURLcode ls_curl_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode ls_curl_getinfo_off(CURL *h, CURLINFO i, curl_off_t *v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode ls_curl_getinfo_double(CURL *h, CURLINFO i, double *v) { return curl_easy_getinfo(h, i, v); }
-/* The result of the first finished transfer reported by curl_multi_info_read (CURLMsg's
-   anonymous union is awkward from Swift). Returns 1 and fills *result, or 0 if none. */
-static inline int ls_curl_multi_done_result(CURLM *m, CURLcode *result) {
+/* The first finished transfer reported by curl_multi_info_read (CURLMsg's anonymous union is
+   awkward from Swift). Returns 1 and fills *easy and *result, or 0 if none. */
+static inline int ls_curl_multi_done(CURLM *m, CURL **easy, CURLcode *result) {
     int queued = 0; CURLMsg *msg;
     while ((msg = curl_multi_info_read(m, &queued)) != NULL) {
-        if (msg->msg == CURLMSG_DONE) { *result = msg->data.result; return 1; }
+        if (msg->msg == CURLMSG_DONE) { *easy = msg->easy_handle; *result = msg->data.result; return 1; }
     }
     return 0;
 }

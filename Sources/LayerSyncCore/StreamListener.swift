@@ -15,31 +15,55 @@ public enum ListeningTransport: Sendable, Equatable {
     case longPoll(reason: String)
 }
 
-/// The one listener of a client (ARCHITECTURE.md §4): one thread that holds one change stream
-/// (``SyncServer/openStream(path:jwt:stallSeconds:session:cancellation:watchdog:onMessage:)``) for every
-/// descriptor whose ``DocumentDescriptor/startListening()`` was called, and one serial queue for
-/// the short requests that add and remove their subscriptions.
+/// Whose change stream carries a layer: the server gives a stream to the `user_id` of the JWT
+/// that opened it and takes subscriptions on it only with JWTs of that user (protocol.md
+/// "Protocol version 2"), so a client listening with the JWTs of several users holds one
+/// stream per user. JWTs without `user_id` are one owner of their own.
+struct StreamOwner: Hashable, Sendable, CustomStringConvertible {
+    /// The JWT's `user_id`, `nil` when it has none.
+    let userID: String?
+
+    /// The owner of the stream `jwt` opens or subscribes on (a JWT that does not parse counts
+    /// as one without `user_id`: the server refuses it anyway).
+    init(jwt: String) { userID = (try? JWTClaims(token: jwt))?.userID }
+
+    var description: String { userID.map { "user '\($0)'" } ?? "JWTs without user_id" }
+}
+
+/// The one listener of a client (ARCHITECTURE.md §4): one thread that holds the change streams
+/// (``SyncServer/startStream(path:jwt:replaces:stallSeconds:group:cancellation:watchdog:onMessage:completion:)``)
+/// of every descriptor whose ``DocumentDescriptor/startListening()`` was called, all driven by
+/// one ``HTTPTransferGroup``, and one serial queue for the short requests that add and remove
+/// their subscriptions.
+///
+/// One stream per ``StreamOwner``: the server lets only the JWTs of the user who opened a stream
+/// subscribe on it, so each layer is subscribed on the stream of its own JWT's user, opened with
+/// one of that user's JWTs (one stream in all for a client of one user). A user's stream closes
+/// when that user's last layer stops listening; a reauthentication with a JWT of another user
+/// moves the layer to that user's stream (its subscription on the old one is ended, and whatever
+/// the old one still carries for it is ignored).
 ///
 /// What an event does to a layer runs on that layer's work queue, by the code the long-poll
-/// uses (``DocumentDescriptor/applyStreamedPage(_:since:generation:)``). The stream reconnects
+/// uses (``DocumentDescriptor/applyStreamedPage(_:since:generation:)``). Each stream reconnects
 /// with capped exponential backoff and full jitter, and every subscription resumes from its
-/// layer's committed cursor. Each new stream names the one before it (`replaces`): the server
-/// closes that one if it still holds it (a path that takes bytes and delivers none).
+/// layer's committed cursor. Each new stream names its user's one before it (`replaces`): the
+/// server closes that one if it still holds it (a path that takes bytes and delivers none).
 ///
-/// Buffering (protocol.md "What the client does"): the `hello` is due when the request is sent,
-/// a `subscribed` event when its subscription is answered. An event overdue for
-/// ``probeAfterSeconds`` with nothing arriving on the stream starts a probe (`GET /sync/v1/info`
-/// on its own connection). The stream is buffered when the event is still missing
-/// ``eventDeadlineSeconds`` after it was due and ``probeGraceSeconds`` after the probe was
-/// answered: the server answers, its stream does not arrive. A probe that gets no answer means
-/// the network is out (a stall, not buffering): the stream is opened again after a backoff.
-/// Buffering, a server that does not advertise the stream, or a 404 to it move listening to
-/// per-layer long-polls (logged on stderr, ``SyncClient/listeningTransport``); the stream is
-/// tried again after ``streamRetrySeconds`` (doubled per failed try) and takes the layers back
-/// when it works. A layer whose subscription the server refuses with 429 (its
-/// `max_subscriptions`) long-polls on its own (logged, ``DocumentDescriptor/listeningTransport``)
-/// and is subscribed again after ``subscriptionRetrySeconds`` (doubled), or at once when another
-/// layer's subscription ends.
+/// Buffering (protocol.md "What the client does"), watched on each stream: the `hello` is due
+/// when the request is sent, a `subscribed` event when its subscription is answered. An event
+/// overdue for ``probeAfterSeconds`` with nothing arriving on that stream starts a probe
+/// (`GET /sync/v1/info` on its own connection). The stream is buffered when the event is still
+/// missing ``eventDeadlineSeconds`` after it was due and ``probeGraceSeconds`` after the probe
+/// was answered: the server answers, its stream does not arrive. A probe that gets no answer
+/// means the network is out (a stall, not buffering): the stream is opened again after a
+/// backoff. Buffering, a server that does not advertise the stream, or a 404 to it move all
+/// listening to per-layer long-polls (logged on stderr, ``SyncClient/listeningTransport``; no
+/// stream is held then); the streams are tried again after ``streamRetrySeconds`` (doubled per
+/// failed try) and take the layers back when one works. A layer whose subscription the server
+/// refuses with 429 (its `max_subscriptions` per stream) long-polls on its own (logged,
+/// ``DocumentDescriptor/listeningTransport``) and is subscribed again after
+/// ``subscriptionRetrySeconds`` (doubled), or at once when another layer's subscription on the
+/// same stream ends.
 final class StreamListener: Sendable {
     /// Seconds after it is due within which an event must arrive on the stream.
     static let eventDeadlineSeconds = 5.0
@@ -60,6 +84,9 @@ final class StreamListener: Sendable {
         /// The descriptor's listening generation this subscription serves (stale while the
         /// layer long-polls: moving back asks the descriptor for a new one).
         var generation: Int
+        /// Whose stream carries it: the owner of the descriptor's token when it was added or
+        /// last subscribed again (``resubscribe(_:)``).
+        var owner: StreamOwner
         /// The stream it is subscribed on, with the token it was subscribed with.
         var subscribed: (streamID: String, token: String)?
         /// Why this layer long-polls on its own while the stream serves the others (the server
@@ -77,7 +104,7 @@ final class StreamListener: Sendable {
         var failed = false
     }
 
-    /// How the current stream's watchdog ended it.
+    /// How a stream's watchdog ended it.
     private enum Verdict {
         /// Events do not arrive while the server answers: fall back to long-polls.
         case buffered(String)
@@ -85,25 +112,20 @@ final class StreamListener: Sendable {
         case unreachable
     }
 
-    private struct State {
-        var subscriptions: [StreamLayer: Subscription] = [:]
-        /// Why listening uses long-polls, while it does.
-        var fallbackReason: String?
-        /// Tries of the stream since the fallback (the retry's backoff).
-        var retries = 0
-        var loopRunning = false
+    /// One owner's stream: the current one (if any), its reconnect backoff and what its
+    /// watchdog awaits on it.
+    private struct Channel {
+        /// Aborts the running stream transfer (or the server info asked for before it); `nil`
+        /// while none runs.
+        var transfer: TransferCancellation?
         /// The current stream's id, from its `hello`.
         var streamID: String?
         /// The id of the last `hello`, kept after its stream ended: the next stream names it
         /// (`replaces`) so the server closes it if it still holds it (a path that went silent).
         var lastStreamID: String?
-        /// Aborts the current stream transfer.
-        var transfer: TransferCancellation?
-        /// The stream's path and heartbeat period, once the server info said them.
-        var path: String?
-        var heartbeatSeconds = 15.0
+        /// Failures in a row (the backoff), and when the next stream may be opened.
         var failures = 0
-        var shutDown = false
+        var retryAt = DispatchTime.now()
         /// Since when the current stream's `hello` is due (the request was sent), until it arrives.
         var helloDue: DispatchTime?
         var helloArmed = false
@@ -116,17 +138,55 @@ final class StreamListener: Sendable {
         var verdict: Verdict?
     }
 
+    private struct State {
+        var subscriptions: [StreamLayer: Subscription] = [:]
+        var channels: [StreamOwner: Channel] = [:]
+        /// Why listening uses long-polls, while it does.
+        var fallbackReason: String?
+        /// Tries of the stream since the fallback (the retry's backoff), and when the next is due.
+        var retries = 0
+        var nextTry = DispatchTime.now()
+        var loopRunning = false
+        /// The streams' path and heartbeat period, once the server info said them (`nil`
+        /// only while no stream runs).
+        var path: String?
+        var heartbeatSeconds = 15.0
+        var shutDown = false
+
+        /// Whether `streamID` is the current stream of `owner`.
+        func isCurrent(_ streamID: String, of owner: StreamOwner) -> Bool { channels[owner]?.streamID == streamID }
+
+        /// Whether a layer of `owner` listens.
+        func hasSubscriptions(of owner: StreamOwner) -> Bool { subscriptions.values.contains { $0.owner == owner } }
+
+        /// Whether any stream (or the server info before one) is in flight.
+        var isStreaming: Bool { channels.values.contains { $0.transfer != nil } }
+    }
+
+    /// An unsubscribe request to send: the stream's path and id, the token subscribed with.
+    private typealias Unsubscribe = (path: String, streamID: String, token: String)
+
+    /// What the loop does next.
+    private enum Step {
+        case exit
+        case open([StreamOwner])
+        case drive(seconds: Double)
+    }
+
     private let state = Mutex(State())
     private let loopQueue = DispatchQueue(label: "layersync.client.stream")
     private let controlQueue = DispatchQueue(label: "layersync.client.stream.control")
-    private let wake = UncheckedSendable(DispatchSemaphore(value: 0))
     private let connectTimeout: Double
-    private let streamSession: HTTPSession
+    /// The running streams, driven by the loop's thread.
+    private let streams: HTTPTransferGroup
+    /// The server info asked for before a stream (on the loop's thread, while no stream runs).
+    private let infoSession: HTTPSession
     private let controlSession: HTTPSession
 
     init(connectTimeout: Double) {
         self.connectTimeout = connectTimeout
-        streamSession = HTTPSession(connectTimeoutSeconds: connectTimeout)
+        streams = HTTPTransferGroup(connectTimeoutSeconds: connectTimeout)
+        infoSession = HTTPSession(connectTimeoutSeconds: connectTimeout)
         controlSession = HTTPSession(connectTimeoutSeconds: connectTimeout)
     }
 
@@ -148,63 +208,62 @@ final class StreamListener: Sendable {
 
     // MARK: Subscriptions
 
-    /// Adds the listening run `generation` of `descriptor` (replacing an earlier one of its layer).
+    /// Adds the listening run `generation` of `descriptor` (replacing an earlier one of its
+    /// layer) on the stream of its token's user (opened when it is that user's first layer).
     /// - Returns: `false` when listening uses long-polls (the caller starts the descriptor's
     ///   loop; the stream takes it back when it works again).
     func add(_ descriptor: DocumentDescriptor, generation: Int) -> Bool {
         let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
-        let (onStream, startLoop, streamID) = state.withLock { state -> (Bool, Bool, String?) in
-            guard !state.shutDown else { return (false, false, nil) }
-            state.subscriptions[layer] = Subscription(descriptor: descriptor, generation: generation)
+        let owner = StreamOwner(jwt: descriptor.jwt)
+        let (onStream, startLoop, streamID, left) = state.withLock { state -> (Bool, Bool, String?, Unsubscribe?) in
+            guard !state.shutDown else { return (false, false, nil, nil) }
+            let old = state.subscriptions[layer]
+            state.subscriptions[layer] = Subscription(descriptor: descriptor, generation: generation, owner: owner)
+            let left = old.flatMap { $0.owner == owner ? nil : Self.leave($0, in: &state) }
             defer { state.loopRunning = true }
-            return (state.fallbackReason == nil, !state.loopRunning, state.fallbackReason == nil ? state.streamID : nil)
+            return (state.fallbackReason == nil, !state.loopRunning, state.fallbackReason == nil ? state.channels[owner]?.streamID : nil, left)
         }
+        let context = descriptor.context
+        if let left { unsubscribe(left, layer, context: context) }
         if startLoop {
-            let context = descriptor.context
             loopQueue.async { [self] in run(context) }
         } else if let streamID {
-            subscribe(layer, on: streamID, context: descriptor.context)
+            subscribe(layer, on: streamID, of: owner, context: context)
+        } else {
+            streams.wakeUp()  // the loop opens this user's stream
         }
         return onStream
     }
 
     /// Removes `descriptor`'s subscription (stop listening): an unsubscribe request when it is
-    /// subscribed (its place goes to a layer the server refused), or the stream closes when it
-    /// was the last one.
+    /// subscribed (its place goes to a layer the server refused), or its user's stream closes
+    /// when it was that user's last layer.
     func remove(_ descriptor: DocumentDescriptor) {
         let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
-        let unsubscribe = state.withLock { state -> (path: String, streamID: String, token: String)? in
+        let left = state.withLock { state -> Unsubscribe? in
             guard let subscription = state.subscriptions[layer], subscription.descriptor === descriptor else { return nil }
             state.subscriptions[layer] = nil
-            if state.subscriptions.isEmpty {
-                state.transfer?.cancel()  // nothing left to listen to: no connection held
-                return nil
-            }
-            guard let subscribed = subscription.subscribed, subscribed.streamID == state.streamID, let path = state.path else { return nil }
-            return (path, subscribed.streamID, subscribed.token)
+            return Self.leave(subscription, in: &state)
         }
-        if state.withLock({ $0.subscriptions.isEmpty }) { wakeUp() }  // a loop waiting to retry the stream ends
-        guard let unsubscribe else { return }
-        let context = descriptor.context
-        controlQueue.async { [self] in
-            // A failure leaves a subscription the server ends with the stream; its events are ignored.
-            try? context.server.unsubscribe(path: unsubscribe.path, streamID: unsubscribe.streamID, documentID: layer.documentID,
-                                            layer: layer.layer, jwt: unsubscribe.token, session: controlSession,
-                                            cancellation: context.lifetime)
-            let refused = state.withLock { state in state.subscriptions.first { $0.value.refusal != nil }?.key }
-            if let refused { retrySubscription(refused, context: context) }
-        }
+        streams.wakeUp()  // the loop ends when no layer listens any more
+        if let left { unsubscribe(left, layer, context: descriptor.context) }
     }
 
-    /// Subscribes `descriptor`'s layer again from its cursor (after a reset, a re-base or a new token).
+    /// Subscribes `descriptor`'s layer again from its cursor (after a reset, a re-base or a new
+    /// token). A new token of another user moves it to that user's stream.
     func resubscribe(_ descriptor: DocumentDescriptor) {
         let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
-        let streamID = state.withLock { state -> String? in
-            guard state.subscriptions[layer]?.descriptor === descriptor, state.subscriptions[layer]?.refusal == nil else { return nil }
-            state.subscriptions[layer]?.subscribed = nil
-            return state.streamID
+        let owner = StreamOwner(jwt: descriptor.jwt)
+        let (streamID, left) = state.withLock { state -> (String?, Unsubscribe?) in
+            guard let old = state.subscriptions[layer], old.descriptor === descriptor else { return (nil, nil) }
+            state.subscriptions[layer]?.owner = owner
+            if old.refusal == nil { state.subscriptions[layer]?.subscribed = nil }
+            let left = old.owner == owner ? nil : Self.leave(old, in: &state)
+            return (old.refusal == nil && state.fallbackReason == nil ? state.channels[owner]?.streamID : nil, left)
         }
-        if let streamID { subscribe(layer, on: streamID, context: descriptor.context) }
+        let context = descriptor.context
+        if let left { unsubscribe(left, layer, context: context) }
+        if let streamID { subscribe(layer, on: streamID, of: owner, context: context) } else { streams.wakeUp() }
     }
 
     /// Forgets the subscription of run `generation` of `descriptor` (the server ended it, or
@@ -215,22 +274,55 @@ final class StreamListener: Sendable {
             guard let subscription = state.subscriptions[layer], subscription.descriptor === descriptor,
                   subscription.generation == generation else { return }
             state.subscriptions[layer] = nil
-            if state.subscriptions.isEmpty { state.transfer?.cancel() }
+            if !state.hasSubscriptions(of: subscription.owner) { state.channels[subscription.owner]?.transfer?.cancel() }
+        }
+        streams.wakeUp()
+    }
+
+    /// `subscription` left its owner's stream (it is out of `state.subscriptions`, or belongs to
+    /// another owner there now): that stream closes when it was the owner's last layer (no
+    /// connection held for nothing), else the subscription it holds there must be ended.
+    /// - Returns: The unsubscribe request to send, if any.
+    private static func leave(_ subscription: Subscription, in state: inout State) -> Unsubscribe? {
+        let owner = subscription.owner
+        guard state.hasSubscriptions(of: owner) else {
+            state.channels[owner]?.transfer?.cancel()
+            return nil
+        }
+        guard let subscribed = subscription.subscribed, state.isCurrent(subscribed.streamID, of: owner), let path = state.path else { return nil }
+        return (path, subscribed.streamID, subscribed.token)
+    }
+
+    /// `DELETE .../subscriptions` for `layer` on the control queue; then a layer of the same
+    /// stream the server refused gets the freed place.
+    private func unsubscribe(_ request: Unsubscribe, _ layer: StreamLayer, context: ClientContext) {
+        controlQueue.async { [self] in
+            // A failure leaves a subscription the server ends with the stream; its events are ignored.
+            try? context.server.unsubscribe(path: request.path, streamID: request.streamID, documentID: layer.documentID,
+                                            layer: layer.layer, jwt: request.token, session: controlSession,
+                                            cancellation: context.lifetime)
+            let refused = state.withLock { state in
+                state.subscriptions.first { $0.value.refusal != nil && state.isCurrent(request.streamID, of: $0.value.owner) }?.key
+            }
+            if let refused { retrySubscription(refused, context: context) }
         }
     }
 
-    /// `POST .../subscriptions` for `layer` on the control queue, with the layer's current
-    /// token, epoch and committed cursor; retried with backoff while the stream stays the same.
-    private func subscribe(_ layer: StreamLayer, on streamID: String, context: ClientContext, attempt: Int = 0) {
+    /// `POST .../subscriptions` for `layer` on `owner`'s stream `streamID` on the control queue,
+    /// with the layer's current token, epoch and committed cursor; retried with backoff while
+    /// that stream stays the owner's current one.
+    private func subscribe(_ layer: StreamLayer, on streamID: String, of owner: StreamOwner, context: ClientContext, attempt: Int = 0) {
         controlQueue.async { [self] in
             let found = state.withLock { state -> (Subscription, String)? in
-                guard !state.shutDown, state.streamID == streamID, let path = state.path,
-                      let subscription = state.subscriptions[layer], subscription.refusal == nil else { return nil }
+                guard !state.shutDown, state.isCurrent(streamID, of: owner), let path = state.path,
+                      let subscription = state.subscriptions[layer], subscription.owner == owner, subscription.refusal == nil else { return nil }
                 return (subscription, path)
             }
             guard let (subscription, path) = found else { return }
             let descriptor = subscription.descriptor
             let token = descriptor.jwt
+            // A new token of another user (its reauthentication is finishing): its resubscribe moves the layer.
+            guard StreamOwner(jwt: token) == owner else { return }
             do throws(LayerSyncError) {
                 let epoch = try descriptor.store.epoch()  // before `since`, as the long-poll reads them
                 let since = try descriptor.store.since()
@@ -238,12 +330,13 @@ final class StreamListener: Sendable {
                                                           since: since, epoch: epoch, jwt: token, session: controlSession,
                                                           cancellation: context.lifetime)
                 state.withLock { state in
-                    guard state.subscriptions[layer]?.generation == subscription.generation else { return }
+                    guard state.subscriptions[layer]?.generation == subscription.generation, state.subscriptions[layer]?.owner == owner else { return }
                     state.subscriptions[layer]?.subscribed = (streamID, token)
                     state.subscriptions[layer]?.refusals = 0
-                    guard answer.acknowledged, state.streamID == streamID else { return }
-                    let owed = (state.acks[layer]?.owed ?? 0) + 1
-                    state.acks[layer] = owed == 0 ? nil : (owed, state.acks[layer]?.due ?? .now())
+                    guard answer.acknowledged, state.isCurrent(streamID, of: owner), var channel = state.channels[owner] else { return }
+                    let owed = (channel.acks[layer]?.owed ?? 0) + 1
+                    channel.acks[layer] = owed == 0 ? nil : (owed, channel.acks[layer]?.due ?? .now())
+                    state.channels[owner] = channel
                 }
                 // The cursor is ahead of the server's layer (restored from a backup): as for a
                 // long-poll answer the checks refused (re-based, then subscribed again).
@@ -266,7 +359,7 @@ final class StreamListener: Sendable {
             } catch {
                 let delay = DocumentDescriptor.backoffSeconds(failures: attempt + 1)
                 controlQueue.asyncAfter(deadline: .now() + delay) { [self] in
-                    subscribe(layer, on: streamID, context: context, attempt: attempt + 1)
+                    subscribe(layer, on: streamID, of: owner, context: context, attempt: attempt + 1)
                 }
             }
         }
@@ -293,23 +386,25 @@ final class StreamListener: Sendable {
     }
 
     /// Moves a layer the server refused back to the stream and subscribes it (refused again: it
-    /// goes on long-polling). Without a stream at the moment the next `hello` does it.
+    /// goes on long-polling). Without a stream of its user at the moment, that stream's next
+    /// `hello` does it.
     private func retrySubscription(_ layer: StreamLayer, context: ClientContext) {
         let found = state.withLock { state -> Subscription? in
             guard !state.shutDown, state.fallbackReason == nil, let subscription = state.subscriptions[layer],
                   subscription.refusal != nil else { return nil }
             return subscription
         }
-        guard let found, let streamID = moveToStream(layer, found) else { return }
-        subscribe(layer, on: streamID, context: context)
+        guard let found, let (streamID, owner) = moveToStream(layer, found) else { return }
+        subscribe(layer, on: streamID, of: owner, context: context)
     }
 
     /// Moves a long-polling layer's listening back to the stream (the descriptor's new generation).
-    /// - Returns: The current stream's id, `nil` when there is none now (or the layer stopped listening).
-    private func moveToStream(_ layer: StreamLayer, _ subscription: Subscription) -> String? {
+    /// - Returns: Its user's current stream id and that user, `nil` when that user has no
+    ///   stream now (or the layer stopped listening).
+    private func moveToStream(_ layer: StreamLayer, _ subscription: Subscription) -> (String, StreamOwner)? {
         let generation = subscription.descriptor.switchToStream()
         return state.withLock { state in
-            guard state.subscriptions[layer]?.descriptor === subscription.descriptor else { return nil }
+            guard let current = state.subscriptions[layer], current.descriptor === subscription.descriptor else { return nil }
             guard let generation else {
                 state.subscriptions[layer] = nil  // not listening any more
                 return nil
@@ -317,24 +412,30 @@ final class StreamListener: Sendable {
             state.subscriptions[layer]?.generation = generation
             state.subscriptions[layer]?.refusal = nil
             state.subscriptions[layer]?.subscribed = nil
-            return state.streamID
+            return state.channels[current.owner]?.streamID.map { ($0, current.owner) }
         }
     }
 
-    // MARK: The stream
+    // MARK: The streams
 
-    /// Ends the loop: aborts the stream, drops every subscription, wakes the backoff.
+    /// Ends the loop: aborts the streams, drops every subscription.
     func shutdown() {
         state.withLock { state in
             state.shutDown = true
             state.subscriptions = [:]
-            state.transfer?.cancel()
+            for owner in state.channels.keys { state.channels[owner]?.transfer?.cancel() }
         }
-        wakeUp()
+        streams.wakeUp()
     }
 
-    /// Wakes the loop's backoff or its wait for the network.
-    func wakeUp() { wake.value.signal() }
+    /// The network is back: a stream waiting out its backoff or the network is opened now.
+    func wakeUp() {
+        state.withLock { state in
+            let now = DispatchTime.now()
+            for owner in state.channels.keys { state.channels[owner]?.retryAt = now }
+        }
+        streams.wakeUp()
+    }
 
     /// Waits until the loop and the control queue have finished what they were running.
     func waitUntilIdle() {
@@ -342,76 +443,118 @@ final class StreamListener: Sendable {
         controlQueue.sync {}
     }
 
-    private func pause(_ seconds: Double) { _ = wake.value.wait(timeout: .now() + seconds) }
-
-    /// The loop (on the stream's queue: the client's one listener thread): opens the stream
-    /// with a listening layer's token and reads it until it ends, then again after a backoff,
-    /// until no layer listens any more or the client shuts down. After a fallback it waits
-    /// ``streamRetrySeconds`` (doubled per try) before each try.
+    /// The loop (on the stream's queue: the client's one listener thread): opens a stream for
+    /// each user with a listening layer, with one of that user's tokens, drives them all
+    /// (``HTTPTransferGroup/drive(upToSeconds:)``) and opens each again after a backoff when it
+    /// ends, until no layer listens any more or the client shuts down. After a fallback no
+    /// stream runs until the next try, ``streamRetrySeconds`` (doubled per try) later.
     private func run(_ context: ClientContext) {
         while true {
-            if let retries = state.withLock({ $0.fallbackReason == nil ? nil : $0.retries }) {
-                let (first, longest) = Self.streamRetrySeconds
-                pause(min(longest, first * Double(1 << min(retries, 16))))
+            switch nextStep(context) {
+            case .exit: return
+            case .drive(let seconds): streams.drive(upToSeconds: seconds)
+            case .open(let owners): for owner in owners { open(owner, context: context) }
             }
-            let next = state.withLock { state -> (transfer: TransferCancellation, subscription: Subscription)? in
-                guard !state.shutDown, !context.isShutDown,
-                      let first = state.subscriptions.values.first(where: { !$0.descriptor.isTokenRejected }) ?? state.subscriptions.values.first else {
+        }
+    }
+
+    private func nextStep(_ context: ClientContext) -> Step {
+        let now = DispatchTime.now()
+        func seconds(until time: DispatchTime) -> Double {
+            time > now ? Double(time.uptimeNanoseconds - now.uptimeNanoseconds) / 1e9 : 0
+        }
+        return state.withLock { state -> Step in
+            if state.shutDown || context.isShutDown || state.subscriptions.isEmpty {
+                guard state.isStreaming else {  // (cancelled streams end in the next drive)
                     state.loopRunning = false
-                    return nil
+                    state.channels = [:]
+                    return .exit
                 }
-                let transfer = TransferCancellation()
-                state.transfer = transfer
-                if state.fallbackReason != nil { state.retries += 1 }
-                return (transfer, first)
+                return .drive(seconds: 1)
             }
-            guard let (transfer, subscription) = next else { return }
-            let descriptor = subscription.descriptor
-            defer { state.withLock { state in state.transfer = nil } }
-            guard context.server.isNetworkAvailable else {
-                pause(DocumentDescriptor.maximumBackoffSeconds)
-                continue
+            // A user whose last layer stopped listening has no stream (it was cancelled then).
+            state.channels = state.channels.filter { $0.value.transfer != nil || state.hasSubscriptions(of: $0.key) }
+            let owners = Set(state.subscriptions.values.map(\.owner))
+            if state.fallbackReason != nil {
+                guard !state.isStreaming else { return .drive(seconds: 1) }  // a try runs
+                guard now >= state.nextTry else { return .drive(seconds: min(60, seconds(until: state.nextTry))) }
+                state.retries += 1
+                let (first, longest) = Self.streamRetrySeconds
+                state.nextTry = now + min(longest, first * Double(1 << min(state.retries, 16)))
+                return .open(Array(owners))
             }
-            guard let (path, heartbeat) = streamEndpoint(context, cancellation: transfer) else { continue }
-            let token = descriptor.jwt
-            let (retrying, replaces) = state.withLock { state in
-                state.helloArmed = false
-                state.bodyBytes = 0
-                return (state.fallbackReason != nil, state.lastStreamID)
+            let idle = owners.filter { state.channels[$0]?.transfer == nil }
+            let due = idle.filter { (state.channels[$0]?.retryAt ?? now) <= now }
+            if !due.isEmpty { return .open(Array(due)) }
+            let next = idle.compactMap { state.channels[$0]?.retryAt }.min().map(seconds(until:)) ?? 1
+            return .drive(seconds: min(1, next))  // (about once a second: the streams' watchdogs)
+        }
+    }
+
+    /// Opens `owner`'s stream with a token of that user (one the server did not refuse, if
+    /// any), asking for the server info first when the streams' path is not known.
+    private func open(_ owner: StreamOwner, context: ClientContext) {
+        let transfer = TransferCancellation()
+        let opener = state.withLock { state -> Subscription? in
+            let mine = state.subscriptions.values.filter { $0.owner == owner }
+            guard let opener = mine.first(where: { !$0.descriptor.isTokenRejected }) ?? mine.first else { return nil }
+            if state.channels[owner] == nil { state.channels[owner] = Channel() }
+            state.channels[owner]?.transfer = transfer
+            return opener
+        }
+        guard let opener else { return }
+        let descriptor = opener.descriptor
+        let token = descriptor.jwt
+        func notNow(_ seconds: Double) {
+            state.withLock { state in
+                guard state.channels[owner]?.transfer === transfer else { return }
+                state.channels[owner]?.transfer = nil
+                state.channels[owner]?.retryAt = .now() + seconds
             }
-            do throws(LayerSyncError) {
-                let end = try context.server.openStream(path: path, jwt: token, replaces: replaces, stallSeconds: max(1, Int((2 * heartbeat).rounded(.up))), session: streamSession,
-                                                        cancellation: transfer, watchdog: { [self] sent, bytes in
-                    watch(requestSent: sent, bodyBytes: bytes, context: context)
-                }) { [self] message in
-                    handle(message, context: context)
-                }
-                switch streamEnded() {
+        }
+        // A token of another user now (its reauthentication is finishing): its resubscribe moves the layer.
+        guard StreamOwner(jwt: token) == owner else { return notNow(0.5) }
+        guard context.server.isNetworkAvailable else { return notNow(DocumentDescriptor.maximumBackoffSeconds) }
+        guard let (path, heartbeat) = streamEndpoint(context, cancellation: transfer) else {
+            return notNow(backOffSeconds(owner))
+        }
+        let (retrying, replaces) = state.withLock { state -> (Bool, String?) in
+            state.channels[owner]?.helloArmed = false
+            state.channels[owner]?.bodyBytes = 0
+            return (state.fallbackReason != nil, state.channels[owner]?.lastStreamID)
+        }
+        context.server.startStream(path: path, jwt: token, replaces: replaces, stallSeconds: max(1, Int((2 * heartbeat).rounded(.up))),
+                                   group: streams, cancellation: transfer, watchdog: { [self] sent, bytes in
+            watch(owner, requestSent: sent, bodyBytes: bytes, context: context)
+        }, onMessage: { [self] message in
+            handle(message, on: owner, transfer: transfer, context: context)
+        }, completion: { [self] result in
+            guard let verdict = streamEnded(owner, transfer) else { return }
+            switch result {
+            case .success(let end):
+                switch verdict {
                 case .buffered(let reason)?: fallBack(reason, context: context)
                 case .unreachable?:
                     streamDied()
-                    backOff()
+                    backOff(owner)
                 case nil where end == .noHello:
                     fallBack("the change stream's answer ended before its hello (something between client and server buffers it)", context: context)
-                case nil: backOff()
+                case nil: backOff(owner)
                 }
-            } catch where error.code == .cancelled {
-                streamEnded()  // the last layer stopped listening, or shutdown: the loop's check decides
-            } catch where error.code == .accessDenied && error.httpStatus != nil && !retrying {
+            case .failure(let error) where error.code == .cancelled:
+                break  // the user's last layer stopped listening, a fallback, or shutdown: the loop's check decides
+            case .failure(let error) where error.code == .accessDenied && error.httpStatus != nil && !retrying:
                 // The token is refused here as it would be for its layer: that layer stops, the
-                // next one's token is tried. (While the layers long-poll, their loops tell it.)
-                streamEnded()
-                forget(descriptor, generation: subscription.generation)
-                descriptor.streamFailedAuthentication(error, token: token, generation: subscription.generation)
-            } catch where error.httpStatus == 404 || error.httpStatus == 405 {
-                streamEnded()
+                // user's next one's token is tried. (While the layers long-poll, their loops tell it.)
+                forget(descriptor, generation: opener.generation)
+                descriptor.streamFailedAuthentication(error, token: token, generation: opener.generation)
+            case .failure(let error) where error.httpStatus == 404 || error.httpStatus == 405:
                 fallBack("the server answers \(error.httpStatus ?? 0) to POST \(path)", context: context)
-            } catch {
-                streamEnded()
+            case .failure:
                 streamDied()
-                backOff()
+                backOff(owner)
             }
-        }
+        })
     }
 
     /// The stream failed or went silent: the subscriptions' kept-alive connections may share
@@ -420,18 +563,17 @@ final class StreamListener: Sendable {
         controlQueue.async { [self] in controlSession.closeIdleConnections() }
     }
 
-    /// The stream's path and heartbeat period from the server info (asked for when the
+    /// The streams' path and heartbeat period from the server info (asked for when the
     /// connection sequence has not answered yet, or again when trying the stream after a
-    /// fallback); `nil` after a fallback or a failure (backed off).
+    /// fallback; no stream runs then); `nil` after a fallback or a failure.
     private func streamEndpoint(_ context: ClientContext, cancellation: TransferCancellation) -> (String, Double)? {
         if let known = state.withLock({ state in state.path.map { ($0, state.heartbeatSeconds) } }) { return known }
         let retrying = state.withLock { $0.fallbackReason != nil }
         var info = retrying ? nil : context.serverInfo.withLock { $0 }
         if info == nil {
             do throws(LayerSyncError) {
-                info = try context.server.info(session: streamSession, cancellation: cancellation)
+                info = try context.server.info(session: infoSession, cancellation: cancellation)
             } catch {
-                if error.code != .cancelled, !retrying { backOff() }
                 return nil
             }
         }
@@ -446,53 +588,70 @@ final class StreamListener: Sendable {
         return (path, info.streamHeartbeatSeconds)
     }
 
-    private func backOff() {
+    /// `owner`'s stream failed once more: the next one opens after a backoff.
+    private func backOff(_ owner: StreamOwner) {
+        let seconds = backOffSeconds(owner)
+        state.withLock { $0.channels[owner]?.retryAt = .now() + seconds }
+    }
+
+    /// Counts a failure of `owner`'s stream. - Returns: The pause before its next one.
+    private func backOffSeconds(_ owner: StreamOwner) -> Double {
         let failures = state.withLock { state in
-            state.failures += 1
-            return state.failures
+            state.channels[owner]?.failures += 1
+            return state.channels[owner]?.failures ?? 1
         }
-        pause(DocumentDescriptor.backoffSeconds(failures: failures))
+        return DocumentDescriptor.backoffSeconds(failures: failures)
     }
 
-    /// The stream ended: no subscription holds any more (each resubscribes on the next
-    /// `hello`), nothing is awaited on it.
-    /// - Returns: How the watchdog ended it, if it did.
-    @discardableResult
-    private func streamEnded() -> Verdict? {
-        state.withLock { state in
-            state.streamID = nil
-            for layer in state.subscriptions.keys { state.subscriptions[layer]?.subscribed = nil }
-            state.helloDue = nil
-            state.acks = [:]
-            state.probe?.cancellation.cancel()
-            state.probe = nil
-            defer { state.verdict = nil }
-            return state.verdict
+    /// `owner`'s stream `transfer` ended: none of that user's subscriptions holds any more
+    /// (each resubscribes on the next `hello`), nothing is awaited on it.
+    /// - Returns: How the watchdog ended it, if it did (`.some(nil)`: it did not); `nil` when
+    ///   `transfer` is not that user's stream.
+    private func streamEnded(_ owner: StreamOwner, _ transfer: TransferCancellation) -> Verdict?? {
+        state.withLock { state -> Verdict?? in
+            guard var channel = state.channels[owner], channel.transfer === transfer else { return nil }
+            channel.transfer = nil
+            channel.streamID = nil
+            channel.helloDue = nil
+            channel.acks = [:]
+            channel.probe?.cancellation.cancel()
+            channel.probe = nil
+            defer { channel.verdict = nil; state.channels[owner] = channel }
+            for (layer, subscription) in state.subscriptions where subscription.owner == owner {
+                state.subscriptions[layer]?.subscribed = nil
+            }
+            return .some(channel.verdict)
         }
     }
 
-    /// Listening moves to long-polls: every layer on the stream starts its own loop (one the
-    /// server refused has one already); ``run(_:)`` tries the stream again later.
+    /// Listening moves to long-polls: every layer on a stream starts its own loop (one the
+    /// server refused has one already) and no stream is held; ``run(_:)`` tries the streams
+    /// again later.
     private func fallBack(_ reason: String, context: ClientContext) {
         let moved = state.withLock { state -> [Subscription]? in
             state.path = nil  // asked for again when the stream is tried again
+            for owner in state.channels.keys { state.channels[owner]?.transfer?.cancel() }
             guard state.fallbackReason == nil else { return nil }  // a try after the fallback failed
             state.fallbackReason = reason
             state.retries = 0
+            state.nextTry = .now() + Self.streamRetrySeconds.first
             return state.subscriptions.values.filter { $0.refusal == nil }
         }
+        streams.wakeUp()
         guard let moved else { return }
         log("listening falls back to per-layer long-poll: \(reason); the change stream is tried again in "
             + "\(Int(Self.streamRetrySeconds.first)) s", context: context)
         for subscription in moved { subscription.descriptor.switchToLongPoll(from: subscription.generation) }
     }
 
-    /// The stream works again after a fallback (its `hello` arrived): every layer moves back to it.
-    /// - Returns: The layers to subscribe.
-    private func comeBack(_ reason: String, context: ClientContext) -> [StreamLayer] {
+    /// A stream works again after a fallback (its `hello` arrived): every layer moves back to
+    /// the streams.
+    /// - Returns: The layers to subscribe now (those whose user's stream has said hello), with
+    ///   that stream and user.
+    private func comeBack(_ reason: String, context: ClientContext) -> [(StreamLayer, String, StreamOwner)] {
         log("listening is back on the change stream (it had fallen back to long-poll: \(reason))", context: context)
         let moving = state.withLock { Array($0.subscriptions) }
-        return moving.compactMap { layer, subscription in moveToStream(layer, subscription) == nil ? nil : layer }
+        return moving.compactMap { layer, subscription in moveToStream(layer, subscription).map { (layer, $0.0, $0.1) } }
     }
 
     /// One line on stderr about how listening works.
@@ -503,52 +662,55 @@ final class StreamListener: Sendable {
 
     // MARK: Buffering
 
-    /// The stream's watchdog, about once a second on its thread (see the type's documentation).
-    /// - Returns: Whether to end the stream (``State/verdict`` says why).
-    private func watch(requestSent: Bool, bodyBytes: Int, context: ClientContext) -> Bool {
+    /// `owner`'s stream's watchdog, about once a second on the loop's thread (see the type's
+    /// documentation).
+    /// - Returns: Whether to end the stream (``Channel/verdict`` says why).
+    private func watch(_ owner: StreamOwner, requestSent: Bool, bodyBytes: Int, context: ClientContext) -> Bool {
         let now = DispatchTime.now()
         let probe = state.withLock { state -> Probe? in
-            if requestSent, !state.helloArmed {
-                state.helloArmed = true
-                if state.streamID == nil { state.helloDue = now }
+            guard var channel = state.channels[owner] else { return nil }
+            defer { state.channels[owner] = channel }
+            if requestSent, !channel.helloArmed {
+                channel.helloArmed = true
+                if channel.streamID == nil { channel.helloDue = now }
             }
-            if bodyBytes != state.bodyBytes {
+            if bodyBytes != channel.bodyBytes {
                 // Bytes arrive: what is awaited may be behind them (a big page on a slow link).
-                state.bodyBytes = bodyBytes
-                if state.helloDue != nil { state.helloDue = now }
-                state.acks = state.acks.mapValues { $0.owed > 0 ? ($0.owed, now) : $0 }
+                channel.bodyBytes = bodyBytes
+                if channel.helloDue != nil { channel.helloDue = now }
+                channel.acks = channel.acks.mapValues { $0.owed > 0 ? ($0.owed, now) : $0 }
             }
-            let owed = state.acks.values.filter { $0.owed > 0 }.map(\.due)
-            guard let due = ([state.helloDue].compactMap { $0 } + owed).min(),
+            let owed = channel.acks.values.filter { $0.owed > 0 }.map(\.due)
+            guard let due = ([channel.helloDue].compactMap { $0 } + owed).min(),
                   now >= due + Self.probeAfterSeconds else {
-                state.probe?.cancellation.cancel()  // nothing overdue (any more)
-                state.probe = nil
+                channel.probe?.cancellation.cancel()  // nothing overdue (any more)
+                channel.probe = nil
                 return nil
             }
-            guard let probe = state.probe else {
-                state.probe = Probe(started: now)
-                return state.probe
+            guard let probe = channel.probe else {
+                channel.probe = Probe(started: now)
+                return channel.probe
             }
             if let answered = probe.answered {
                 if now >= due + Self.eventDeadlineSeconds, now >= answered + Self.probeGraceSeconds {
-                    state.verdict = .buffered(state.helloDue != nil
+                    channel.verdict = .buffered(channel.helloDue != nil
                         ? "no hello within \(Int(Self.eventDeadlineSeconds)) s of opening the change stream while the server answers "
                           + "other requests (something between client and server buffers it)"
                         : "the change stream delivered its hello but no subscription's acknowledgement within "
                           + "\(Int(Self.eventDeadlineSeconds)) s while the server answers other requests (something between client and server buffers it)")
                 }
             } else if probe.failed || now >= probe.started + Self.probeTimeoutSeconds {
-                state.verdict = .unreachable
+                channel.verdict = .unreachable
             }
             return nil
         }
-        if let probe { DispatchQueue.global().async { [self] in run(probe, context: context) } }
-        return state.withLock { $0.verdict != nil }
+        if let probe { DispatchQueue.global().async { [self] in run(probe, of: owner, context: context) } }
+        return state.withLock { $0.channels[owner]?.verdict != nil }
     }
 
     /// Sends the probe (`GET /sync/v1/info` on a connection of its own) and notes whether the
     /// server answered it (any HTTP answer) or not.
-    private func run(_ probe: Probe, context: ClientContext) {
+    private func run(_ probe: Probe, of owner: StreamOwner, context: ClientContext) {
         let session = HTTPSession(connectTimeoutSeconds: connectTimeout)
         var answered = true
         do throws(LayerSyncError) {
@@ -558,30 +720,40 @@ final class StreamListener: Sendable {
             answered = !(error.code == .requestFailed && error.httpStatus == nil)
         }
         state.withLock { state in
-            guard state.probe?.cancellation === probe.cancellation else { return }
-            if answered { state.probe?.answered = .now() } else { state.probe?.failed = true }
+            guard state.channels[owner]?.probe?.cancellation === probe.cancellation else { return }
+            if answered { state.channels[owner]?.probe?.answered = .now() } else { state.channels[owner]?.probe?.failed = true }
         }
     }
 
-    /// One event, on the stream's thread; what it does to a layer goes to that layer's work queue.
+    /// One event of `owner`'s stream `transfer`, on the loop's thread; what it does to a layer
+    /// goes to that layer's work queue. An event about a layer that is not on this user's
+    /// stream (it moved to another user's) is ignored.
     /// - Returns: Whether to go on reading.
-    private func handle(_ message: StreamMessage, context: ClientContext) -> Bool {
-        func subscription(_ layer: StreamLayer) -> Subscription? { state.withLock { $0.subscriptions[layer] } }
+    private func handle(_ message: StreamMessage, on owner: StreamOwner, transfer: TransferCancellation, context: ClientContext) -> Bool {
+        func subscription(_ layer: StreamLayer) -> Subscription? {
+            state.withLock { state in state.subscriptions[layer].flatMap { $0.owner == owner ? $0 : nil } }
+        }
         switch message {
         case .hello(let streamID):
-            let (layers, fellBack) = state.withLock { state -> ([StreamLayer], String?) in
-                state.streamID = streamID
-                state.lastStreamID = streamID
-                state.failures = 0
-                state.helloDue = nil
+            let hello = state.withLock { state -> (layers: [StreamLayer], fellBack: String?)? in
+                guard var channel = state.channels[owner], channel.transfer === transfer else { return nil }
+                channel.streamID = streamID
+                channel.lastStreamID = streamID
+                channel.failures = 0
+                channel.helloDue = nil
+                state.channels[owner] = channel
                 defer { state.fallbackReason = nil }
-                return (state.subscriptions.filter { $0.value.refusal == nil }.map(\.key), state.fallbackReason)
+                return (state.subscriptions.filter { $0.value.refusal == nil && $0.value.owner == owner }.map(\.key), state.fallbackReason)
             }
-            for layer in fellBack.map({ comeBack($0, context: context) }) ?? layers { subscribe(layer, on: streamID, context: context) }
+            guard let hello else { return false }
+            let subscribing = hello.fellBack.map { comeBack($0, context: context) } ?? hello.layers.map { ($0, streamID, owner) }
+            for (layer, streamID, owner) in subscribing { subscribe(layer, on: streamID, of: owner, context: context) }
         case .subscribed(let layer):
             state.withLock { state in
-                let owed = (state.acks[layer]?.owed ?? 0) - 1
-                state.acks[layer] = owed == 0 ? nil : (owed, state.acks[layer]?.due ?? .now())
+                guard var channel = state.channels[owner] else { return }
+                let owed = (channel.acks[layer]?.owed ?? 0) - 1
+                channel.acks[layer] = owed == 0 ? nil : (owed, channel.acks[layer]?.due ?? .now())
+                state.channels[owner] = channel
             }
         case .changes(let layer, let since, let page):
             guard let subscription = subscription(layer) else { break }

@@ -3,10 +3,10 @@ import LayerSyncModel
 import Synchronization
 
 /// The change stream of protocol version 2 as the client sees it (protocol.md "Protocol
-/// version 2: the change stream"): one `POST /sync/v2/stream` answered with Server-Sent Events
-/// for every layer the client listens on, and the short requests that add and remove its
-/// subscriptions. What an event means for a layer is decided by LayerSyncCore
-/// (`StreamListener`); this file only speaks the wire.
+/// version 2: the change stream"): a `POST /sync/v2/stream` answered with Server-Sent Events
+/// for every layer of one user the client listens on (a stream belongs to the JWT's user), and
+/// the short requests that add and remove its subscriptions. What an event means for a layer
+/// is decided by LayerSyncCore (`StreamListener`); this file only speaks the wire.
 
 /// One message of the change stream.
 package enum StreamMessage: Sendable {
@@ -158,28 +158,33 @@ extension StreamMessage {
 }
 
 extension SyncServer {
-    /// `POST /sync/v2/stream`: opens the change stream and reads it until it ends, calling
-    /// `onMessage` on this thread for each event (heartbeats only keep it alive). Blocks.
+    /// `POST /sync/v2/stream`: opens a change stream on `group` (its driving thread) and reads
+    /// it until it ends, calling `onMessage` on that thread for each event (heartbeats only
+    /// keep it alive), then `completion` with how it ended. Returns at once.
     ///
     /// A peer that sends nothing for `stallSeconds` (two heartbeat periods) counts as dead
     /// (`.requestFailed`). Whether events arrive when they should (buffering) is the caller's
     /// watchdog's to judge.
     /// - Parameters:
     ///   - path: The stream's path (``ServerInfo/streamPath``).
-    ///   - jwt: Any JWT valid on this server (it authorises holding a stream).
-    ///   - replaces: The id of the client's previous stream, given up as dead (silent, failed,
-    ///     ended): the server closes it if it still holds it (`{"replaces": id}`; its path
-    ///     may take bytes and deliver none, which the server cannot see), `nil` for none.
+    ///   - jwt: Any JWT valid on this server (it authorises holding a stream); the stream
+    ///     belongs to its `user_id`: only JWTs of that user subscribe on it.
+    ///   - replaces: The id of this user's previous stream from this client, given up as dead
+    ///     (silent, failed, ended): the server closes it if it still holds it (`{"replaces": id}`;
+    ///     its path may take bytes and deliver none, which the server cannot see), `nil` for none.
     ///   - stallSeconds: Seconds of silence that end the stream.
-    ///   - watchdog: Called about once a second on this thread with whether the request has
-    ///     been sent and how many body bytes arrived so far; `true` ends the stream (``StreamEnd/stopped``).
+    ///   - group: Where the transfer runs (the calling thread drives it).
+    ///   - watchdog: Called about once a second on the driving thread with whether the request
+    ///     has been sent and how many body bytes arrived so far; `true` ends the stream (``StreamEnd/stopped``).
     ///   - onMessage: Returns `false` to end the stream (``StreamEnd/stopped``).
-    /// - Throws: `.accessDenied` (401/403), `.invalidDocument` (404: no stream here),
-    ///   `.invalidServerData` (an event that is not what the protocol says), `.requestFailed`,
-    ///   `.cancelled`.
-    package func openStream(path: String, jwt: String, replaces: String?, stallSeconds: Int, session: HTTPSession, cancellation: TransferCancellation,
-                            watchdog: @escaping @Sendable (_ requestSent: Bool, _ bodyBytes: Int) -> Bool,
-                            onMessage: @escaping @Sendable (StreamMessage) -> Bool) throws(LayerSyncError) -> StreamEnd {
+    ///   - completion: How the stream ended, or its error: `.accessDenied` (401/403),
+    ///     `.invalidDocument` (404: no stream here), `.invalidServerData` (an event that is not
+    ///     what the protocol says), `.requestFailed`, `.cancelled`.
+    package func startStream(path: String, jwt: String, replaces: String?, stallSeconds: Int, group: HTTPTransferGroup,
+                             cancellation: TransferCancellation,
+                             watchdog: @escaping @Sendable (_ requestSent: Bool, _ bodyBytes: Int) -> Bool,
+                             onMessage: @escaping @Sendable (StreamMessage) -> Bool,
+                             completion: @escaping @Sendable (Result<StreamEnd, LayerSyncError>) -> Void) {
         struct Reading {
             var parser = ServerSentEventParser()
             var sawHello = false
@@ -187,7 +192,7 @@ extension SyncServer {
             var stopped = false
             var invalid: LayerSyncError?
         }
-        let reading = Mutex(Reading())  // used on this thread only; the lock makes the closures Sendable
+        let reading = Mutex(Reading())  // used on the driving thread only; the lock makes the closures Sendable
         var request = HTTPRequest(method: "POST", url: url.url(path))
         request.headers = ["Content-Type: application/json", "Cache-Control: no-cache"]
         var body = JSONObject()
@@ -232,18 +237,21 @@ extension SyncServer {
             reading.withLock { $0.stopped = true }
             return true
         }
-        do throws(LayerSyncError) {
-            _ = try send(request, jwt: jwt, session: session, cancellation: cancellation, accept: "text/event-stream", protocolVersion: 2)
-        } catch where error.code == .requestFailed && error.httpStatus == nil {
+        start(request, jwt: jwt, group: group, cancellation: cancellation, accept: "text/event-stream", protocolVersion: 2) { result in
             let state = reading.withLock { $0 }
-            if let invalid = state.invalid { throw invalid }
-            if state.stopped { return .stopped }
-            throw error
+            switch result {
+            case .failure(let error) where error.code == .requestFailed && error.httpStatus == nil:
+                if let invalid = state.invalid { completion(.failure(invalid)) } else if state.stopped { completion(.success(.stopped)) } else {
+                    completion(.failure(error))
+                }
+            case .failure(let error): completion(.failure(error))
+            case .success:
+                if let invalid = state.invalid { completion(.failure(invalid)) } else {
+                    // A 2xx answer that ended before its hello was buffered whole by something in between.
+                    completion(.success(state.sawHello ? .closed : .noHello))
+                }
+            }
         }
-        let state = reading.withLock { $0 }
-        if let invalid = state.invalid { throw invalid }
-        // A 2xx answer that ended before its hello was buffered whole by something in between.
-        return state.sawHello ? .closed : .noHello
     }
 
     /// `POST /sync/v2/stream/{id}/subscriptions`: subscribes the stream to a layer from `since`.

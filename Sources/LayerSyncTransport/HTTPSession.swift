@@ -65,7 +65,7 @@ package final class HTTPSession: Sendable {
     private let handles: Mutex<Handles>
     private let connectTimeoutSeconds: Double
 
-    private static let globalInit: Void = { _ = ls_curl_global_init_default() }()
+    static let globalInit: Void = { _ = ls_curl_global_init_default() }()
 
     /// Creates a session.
     /// - Parameter connectTimeoutSeconds: Seconds allowed to establish a connection.
@@ -110,8 +110,39 @@ package final class HTTPSession: Sendable {
         return try result.get()
     }
 
-    /// State shared with the C callbacks of one transfer (same thread only).
-    private final class TransferContext {
+    private static func perform(_ request: HTTPRequest, easy: UnsafeMutableRawPointer, multi: UnsafeMutableRawPointer, connectTimeout: Double,
+                                cancellation: TransferCancellation) throws(LayerSyncError) -> HTTPResponse {
+        let transfer = HTTPTransfer(request, easy: easy, connectTimeout: connectTimeout, cancellation: cancellation)
+        return try withExtendedLifetime(transfer) { () throws(LayerSyncError) -> HTTPResponse in
+            guard cancellation.attach(multi) else { throw LayerSyncError(.cancelled, "cancelled") }
+            curl_multi_add_handle(multi, easy)
+            defer {
+                curl_multi_remove_handle(multi, easy)
+                cancellation.detach()
+            }
+            var code = CURLE_OK
+            while true {
+                var running: Int32 = 0
+                curl_multi_perform(multi, &running)
+                if running == 0 {
+                    var done: UnsafeMutableRawPointer?
+                    _ = ls_curl_multi_done(multi, &done, &code)
+                    break
+                }
+                if cancellation.isCancelled { throw LayerSyncError(.cancelled, "cancelled") }
+                curl_multi_poll(multi, nil, 0, 1000, nil)
+            }
+            return try transfer.finish(code)
+        }
+    }
+}
+
+/// One transfer on an easy handle: the handle configured for the request, the state its C
+/// callbacks share (used on the transfer's thread only), and the answer it makes. Used by
+/// ``HTTPSession`` (one transfer at a time) and ``HTTPTransferGroup`` (several on one thread).
+final class HTTPTransfer {
+    /// State shared with the C callbacks (same thread only).
+    private final class Context {
         var status = 0
         var headers: [String: String] = [:]
         var body: [UInt8] = []
@@ -127,11 +158,21 @@ package final class HTTPSession: Sendable {
         init(cancellation: TransferCancellation) { self.cancellation = cancellation }
     }
 
-    private static func perform(_ request: HTTPRequest, easy: UnsafeMutableRawPointer, multi: UnsafeMutableRawPointer, connectTimeout: Double,
-                                cancellation: TransferCancellation) throws(LayerSyncError) -> HTTPResponse {
+    let request: HTTPRequest
+    let easy: UnsafeMutableRawPointer
+    let cancellation: TransferCancellation
+    private let context: Context
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+
+    /// Resets `easy` and configures it for `request` (the handle must outlive the transfer).
+    init(_ request: HTTPRequest, easy: UnsafeMutableRawPointer, connectTimeout: Double, cancellation: TransferCancellation) {
+        self.request = request
+        self.easy = easy
+        self.cancellation = cancellation
         curl_easy_reset(easy)
         let handle = easy
-        let context = TransferContext(cancellation: cancellation)
+        let context = Context(cancellation: cancellation)
+        self.context = context
         context.fileDescriptor = request.bodyFileDescriptor
         if request.hashFileBody { context.fileHasher = SHA256.Hasher() }
         context.progress = request.progress
@@ -139,9 +180,7 @@ package final class HTTPSession: Sendable {
         context.watchdog = request.watchdog
         context.easy = easy
         let contextPointer = Unmanaged.passUnretained(context).toOpaque()
-        var headerList: UnsafeMutablePointer<curl_slist>?
         for line in request.headers + ["Expect:"] { headerList = curl_slist_append(headerList, line) }
-        defer { curl_slist_free_all(headerList) }
 
         _ = ls_curl_setopt_str(handle, CURLOPT_URL, request.url)
         _ = ls_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1)
@@ -170,7 +209,7 @@ package final class HTTPSession: Sendable {
             _ = ls_curl_setopt_str(handle, CURLOPT_CUSTOMREQUEST, request.method)
         }
         _ = ls_curl_setopt_data_cb(handle, CURLOPT_HEADERFUNCTION) { pointer, size, count, user in
-            let context = Unmanaged<TransferContext>.fromOpaque(user!).takeUnretainedValue()
+            let context = Unmanaged<Context>.fromOpaque(user!).takeUnretainedValue()
             let length = size * count
             guard let pointer else { return length }
             let line = String(decoding: UnsafeRawBufferPointer(start: pointer, count: length), as: UTF8.self)
@@ -188,7 +227,7 @@ package final class HTTPSession: Sendable {
         }
         _ = ls_curl_setopt_ptr(handle, CURLOPT_HEADERDATA, contextPointer)
         _ = ls_curl_setopt_data_cb(handle, CURLOPT_WRITEFUNCTION) { pointer, size, count, user in
-            let context = Unmanaged<TransferContext>.fromOpaque(user!).takeUnretainedValue()
+            let context = Unmanaged<Context>.fromOpaque(user!).takeUnretainedValue()
             let length = size * count
             guard let pointer, length > 0 else { return length }
             if let descriptor = context.fileDescriptor, context.status / 100 == 2 {
@@ -213,7 +252,7 @@ package final class HTTPSession: Sendable {
         _ = ls_curl_setopt_ptr(handle, CURLOPT_WRITEDATA, contextPointer)
         _ = ls_curl_setopt_long(handle, CURLOPT_NOPROGRESS, 0)
         _ = ls_curl_setopt_xferinfo_cb(handle) { user, downloadTotal, downloadNow, _, _ in
-            let context = Unmanaged<TransferContext>.fromOpaque(user!).takeUnretainedValue()
+            let context = Unmanaged<Context>.fromOpaque(user!).takeUnretainedValue()
             if context.cancellation.isCancelled { return 1 }
             if let watchdog = context.watchdog {
                 var pretransfer: curl_off_t = 0
@@ -227,37 +266,23 @@ package final class HTTPSession: Sendable {
             return 0
         }
         _ = ls_curl_setopt_ptr(handle, CURLOPT_XFERINFODATA, contextPointer)
+    }
 
-        return try withExtendedLifetime(context) { () throws(LayerSyncError) -> HTTPResponse in
-            guard cancellation.attach(multi) else { throw LayerSyncError(.cancelled, "cancelled") }
-            curl_multi_add_handle(multi, easy)
-            defer {
-                curl_multi_remove_handle(multi, easy)
-                cancellation.detach()
-            }
-            var code = CURLE_OK
-            while true {
-                var running: Int32 = 0
-                curl_multi_perform(multi, &running)
-                if running == 0 {
-                    _ = ls_curl_multi_done_result(multi, &code)
-                    break
-                }
-                if cancellation.isCancelled { throw LayerSyncError(.cancelled, "cancelled") }
-                curl_multi_poll(multi, nil, 0, 1000, nil)
-            }
-            if cancellation.isCancelled { throw LayerSyncError(.cancelled, "cancelled") }
-            if context.writeFailed {
-                throw LayerSyncError(.couldNotWriteToDisk, "cannot write the downloaded file: \(String(cString: strerror(errno)))")
-            }
-            guard code == CURLE_OK else {
-                throw LayerSyncError(.requestFailed, "\(request.method) \(request.url): \(String(cString: curl_easy_strerror(code)))")
-            }
-            var status = 0
-            _ = ls_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
-            return HTTPResponse(status: status, headers: context.headers, body: context.body,
-                                fileSHA256: context.fileHasher?.finalize())
+    deinit { curl_slist_free_all(headerList) }
+
+    /// The answer of the transfer that ended with libcurl's `code` (removed from its multi handle).
+    /// - Throws: `.cancelled`; `.couldNotWriteToDisk`; `.requestFailed` when no answer arrived.
+    func finish(_ code: CURLcode) throws(LayerSyncError) -> HTTPResponse {
+        if cancellation.isCancelled { throw LayerSyncError(.cancelled, "cancelled") }
+        if context.writeFailed {
+            throw LayerSyncError(.couldNotWriteToDisk, "cannot write the downloaded file: \(String(cString: strerror(errno)))")
         }
+        guard code == CURLE_OK else {
+            throw LayerSyncError(.requestFailed, "\(request.method) \(request.url): \(String(cString: curl_easy_strerror(code)))")
+        }
+        var status = 0
+        _ = ls_curl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+        return HTTPResponse(status: status, headers: context.headers, body: context.body, fileSHA256: context.fileHasher?.finalize())
     }
 }
 

@@ -280,6 +280,34 @@ package final class SyncServer: Sendable {
     /// is marked unavailable.
     func send(_ request: HTTPRequest, jwt: String?, session: HTTPSession, cancellation: TransferCancellation,
               accept: String, protocolVersion: Int) throws(LayerSyncError) -> HTTPResponse {
+        let (request, flags) = try outgoing(request, jwt: jwt, accept: accept, protocolVersion: protocolVersion)
+        return try answer(of: request, Result { () throws(LayerSyncError) in try session.perform(request, cancellation: cancellation) },
+                          flags: flags)
+    }
+
+    /// ``send(_:jwt:session:cancellation:accept:protocolVersion:)`` on a transfer group's thread
+    /// (the change streams, ``HTTPTransferGroup``): starts the request and returns; `completion`
+    /// gets the mapped answer on that thread when the transfer ends.
+    func start(_ request: HTTPRequest, jwt: String?, group: HTTPTransferGroup, cancellation: TransferCancellation, accept: String,
+               protocolVersion: Int, completion: @escaping @Sendable (Result<HTTPResponse, LayerSyncError>) -> Void) {
+        let flags: NetworkAvailability
+        let outgoing: HTTPRequest
+        do throws(LayerSyncError) {
+            (outgoing, flags) = try self.outgoing(request, jwt: jwt, accept: accept, protocolVersion: protocolVersion)
+        } catch {
+            completion(.failure(error))
+            return
+        }
+        group.start(outgoing, cancellation: cancellation) { [self] result in
+            completion(Result { () throws(LayerSyncError) in try answer(of: outgoing, result, flags: flags) })
+        }
+    }
+
+    /// The request as it goes out (protocol, `Accept` and `Authorization` headers, the default
+    /// timeout) and the availability flags it was sent under.
+    /// - Throws: `.requestFailed` while the network is marked unavailable (no request is made).
+    private func outgoing(_ request: HTTPRequest, jwt: String?, accept: String,
+                          protocolVersion: Int) throws(LayerSyncError) -> (HTTPRequest, NetworkAvailability) {
         let flags = networkAvailability
         guard flags.hostSaysAvailable else {
             throw LayerSyncError(.requestFailed, "the network is marked unavailable (setNetworkAvailable(false)); no request was made")
@@ -292,10 +320,17 @@ package final class SyncServer: Sendable {
         request.headers.append("Accept: \(accept)")
         if let jwt { request.headers.append("Authorization: Bearer \(jwt)") }
         if request.timeoutSeconds == 30 { request.timeoutSeconds = requestTimeout }
+        return (request, flags)
+    }
+
+    /// The answer of `request` mapped through the error envelope; a transfer that got no HTTP
+    /// answer at all tells the transport failure handler first.
+    private func answer(of request: HTTPRequest, _ result: Result<HTTPResponse, LayerSyncError>,
+                        flags: NetworkAvailability) throws(LayerSyncError) -> HTTPResponse {
         let response: HTTPResponse
-        do throws(LayerSyncError) {
-            response = try session.perform(request, cancellation: cancellation)
-        } catch {
+        switch result {
+        case .success(let answer): response = answer
+        case .failure(let error):
             // No HTTP answer at all (HTTPSession throws `.requestFailed` only then).
             if error.code == .requestFailed, let handler = transportFailureHandler.withLock({ $0 }) { handler(flags.hostWords) }
             throw error

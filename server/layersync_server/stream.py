@@ -60,7 +60,7 @@ import time
 from collections import deque
 
 from starlette.requests import Request
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from layersync_server.auth import Grant
 from layersync_server.context import AppContext, read_json_object, run_in_worker
@@ -828,6 +828,14 @@ class _StreamRoute(Route):
     def __init__(self, path: str, endpoint, methods: list[str]):
         super().__init__(path, endpoint, methods=methods, include_in_schema=False)
         self.methods = set(methods)  # (no HEAD)
+
+    def matches(self, scope):
+        """Starlette's match, plus ``route`` in the child scope: its ``path`` template names
+        the request in metrics and logs (:meth:`Metrics.note_request`), not "unmatched"."""
+        match, child_scope = super().matches(scope)
+        if match is not Match.NONE:
+            child_scope["route"] = self
+        return match, child_scope
 
 
 def stream_routes(ctx: AppContext) -> list[Route]:
