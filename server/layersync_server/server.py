@@ -247,27 +247,30 @@ def log_listen_backlog() -> int | None:
 
 def connection_protocol(transports: dict):
     """uvicorn's HTTP protocol (httptools or h11, as ``http="auto"`` picks) that also keeps
-    ``transports`` (peer address as ``scope["client"]`` -> asyncio transport) of its open
-    connections: the change stream sets socket options on its connection and watches its
-    write buffer (:class:`~layersync_server.stream.StreamHub`). One dict entry per
-    connection, nothing per request."""
+    ``transports`` of its open connections: ``id(client)`` -> asyncio transport, where
+    ``client`` is the peer address tuple the protocol puts, as the same object, in every
+    request's ``scope["client"]``. The change stream sets socket options on its connection
+    and watches its write buffer (:class:`~layersync_server.stream.StreamHub`). Keyed by
+    that object, not by the address: uvicorn's proxy headers replace ``scope["client"]``
+    with what a trusted peer forwards (``X-Forwarded-For``, a port included), and a
+    forwarded address must not find another client's connection (a stream's replacement
+    resets its connection). A forwarded request's stream so has no transport. One dict
+    entry per connection, nothing per request."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
-    from uvicorn.protocols.utils import get_remote_addr
 
     class ConnectionProtocol(AutoHTTPProtocol):
-        _peer = None
+        _key = None
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
-            peer = get_remote_addr(transport)
-            if peer is not None:
-                self._peer = peer
-                transports[peer] = transport
+            if self.client is not None:  # (kept alive by the protocol: its id is its own)
+                self._key = id(self.client)
+                transports[self._key] = transport
 
         def connection_lost(self, exc) -> None:
-            peer = self._peer
-            if peer is not None and transports.get(peer) is self.transport:
-                del transports[peer]
+            key = self._key
+            if key is not None and transports.get(key) is self.transport:
+                del transports[key]
             super().connection_lost(exc)
 
     return ConnectionProtocol

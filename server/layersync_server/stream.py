@@ -252,10 +252,11 @@ class StreamHub:
         self.ctx = ctx
         self.heartbeat_s = heartbeat_s
         self.stall_s = 2 * heartbeat_s if stall_s is None else stall_s
-        #: The server's open connections by peer address (``scope["client"]``), kept by
-        #: server.py's HTTP protocol; empty when another ASGI server runs the app (then a
-        #: stall is seen only by a write that waits, no socket option is set).
-        self.transports: dict[tuple, asyncio.Transport] = {}
+        #: The server's open connections by ``id(scope["client"])`` (the protocol's own
+        #: address tuple, never one rewritten from X-Forwarded-For), kept by server.py's
+        #: HTTP protocol; empty when another ASGI server runs the app (then a stall is seen
+        #: only by a write that waits, no socket option is set).
+        self.transports: dict[int, asyncio.Transport] = {}
         self.max_pending = max_pending
         self.max_subscriptions = max_subscriptions
         self.streams: dict[str, Stream] = {}
@@ -523,10 +524,11 @@ class StreamHub:
 
     def open(self, owner: str | None = None, client: tuple | None = None) -> Stream:
         """A new stream; ``client`` is the request's ``scope["client"]`` (its connection's
-        transport, when :attr:`transports` has it, gets :func:`watch_peer`)."""
+        transport, when :attr:`transports` has it, gets :func:`watch_peer`; a client
+        address forwarded by a proxy has none)."""
         loop = asyncio.get_running_loop()
         stream = Stream(secrets.token_urlsafe(24), loop.time(), owner)  # 192 bits
-        transport = self.transports.get(client) if client is not None else None
+        transport = self.transports.get(id(client)) if client is not None else None
         if transport is not None:
             stream.transport = transport
             stream.sock = sock = transport.get_extra_info("socket")

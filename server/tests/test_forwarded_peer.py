@@ -1,0 +1,72 @@
+"""A request's ``X-Forwarded-For`` never names another connection to the server.
+
+uvicorn's proxy headers (server.py: ``proxy_headers=True``, FORWARDED_ALLOW_IPS, default
+loopback) rewrite ``scope["client"]`` to the address a trusted peer forwards, port
+included (``X-Forwarded-For: 127.0.0.1:41234``). The change stream looks its own
+connection up by that address (``StreamHub.transports``, kept by server.py's HTTP
+protocol) to watch and, when its client is gone or a new stream replaces it, reset it.
+A forwarded address must not find another client's connection there: a stream opened
+with another connection's address, then replaced (``{"replaces": ...}``, which resets the
+replaced stream's connection), would reset that other connection.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import httpx
+
+from conftest import change, note, start_server, stop_server
+
+
+def _stream_id(response: httpx.Response, kept: list) -> str:
+    """The ``stream_id`` of the stream's ``hello`` event (``kept`` holds the reader: a
+    dropped one closes the response)."""
+    chunks = response.iter_text()
+    kept.append(chunks)
+    buffered = ""
+    while "\n\n" not in buffered:
+        buffered += next(chunks)
+    data = next(line for line in buffered.splitlines() if line.startswith("data: "))
+    return json.loads(data[len("data: "):])["stream_id"]
+
+
+def test_a_forwarded_address_does_not_reach_another_connection(tmp_path, keys):
+    process, srv = start_server(tmp_path, str(tmp_path / "db.sqlite"), *keys)
+    try:
+        document_id = srv.new_document()
+        revision = srv.sync(document_id, [change("create", "n0", note())]).json()["revision"]
+        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+        # the victim: a long-poll parked on its own connection
+        victim = socket.create_connection((host, int(port)))
+        victim.settimeout(10)
+        token = srv.auth(document_id)["Authorization"]
+        victim.sendall((f"GET {srv.layer_url(document_id)}/changes?since={revision}&wait=8 HTTP/1.1\r\n"
+                        f"Host: {host}\r\nAuthorization: {token}\r\nLayerSync-Protocol: 1\r\n\r\n").encode())
+        time.sleep(0.3)  # parked
+        peer = "%s:%d" % victim.getsockname()
+        # the attacker: a stream "forwarded for" the victim's address, then one replacing it
+        headers = {**srv.auth(document_id, user_id="mallory"), "LayerSync-Protocol": "2"}
+        kept: list = []
+        with httpx.Client(base_url=srv.url, timeout=10) as attacker:
+            with attacker.stream("POST", "/sync/v2/stream", json={},
+                                 headers={**headers, "X-Forwarded-For": peer}) as first:
+                assert first.status_code == 200
+                first_id = _stream_id(first, kept)
+                with attacker.stream("POST", "/sync/v2/stream", json={"replaces": first_id},
+                                     headers=headers) as second:
+                    assert second.status_code == 200
+                    _stream_id(second, kept)
+                    # a commit wakes the victim's long-poll: it answers on its connection
+                    pushed = srv.sync(document_id, [change("create", "n1", note())])
+                    assert pushed.status_code == 200
+                    try:
+                        answer = victim.recv(65536)
+                    except ConnectionResetError:
+                        answer = b"<reset>"
+    finally:
+        victim.close()
+        stop_server(process, srv)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
