@@ -70,3 +70,20 @@ def test_a_forwarded_address_does_not_reach_another_connection(tmp_path, keys):
         victim.close()
         stop_server(process, srv)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
+def test_stream_requests_count_under_their_routes(server):
+    """``/metrics`` and the access log name a stream request by its route template, as
+    every other route's (``unmatched`` is for paths no route matches)."""
+    document_id = server.new_document()
+    base = "/sync/v2/stream"
+    answers = [server.http.get(base).status_code,  # 405
+               server.http.post(base).status_code,  # 401: no token
+               server.http.delete(base + "/nope/subscriptions", params={"document_id": document_id},
+                                  headers=server.auth(document_id)).status_code]  # 404
+    assert answers == [405, 401, 404]
+    metrics = server.http.get("/metrics").text
+    for route, method, status in ((base, "GET", 405), (base, "POST", 401),
+                                  (base + "/{stream_id}/subscriptions", "DELETE", 404)):
+        assert f'layersync_http_requests_total{{method="{method}",route="{route}",status="{status}"}}' \
+            in metrics, (route, method, status)
