@@ -313,8 +313,10 @@ def test_subscribe_and_unsubscribe_while_changes_flow(stream_server):
     # b: everything after the revision it subscribed at, once, in order
     assert seen["b"] == [r for r in pushed["b"] if r > b_since] and seen["b"]
     # a: from the start, in order, no duplicate, and nothing after the unsubscribe's answer
-    assert seen["a"] == sorted(set(seen["a"])) == list(range(1, len(seen["a"]) + 1))
-    assert unsubscribed_at <= len(seen["a"]) + 1 < len(pushed["a"])
+    # (protocol.md: pages still queued then are dropped, so fewer may arrive; at most one
+    # push committed before the answer had not returned when it was counted)
+    assert seen["a"] and seen["a"] == list(range(1, len(seen["a"]) + 1))
+    assert len(seen["a"]) <= unsubscribed_at + 1 < len(pushed["a"])
     assert s.unsubscribe(stream.stream_id, doc, "a").status_code == 404
     stream.close()
 
