@@ -63,6 +63,9 @@ test-swift: setup
 
 CMAKE_TEST_FLAGS = -DLAYERSYNC_SWIFT_CONFIG=$(CONFIG) -DLAYERSYNC_SWIFT_SCRATCH=$(abspath .build) \
 	-DLAYERSYNC_SERVER_BIN=$(LAYERSYNC_SERVER_BIN) -DLAYERSYNC_SHARED_DIR=$(SHARED)
+# The C test trees after `build`: they stage the library it built and run no `swift build` of
+# their own (which would wait for SwiftPM's lock while `make test` runs `swift test` beside them).
+CMAKE_BUILT_FLAGS = $(CMAKE_TEST_FLAGS) -DLAYERSYNC_SWIFT_BUILD=OFF
 
 # The C tests twice: plain (with the ABI, install and example checks), then the C tests
 # again under AddressSanitizer + UndefinedBehaviorSanitizer (leaks included). Each build tree
@@ -72,12 +75,12 @@ CTEST_JOBS ?= 2
 test-c: test-c-plain test-c-asan
 
 test-c-plain: build
-	cmake -S . -B build/ctest $(CMAKE_TEST_FLAGS) >/dev/null
+	cmake -S . -B build/ctest $(CMAKE_BUILT_FLAGS) >/dev/null
 	cmake --build build/ctest -j 2
 	ctest --test-dir build/ctest -j $(CTEST_JOBS) --output-on-failure
 
 test-c-asan: build
-	cmake -S . -B build/ctest-asan -DLAYERSYNC_SANITIZE=address $(CMAKE_TEST_FLAGS) >/dev/null
+	cmake -S . -B build/ctest-asan -DLAYERSYNC_SANITIZE=address $(CMAKE_BUILT_FLAGS) >/dev/null
 	cmake --build build/ctest-asan -j 2
 	ctest --test-dir build/ctest-asan -j $(CTEST_JOBS) -L c --output-on-failure
 
@@ -97,7 +100,7 @@ test-c-tsan: setup
 	ctest --test-dir build/ctest-tsan -L c --output-on-failure
 
 test-c-valgrind: build
-	cmake -S . -B build/ctest-valgrind -DLAYERSYNC_VALGRIND=ON $(CMAKE_TEST_FLAGS) >/dev/null
+	cmake -S . -B build/ctest-valgrind -DLAYERSYNC_VALGRIND=ON $(CMAKE_BUILT_FLAGS) >/dev/null
 	cmake --build build/ctest-valgrind
 	ctest --test-dir build/ctest-valgrind -L c --output-on-failure
 
