@@ -14,7 +14,7 @@ export LAYERSYNC_SHARED_DIR := $(SHARED)
 export LAYERSYNC_CORPUS ?= $(SHARED)/corpus/pdf
 export LAYERSYNC_SERVER_BIN := $(abspath $(VENV)/bin/layersync-server)
 
-.PHONY: help setup generate build demo test test-generated test-swift test-c test-python test-server clean bench bench-smoke bench-setup test-c-tsan test-c-valgrind soak
+.PHONY: help setup generate build demo test test-suites test-generated test-swift test-c test-c-plain test-c-asan test-python test-server clean bench bench-smoke bench-setup test-c-tsan test-c-valgrind soak
 
 help:
 	@echo "make demo   - run the main job end to end (server, two clients, real PDFs);"
@@ -41,8 +41,18 @@ build: setup
 demo: build
 	$(PY) examples/python/demo.py $(if $(KEEP),--keep-server)
 
-test: setup test-generated build test-server test-swift test-c test-python
+# The suites run SUITE_JOBS at a time (make -j; default 2, one per core: each suite is about
+# one core's work, much of it waiting on servers and sockets), longest first: the server suite
+# beside the Swift build, then the Swift tests, the Python bindings, the C tests plain and under
+# ASan as the slots free up. Each suite's output is printed whole when it ends
+# (--output-sync). `make test SUITE_JOBS=1` runs them one after another.
+SUITE_JOBS ?= 2
+test:
+	@$(MAKE) --no-print-directory -j $(SUITE_JOBS) --output-sync=target test-suites
 	@echo "make test: all suites passed"
+
+# The order is the one the free slots take them in (a suite starts once its prerequisites are done).
+test-suites: setup test-generated build test-server test-swift test-python test-c-plain test-c-asan
 
 test-generated:
 	python3 tools/gen_api.py --check
@@ -53,16 +63,26 @@ test-swift: setup
 
 CMAKE_TEST_FLAGS = -DLAYERSYNC_SWIFT_CONFIG=$(CONFIG) -DLAYERSYNC_SWIFT_SCRATCH=$(abspath .build) \
 	-DLAYERSYNC_SERVER_BIN=$(LAYERSYNC_SERVER_BIN) -DLAYERSYNC_SHARED_DIR=$(SHARED)
+# The C test trees after `build`: they stage the library it built and run no `swift build` of
+# their own (which would wait for SwiftPM's lock while `make test` runs `swift test` beside them).
+CMAKE_BUILT_FLAGS = $(CMAKE_TEST_FLAGS) -DLAYERSYNC_SWIFT_BUILD=OFF
 
 # The C tests twice: plain (with the ABI, install and example checks), then the C tests
-# again under AddressSanitizer + UndefinedBehaviorSanitizer (leaks included).
-test-c: build
-	cmake -S . -B build/ctest $(CMAKE_TEST_FLAGS) >/dev/null
-	cmake --build build/ctest
-	ctest --test-dir build/ctest --output-on-failure
-	cmake -S . -B build/ctest-asan -DLAYERSYNC_SANITIZE=address $(CMAKE_TEST_FLAGS) >/dev/null
-	cmake --build build/ctest-asan
-	ctest --test-dir build/ctest-asan -L c --output-on-failure
+# again under AddressSanitizer + UndefinedBehaviorSanitizer (leaks included). Each build tree
+# runs CTEST_JOBS tests at a time (each test has its own server and temporary directories;
+# the ABI install checks run alone, RUN_SERIAL); `make test` may run the two trees at once.
+CTEST_JOBS ?= 2
+test-c: test-c-plain test-c-asan
+
+test-c-plain: build
+	cmake -S . -B build/ctest $(CMAKE_BUILT_FLAGS) >/dev/null
+	cmake --build build/ctest -j 2
+	ctest --test-dir build/ctest -j $(CTEST_JOBS) --output-on-failure
+
+test-c-asan: build
+	cmake -S . -B build/ctest-asan -DLAYERSYNC_SANITIZE=address $(CMAKE_BUILT_FLAGS) >/dev/null
+	cmake --build build/ctest-asan -j 2
+	ctest --test-dir build/ctest-asan -j $(CTEST_JOBS) -L c --output-on-failure
 
 # Not in `make test` (about 2.5 and 4 minutes): the C tests under ThreadSanitizer and under
 # valgrind memcheck (errors and definitely-lost blocks fail a test).
@@ -80,7 +100,7 @@ test-c-tsan: setup
 	ctest --test-dir build/ctest-tsan -L c --output-on-failure
 
 test-c-valgrind: build
-	cmake -S . -B build/ctest-valgrind -DLAYERSYNC_VALGRIND=ON $(CMAKE_TEST_FLAGS) >/dev/null
+	cmake -S . -B build/ctest-valgrind -DLAYERSYNC_VALGRIND=ON $(CMAKE_BUILT_FLAGS) >/dev/null
 	cmake --build build/ctest-valgrind
 	ctest --test-dir build/ctest-valgrind -L c --output-on-failure
 

@@ -383,13 +383,25 @@ class Bench:
             v1.upload_bytes(self.pdf(64 * 1024).read_bytes(), document)
             v1_tokens = self.tmp / "many-tokens-v1.json"
             v1_tokens.write_text(json.dumps([v1.token(document, f"many{i}", "carol") for i in range(layers)]))
+            # Both at once: each process counts only its own threads and its own connections
+            # to its own server, and most of a run is listen_many.py's two 7 s settles.
+            runs = {how: subprocess.Popen([sys.executable, str(HERE / "listen_many.py"), server.url,
+                                           str(self.storage(f"many-{how}")), str(path)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    for how, server, path in (("stream", srv, tokens), ("long-poll", v1, v1_tokens))}
             found = {}
-            for how, server, path in (("stream", srv, tokens), ("long-poll", v1, v1_tokens)):
-                out = subprocess.run([sys.executable, str(HERE / "listen_many.py"), server.url,
-                                      str(self.storage(f"many-{how}")), str(path)],
-                                     capture_output=True, text=True, timeout=600, check=True)
-                found[how] = json.loads(out.stdout.strip().splitlines()[-1])
-                self.log(f"s3 listening on {layers} layers, {how}: {found[how]}")
+            try:
+                for how, proc in runs.items():
+                    out, err = proc.communicate(timeout=600)
+                    if proc.returncode != 0:
+                        raise RuntimeError(f"listen_many.py ({how}) exited with {proc.returncode}: {err.strip()}")
+                    found[how] = json.loads(out.strip().splitlines()[-1])
+                    self.log(f"s3 listening on {layers} layers, {how}: {found[how]}")
+            finally:
+                for proc in runs.values():
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
         finally:
             v1.stop()
         stream, poll = found["stream"], found["long-poll"]

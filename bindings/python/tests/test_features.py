@@ -78,7 +78,14 @@ def test_document_remove_local_storage(downloaded, server):
     client, doc = downloaded()
     pdf = Path(doc.pdf_path)
     states: list[Any] = []
-    doc.observe({"did_change_sync_state": lambda d, state: states.append(state)})
+    observed_invalid = threading.Event()
+
+    def on_state(_doc: Any, state: DocumentState) -> None:
+        states.append(state)
+        if state == DocumentState.INVALID:
+            observed_invalid.set()
+
+    doc.observe({"did_change_sync_state": on_state})
     doc.create_annotation(note("lost"))
     since = client.mark()
     doc.remove_local_storage()
@@ -87,6 +94,8 @@ def test_document_remove_local_storage(downloaded, server):
         doc.list_annotations()
     client.wait_for("did_change_sync_state", since=since, document=doc, timeout=WAIT_S,
                     predicate=lambda e: e.args[0] == DocumentState.INVALID)
+    # Observers run right after the client's handlers (which wait_for sees), so maybe later.
+    assert observed_invalid.wait(WAIT_S)
     assert states.count(DocumentState.INVALID) == 1
     assert client.local_documents() == {}
     fresh = client.document_for_jwt(server.mint_token(doc.id, user_id="alice"))
