@@ -17,8 +17,9 @@ thread, or another process's reset arriving meanwhile) would miss it: it passes 
 Hand-over: a commit made in this process may pass ``published`` the page a waiter
 would read next (``list_records(since=<revision before the commit>)``, read right after
 the commit on the committing thread; see ``context.commit``). A woken waiter whose ``since`` that page
-covers answers from it (:func:`page_after`) instead of reading storage again: that
-saves a worker-thread round trip and a query on the propagation path. The page is a
+covers answers from it (:func:`page_after`) instead of reading storage itself: one read
+on the committing thread serves every waiter, with no worker-thread round trip each on
+the propagation path. The page is a
 snapshot of the layer after the commit, exactly what a re-read at that moment
 returns. Whenever the handed page can not stand for a re-read (a commit from another
 process, an admin change without a page, a wake-up after a gap in the change feed,

@@ -22,6 +22,7 @@ from layersync.devserver import ReferenceServer
 
 from bufferingproxy import BufferingProxy
 from procstat import established_connections, threads
+from stallproxy import StallProxy
 from conftest import REPO, WAIT_S, corpus_pdf
 
 SERVER_COMMAND = [str(REPO / ".venv" / "bin" / "layersync-server")]
@@ -89,6 +90,15 @@ def open_layers(client: layersync.Client, server: ReferenceServer, doc_id: str, 
         doc.download(wait=True, timeout=WAIT_S)
         docs.append(doc)
     return docs
+
+
+def behind_stall_proxy(own_server, doc_id: str, heartbeat_s: float = 2) -> tuple[ReferenceServer, StallProxy]:
+    """A server of the test's own with ``heartbeat_s`` (the client then finds a stream dead
+    after twice that of silence), ``doc_id`` uploaded, and a :class:`StallProxy` in front
+    of it (the caller closes it): (server, proxy)."""
+    srv = own_server(env={"LAYERSYNC_SERVER_STREAM_HEARTBEAT_S": str(heartbeat_s)})
+    srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
+    return srv, StallProxy(srv.url)
 
 
 def listen_through(make_client, proxy_url: str, server: ReferenceServer, doc_id: str, layers: list[str]):

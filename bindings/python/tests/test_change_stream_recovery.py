@@ -13,8 +13,7 @@ import time
 
 from bufferingproxy import BufferingProxy
 from conftest import WAIT_S, corpus_pdf
-from stallproxy import StallProxy
-from test_change_stream import (free_port, listen_through, local_ids, metric, open_layers, own_server,  # noqa: F401
+from test_change_stream import (behind_stall_proxy, free_port, listen_through, local_ids, metric, open_layers, own_server,  # noqa: F401
                                 post_server_note, wait_until)
 
 
@@ -23,10 +22,8 @@ def test_a_network_stall_does_not_move_listening_to_long_poll_for_good(make_clie
     stream's hello cannot arrive while the path is still silent, but neither can the probe's
     answer, so that is no buffering: the client reopens the stream, and once the path is back
     it listens on the stream again (not on long-polls for the rest of its life)."""
-    srv = own_server(env={"LAYERSYNC_SERVER_STREAM_HEARTBEAT_S": "2"})
     doc_id = "stall"
-    srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
-    proxy = StallProxy(srv.url)
+    srv, proxy = behind_stall_proxy(own_server, doc_id)
     try:
         client, docs = listen_through(make_client, proxy.url, srv, doc_id, ["a", "b"])
         wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "the subscriptions")
@@ -51,10 +48,8 @@ def test_the_server_closes_the_stream_a_client_replaced_after_its_path_went_sile
     listening works again the server holds one stream for the client, not two, and one
     subscription per layer, and changes reach the client."""
     heartbeat_s = 2  # the client takes it from the server info: dead after 4 s of silence
-    srv = own_server(env={"LAYERSYNC_SERVER_STREAM_HEARTBEAT_S": str(heartbeat_s)})
     doc_id = "deadpeer"
-    srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
-    proxy = StallProxy(srv.url)
+    srv, proxy = behind_stall_proxy(own_server, doc_id, heartbeat_s)
     try:
         client, docs = listen_through(make_client, proxy.url, srv, doc_id, ["a", "b"])
         wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "the subscriptions")

@@ -20,8 +20,7 @@ from layersync.devserver import ReferenceServer
 
 from conftest import WAIT_S, corpus_pdf
 from procstat import established_connections, threads
-from stallproxy import StallProxy
-from test_change_stream import (local_ids, metric, note, own_server, post_server_note,  # noqa: F401
+from test_change_stream import (behind_stall_proxy, local_ids, metric, note, own_server, post_server_note,  # noqa: F401
                                 wait_until)
 
 STREAM_ROUTE = "/sync/v2/stream"
@@ -206,10 +205,8 @@ def test_each_users_dead_stream_is_replaced_by_that_users_next_one(make_client, 
     server honours only from the same user), so the server ends up holding one stream per
     user and one subscription per layer, not the dead ones beside them."""
     heartbeat_s = 2  # the client takes it from the server info: dead after 4 s of silence
-    srv = own_server(env={"LAYERSYNC_SERVER_STREAM_HEARTBEAT_S": str(heartbeat_s)})
     doc_id = "replaced"
-    srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
-    proxy = StallProxy(srv.url)
+    srv, proxy = behind_stall_proxy(own_server, doc_id, heartbeat_s)
     try:
         client = make_client(server_url=proxy.url)
         client.wait_validated(timeout=WAIT_S)
