@@ -93,8 +93,8 @@ class _LayerRecords:
 
 class Metrics:
     """The app's registry and instruments, and :meth:`note_request`, which records one
-    request in them (for :class:`ObservabilityMiddleware` and the hot routes served
-    before it, see ``app.LayerSyncApp``).
+    request in them (for :class:`ObservabilityMiddleware`; the hot routes and the stream
+    routes, plain ASGI routes, put themselves in the scope for it as FastAPI's do).
 
     Cheap on every request: labelled metric children are looked up once per label set
     and kept, and the access log entry is only built when INFO is enabled.
