@@ -15,13 +15,16 @@
  *                                            annotation and calls sync(), time until B's
  *                                            did_receive_changes names it (5 warm-up writes);
  *                                            both clients' options.durability (default full)
- *   ls_bench relay URL N [fsync|none [FILE]] scenario 7's floor, no liblayersync: two libcurl
- *                                            clients and bench/relay.py at URL. B long-polls
- *                                            GET URL/g?since= on its own thread; N times (5
- *                                            warm-up writes): A [pwrite 4 KiB + fdatasync on
- *                                            FILE, default ./ls_bench-relay.dat] then POSTs
- *                                            the latency mode's annotation JSON to URL/p; time
- *                                            from A's start until B has parsed the answer
+ *   ls_bench relay URL N [fsync|none [FILE [longpoll|stream]]]
+ *                                            scenario 7's floor, no liblayersync: two libcurl
+ *                                            clients and bench/relay.py at URL. B, on its own
+ *                                            thread, long-polls GET URL/g?since= (longpoll, the
+ *                                            default) or reads the event stream GET URL/s
+ *                                            (stream); N times (5 warm-up writes): A [pwrite
+ *                                            4 KiB + fdatasync on FILE, default
+ *                                            ./ls_bench-relay.dat] then POSTs the latency
+ *                                            mode's annotation JSON to URL/p; time from A's
+ *                                            start until B has parsed the answer or event
  *                                            that carries it
  *
  * Each mode prints one JSON object on stdout. Exit status 0 on success.
@@ -429,6 +432,56 @@ static void *relay_listener(void *arg) {
     return NULL;
 }
 
+/* B's side of the relay's stream: the events of one GET URL/s, each "data: <json>" and a
+ * blank line. A complete event's revision and text go where the long-poll's answer goes. */
+static struct http_buf relay_events;
+
+static size_t relay_stream_write(char *p, size_t size, size_t nmemb, void *user) {
+    (void)user;
+    size_t k = http_write(p, size, nmemb, &relay_events);
+    if (k == 0) return 0;
+    double t = now_s();
+    char *end;
+    while ((end = strstr(relay_events.data, "\n\n")) != NULL) {
+        *end = 0;
+        long rev = strncmp(relay_events.data, "data: ", 6) == 0 ? relay_revision(relay_events.data) : -1;
+        pthread_mutex_lock(&lock);
+        if (rev > relay_rev) {
+            relay_rev = rev;
+            relay_at = t;
+            snprintf(relay_body, sizeof relay_body, "%.*s", (int)sizeof relay_body - 1, relay_events.data);
+        }
+        int stop = relay_stop;
+        pthread_cond_broadcast(&cond);
+        pthread_mutex_unlock(&lock);
+        size_t used = (size_t)(end + 2 - relay_events.data);
+        memmove(relay_events.data, end + 2, relay_events.n - used + 1);
+        relay_events.n -= used;
+        if (stop) return 0;  /* ends the transfer: CURLE_WRITE_ERROR, expected */
+    }
+    return k;
+}
+
+static void *relay_stream_listener(void *arg) {
+    (void)arg;
+    CURL *h = curl_easy_init();
+    char url[1024];
+    snprintf(url, sizeof url, "%s/s", relay_url);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, relay_stream_write);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    CURLcode rc = curl_easy_perform(h);
+    pthread_mutex_lock(&lock);
+    if (!(rc == CURLE_WRITE_ERROR && relay_stop)) {
+        fprintf(stderr, "relay stream ended: %s\n", curl_easy_strerror(rc));
+        relay_error = 1;
+    }
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+    curl_easy_cleanup(h);
+    return NULL;
+}
+
 /* A's POST of body to URL/p; returns the revision the relay answers. */
 static long relay_post(CURL *a, struct http_buf *b, const char *body) {
     b->n = 0;
@@ -444,11 +497,15 @@ static long relay_post(CURL *a, struct http_buf *b, const char *body) {
     return relay_revision(b->data);
 }
 
-static int mode_relay(const char *url, int n, const char *sync_name, const char *file) {
+static int mode_relay(const char *url, int n, const char *sync_name, const char *file, const char *transport) {
     int dosync;
     if (strcmp(sync_name, "fsync") == 0) dosync = 1;
     else if (strcmp(sync_name, "none") == 0) dosync = 0;
     else { fprintf(stderr, "relay: fsync or none, not %s\n", sync_name); return 2; }
+    void *(*listen)(void *);
+    if (strcmp(transport, "longpoll") == 0) listen = relay_listener;
+    else if (strcmp(transport, "stream") == 0) listen = relay_stream_listener;
+    else { fprintf(stderr, "relay: longpoll or stream, not %s\n", transport); return 2; }
     if (n < 1) { fprintf(stderr, "relay: N must be >= 1\n"); return 2; }
     relay_url = url;
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -463,8 +520,8 @@ static int mode_relay(const char *url, int n, const char *sync_name, const char 
     if (fsync(fd) != 0) { perror("fsync"); return 1; }
 
     pthread_t listener;
-    pthread_create(&listener, NULL, relay_listener, NULL);
-    struct timespec settle = {0, 300 * 1000 * 1000};  /* B's first long-poll parks */
+    pthread_create(&listener, NULL, listen, NULL);
+    struct timespec settle = {0, 300 * 1000 * 1000};  /* B's first long-poll parks, or its stream opens */
     nanosleep(&settle, NULL);
 
     CURL *a = curl_easy_init();
@@ -523,7 +580,7 @@ static int mode_relay(const char *url, int n, const char *sync_name, const char 
         }
     }
     double elapsed = now_s() - start;
-    /* Stop B: flag, then one more POST wakes its parked long-poll. */
+    /* Stop B: flag, then one more POST wakes its parked long-poll (or ends its stream). */
     pthread_mutex_lock(&lock);
     relay_stop = 1;
     pthread_mutex_unlock(&lock);
@@ -532,8 +589,8 @@ static int mode_relay(const char *url, int n, const char *sync_name, const char 
     qsort(sync_us, (size_t)n, sizeof *sync_us, cmp_double);
     qsort(post_us, (size_t)n, sizeof *post_us, cmp_double);
     char extra[256];
-    snprintf(extra, sizeof extra, "\"sync\": \"%s\", \"fdatasync_p50_us\": %.2f, \"post_p50_us\": %.2f, ",
-             sync_name, sync_us[n / 2], post_us[n / 2]);
+    snprintf(extra, sizeof extra, "\"sync\": \"%s\", \"transport\": \"%s\", \"fdatasync_p50_us\": %.2f, "
+             "\"post_p50_us\": %.2f, ", sync_name, transport, sync_us[n / 2], post_us[n / 2]);
     print_latencies("relay", total, n, elapsed, extra);
     free(total); free(sync_us); free(post_us);
     curl_slist_free_all(headers);
@@ -551,8 +608,8 @@ int main(int argc, char **argv) {
         return mode_latency(argv[2], argv[3], argv[4], argv[5], atoi(argv[6]), argc >= 8 ? argv[7] : "full");
     if (argc >= 4 && strcmp(argv[1], "relay") == 0)
         return mode_relay(argv[2], atoi(argv[3]), argc >= 5 ? argv[4] : "none",
-                          argc >= 6 ? argv[5] : "ls_bench-relay.dat");
+                          argc >= 6 ? argv[5] : "ls_bench-relay.dat", argc >= 7 ? argv[6] : "longpoll");
     fprintf(stderr, "usage: ls_bench download URL STORAGE JWT | create URL STORAGE JWT N | raw DB N | "
-                    "latency URL STORAGE JWT_A JWT_B N [full|normal] | relay URL N [fsync|none [FILE]]\n");
+                    "latency URL STORAGE JWT_A JWT_B N [full|normal] | relay URL N [fsync|none [FILE [longpoll|stream]]]\n");
     return 2;
 }

@@ -1,15 +1,20 @@
-"""Scenario 7's floor: a bare long-poll relay on the architecture's stack, nothing else.
+"""Scenario 7's floor: a bare relay on the architecture's stack, nothing else.
 
 FastAPI + uvicorn with the reference server's uvicorn settings (server/layersync_server/
 server.py: loop/http "auto" = uvloop/httptools when importable, the server's own listening
-socket), and two routes:
+socket), and three routes:
 
-- ``POST /p``: the body becomes revision n+1; every parked ``GET /g`` wakes up.
-- ``GET /g?since=N``: answers ``{"revision": n, "records": [<last body>]}`` at once if n > N,
-  else parks until the next POST (or 30 s, then answers the current state).
+- ``POST /p``: the body becomes revision n+1; every parked ``GET /g`` wakes up and every
+  open ``GET /s`` gets it as one event.
+- ``GET /g?since=N`` (long-poll, protocol version 1's transport): answers ``{"revision": n,
+  "records": [<last body>]}`` at once if n > N, else parks until the next POST (or 30 s,
+  then answers the current state).
+- ``GET /s`` (a pushed stream, protocol version 2's transport): Server-Sent Events, first
+  ``data: {"revision": n, "records": []}`` (where it starts), then ``data: {"revision": n,
+  "records": [<body>]}`` + a blank line per POST, until the client goes away.
 
-No auth, no storage, no validation: what is left of a propagation over HTTP long-poll when
-LayerSync's own work is taken away. ``ls_bench relay`` is the client side (two libcurl
+No auth, no storage, no validation: what is left of a propagation over HTTP long-poll or
+a pushed stream when LayerSync's own work is taken away. ``ls_bench relay`` is the client side (two libcurl
 clients). ``run.py`` starts it through :class:`Relay`:
 
     python relay.py             # prints "relay listening on http://127.0.0.1:PORT loop=... http=..."
@@ -37,10 +42,10 @@ def create_app() -> Any:
     # No `from __future__ import annotations` in this module: FastAPI reads the routes'
     # annotations at runtime, and Request is a local name here.
     from fastapi import FastAPI, Request
-    from fastapi.responses import Response
+    from fastapi.responses import Response, StreamingResponse
 
     app = FastAPI()
-    state: dict[str, Any] = {"revision": 0, "body": b"", "waiters": []}
+    state: dict[str, Any] = {"revision": 0, "body": b"", "waiters": [], "streams": []}
 
     @app.post("/p")
     async def post(request: Request) -> Response:
@@ -51,7 +56,26 @@ def create_app() -> Any:
         for f in waiters:
             if not f.done():
                 f.set_result(None)
+        event = b'data: {"revision":%d,"records":[%s]}\n\n' % (state["revision"], body)
+        for queue in state["streams"]:
+            queue.put_nowait(event)
         return Response(b'{"revision":%d}' % state["revision"], media_type="application/json")
+
+    @app.get("/s")
+    async def stream() -> StreamingResponse:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        state["streams"].append(queue)
+
+        async def events():
+            try:
+                yield b'data: {"revision":%d,"records":[]}\n\n' % state["revision"]
+                while True:
+                    yield await queue.get()
+            finally:
+                state["streams"].remove(queue)
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
 
     @app.get("/g")
     async def get(since: int) -> Response:

@@ -650,20 +650,23 @@ class Bench:
 
     def _floor(self, writes: int) -> dict[str, Any]:
         """Scenario 7's floor: ``ls_bench relay`` against ``relay.py`` (bare FastAPI/uvicorn
-        long-poll relay, the server's uvicorn settings), without and with A's fdatasync,
+        relay, the server's uvicorn settings), B on the pushed stream (LayerSync's default
+        transport) and on long-poll (its fallback), without and with A's fdatasync,
         alternating, ``reps`` times each. Informational: what the architecture costs before
-        any of LayerSync's work."""
+        any of LayerSync's work. Keys: ``"<transport>/<none|fsync>"``."""
         from relay import Relay
-        runs: dict[str, list[dict[str, Any]]] = {"none": [], "fsync": []}
+        runs: dict[str, list[dict[str, Any]]] = {}
         relay = Relay(self.tmp / "relay").start()
         try:
             # The fdatasync'd file sits under the run's work dir, next to the client stores.
             data = self.storage("floor") / "fdatasync.dat"
             for rep in range(self.reps):
-                for how in ("none", "fsync"):
-                    r = self.c_run("relay", relay.url, str(writes), how, str(data), timeout=300)
-                    runs[how].append(r)
-                    self.log(f"s7 floor rep {rep} ({how}): p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us")
+                for transport in ("stream", "longpoll"):
+                    for how in ("none", "fsync"):
+                        r = self.c_run("relay", relay.url, str(writes), how, str(data), transport, timeout=300)
+                        runs.setdefault(f"{transport}/{how}", []).append(r)
+                        self.log(f"s7 floor rep {rep} ({transport}, {how}): p50 {r['p50_us']:.0f} us, "
+                                 f"p99 {r['p99_us']:.0f} us")
         finally:
             relay.stop()
         self.details["s7_floor"] = {"relay": relay.impl, **runs}
@@ -671,21 +674,24 @@ class Bench:
 
     def _floor_rows(self, floor: dict[str, Any], writes: int, ls_c_ms: float, ls_py_ms: float,
                     yjs: dict[str, Any] | None) -> None:
-        def p50s(how: str) -> list[float]:
-            return [r["p50_us"] / 1e3 for r in floor[how]]
+        def p50s(key: str) -> list[float]:
+            return [r["p50_us"] / 1e3 for r in floor[key]]
 
-        def tail(how: str) -> str:
-            runs = floor[how]
+        def tail(key: str) -> str:
+            runs = floor[key]
+            longpoll = statistics_median(p50s(key.replace("stream/", "longpoll/")))
             return (f"p90 {statistics_median([r['p90_us'] for r in runs]) / 1e3:.3f} ms, "
                     f"p99 {statistics_median([r['p99_us'] for r in runs]) / 1e3:.3f} ms; A's POST round trip "
-                    f"p50 {statistics_median([r['post_p50_us'] for r in runs]):.0f} us")
+                    f"p50 {statistics_median([r['post_p50_us'] for r in runs]):.0f} us; the same with B on "
+                    f"long-poll (the fallback): p50 {longpoll:.3f} ms")
 
-        bare, durable = statistics_median(p50s("none")), statistics_median(p50s("fsync"))
-        fdatasync_us = statistics_median([r["fdatasync_p50_us"] for r in floor["fsync"]])
-        self.row("7 floor", "floor: bare relay, 2 libcurl clients, no fsync, p50", p50s("none"), "ms",
-                 note=f"floor: bare FastAPI/uvicorn long-poll relay between two libcurl clients, no auth, no "
-                      f"storage (bench/relay.py with the server's uvicorn settings: {floor['impl']}; "
-                      f"ls_bench relay, {writes} writes): {tail('none')}")
+        bare, durable = statistics_median(p50s("stream/none")), statistics_median(p50s("stream/fsync"))
+        fdatasync_us = statistics_median([r["fdatasync_p50_us"] for r in floor["stream/fsync"]])
+        self.row("7 floor", "floor: bare relay, 2 libcurl clients, B on a pushed stream, no fsync, p50",
+                 p50s("stream/none"), "ms",
+                 note=f"floor: bare FastAPI/uvicorn relay between two libcurl clients, B reading an event "
+                      f"stream, no auth, no storage (bench/relay.py with the server's uvicorn settings: "
+                      f"{floor['impl']}; ls_bench relay, {writes} writes): {tail('stream/none')}")
         if yjs is not None:
             y = yjs["latency_p50_ms"]
             verdict = (f"LayerSync can beat Yjs only if its own work above this floor stays under "
@@ -695,10 +701,10 @@ class Bench:
                         f"= floor with fdatasync {y - durable:+.3f} ms: {verdict}")
         else:
             yjs_note = "Yjs not measured in this run"
-        self.row("7 floor", "floor: same + A's 4 KiB pwrite + fdatasync first, p50", p50s("fsync"), "ms",
+        self.row("7 floor", "floor: same + A's 4 KiB pwrite + fdatasync first, p50", p50s("stream/fsync"), "ms",
                  note=f"floor with rule 1's least cost (one 4 KiB page overwritten + fdatasync on the disk of "
-                      f"the client stores, p50 {fdatasync_us:.0f} us): {tail('fsync')}. LayerSync minus this "
-                      f"floor (its own overhead): C ABI (FULL) {ls_c_ms:.3f} - {durable:.3f} = "
+                      f"the client stores, p50 {fdatasync_us:.0f} us): {tail('stream/fsync')}. LayerSync minus "
+                      f"this floor (its own overhead): C ABI (FULL) {ls_c_ms:.3f} - {durable:.3f} = "
                       f"{ls_c_ms - durable:+.3f} ms, Python package {ls_py_ms:.3f} - {durable:.3f} = "
                       f"{ls_py_ms - durable:+.3f} ms. {yjs_note}")
         self.details["s7_floor"].update({"p50_ms_none": bare, "p50_ms_fsync": durable,
