@@ -77,12 +77,14 @@ def rss_mb(pid: int) -> float:
 class StreamClient(asyncio.Protocol):
     """One stream: sends the POST, reads the hello, then parses ``changes`` events."""
 
-    __slots__ = ("load", "buffer", "stream_id", "hello", "transport", "closed", "layers", "_head")
+    __slots__ = ("load", "buffer", "stream_id", "stream_key", "hello", "transport", "closed", "layers",
+                 "_head")
 
     def __init__(self, load: "Streams", head: bytes):
         self.load = load
         self.buffer = b""
         self.stream_id: str | None = None
+        self.stream_key: str | None = None  # (the hello's: sent with every subscribe)
         self.hello = asyncio.get_running_loop().create_future()
         self.transport = None
         self.closed = False
@@ -110,7 +112,8 @@ class StreamClient(asyncio.Protocol):
             if name == b"changes":
                 self.load.received(json.loads(block[at + 6:]), now)
             elif name == b"hello":
-                self.stream_id = json.loads(block[at + 6:])["stream_id"]
+                hello = json.loads(block[at + 6:])
+                self.stream_id, self.stream_key = hello["stream_id"], hello.get("stream_key")
                 if not self.hello.done():
                     self.hello.set_result(self.stream_id)
             elif name in (b"notice", b"unsubscribed", b"reset", b"bye"):
@@ -141,11 +144,14 @@ class Http:
         self.host, self.port = u.hostname, u.port
         self.reader = self.writer = None
 
-    async def request(self, method: str, path: str, token: str, body: bytes) -> tuple[int, Any]:
+    async def request(self, method: str, path: str, token: str, body: bytes,
+                      stream_key: str | None = None) -> tuple[int, Any]:
+        """One request; ``stream_key``: a change stream's key (``LayerSync-Stream-Key``)."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        key = "" if stream_key is None else f"LayerSync-Stream-Key: {stream_key}\r\n"
         self.writer.write((f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
-                           f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                           f"Authorization: Bearer {token}\r\n{key}Content-Type: application/json\r\n"
                            f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
         status = int((await self.reader.readline()).split()[1])
         length = 0
@@ -250,7 +256,7 @@ class Streams:
                                    "since": since.get(layer, 0)}).encode()
                 try:
                     status, _ = await http.request("POST", f"/sync/v2/stream/{stream_id}/subscriptions",
-                                                   self.tokens[layer], body)
+                                                   self.tokens[layer], body, client.stream_key)
                 except (OSError, asyncio.IncompleteReadError, ValueError):
                     self.subscribe_errors += 1
                     http.close()

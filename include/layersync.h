@@ -324,9 +324,9 @@ typedef enum {
 typedef enum {
     /**
      * The default: one change stream (protocol version 2, Server-Sent Events over one
-     * HTTP/1.1 connection) carries every layer the client listens on (one stream per user
-     * when the layers' JWTs name several `user_id`s: a stream belongs to one user), all
-     * served by one listener thread.
+     * HTTP/1.1 connection) carries every layer the client listens on, whatever users
+     * their JWTs name (each layer is subscribed with its own JWT; the stream's key, not
+     * its opener's user, is the authority over it), served by one listener thread.
      */
     LAYERSYNC_LISTENING_STREAM = 0,
     /**

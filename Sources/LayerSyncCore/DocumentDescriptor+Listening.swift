@@ -10,8 +10,8 @@ extension DocumentDescriptor {
     /// First pause after a failed long-poll, in seconds (doubled per failure, then full jitter).
     static let initialBackoffSeconds = 0.5
 
-    /// Starts listening: on the client's change stream of this layer's JWT user (a
-    /// subscription; one stream per user, ``StreamOwner``), or, when the client
+    /// Starts listening: on the client's one change stream (a subscription authorised by this
+    /// layer's JWT, of any user), or, when the client
     /// fell back to it, with this layer's long-poll loop. Each page is applied to the local store and reported with
     /// `didReceiveChanges` (and `didRejectChanges` when a server change beat an unsent local
     /// one). Transient failures are retried with capped exponential backoff and full jitter;

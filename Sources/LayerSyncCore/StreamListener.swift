@@ -15,55 +15,40 @@ public enum ListeningTransport: Sendable, Equatable {
     case longPoll(reason: String)
 }
 
-/// Whose change stream carries a layer: the server gives a stream to the `user_id` of the JWT
-/// that opened it and takes subscriptions on it only with JWTs of that user (protocol.md
-/// "Protocol version 2"), so a client listening with the JWTs of several users holds one
-/// stream per user. JWTs without `user_id` are one owner of their own.
-struct StreamOwner: Hashable, Sendable, CustomStringConvertible {
-    /// The JWT's `user_id`, `nil` when it has none.
-    let userID: String?
-
-    /// The owner of the stream `jwt` opens or subscribes on (a JWT that does not parse counts
-    /// as one without `user_id`: the server refuses it anyway).
-    init(jwt: String) { userID = (try? JWTClaims(token: jwt))?.userID }
-
-    var description: String { userID.map { "user '\($0)'" } ?? "JWTs without user_id" }
-}
-
-/// The one listener of a client (ARCHITECTURE.md §4): one thread that holds the change streams
+/// The one listener of a client (ARCHITECTURE.md §4): one thread that holds the client's one
+/// change stream
 /// (``SyncServer/startStream(path:jwt:replaces:stallSeconds:group:cancellation:watchdog:onMessage:completion:)``)
-/// of every descriptor whose ``DocumentDescriptor/startListening()`` was called, all driven by
-/// one ``HTTPTransferGroup``, and one serial queue for the short requests that add and remove
-/// their subscriptions.
+/// for every descriptor whose ``DocumentDescriptor/startListening()`` was called, driven by an
+/// ``HTTPTransferGroup``, and one serial queue for the short requests that add and remove its
+/// subscriptions.
 ///
-/// One stream per ``StreamOwner``: the server lets only the JWTs of the user who opened a stream
-/// subscribe on it, so each layer is subscribed on the stream of its own JWT's user, opened with
-/// one of that user's JWTs (one stream in all for a client of one user). A user's stream closes
-/// when that user's last layer stops listening; a reauthentication with a JWT of another user
-/// moves the layer to that user's stream (its subscription on the old one is ended, and whatever
-/// the old one still carries for it is ignored).
+/// One stream for all layers, whatever users their JWTs name: the server gives authority over a
+/// stream to its key (`stream_key` in its `hello`, sent on every subscribe and unsubscribe), not
+/// to the user who opened it, and each subscription is authorised by its own layer's JWT
+/// (protocol.md "Protocol version 2"). The stream is opened with any listening layer's JWT and
+/// closes when the last layer stops listening; a reauthentication (with a JWT of any user)
+/// subscribes the layer again on it, which replaces its subscription.
 ///
 /// What an event does to a layer runs on that layer's work queue, by the code the long-poll
-/// uses (``DocumentDescriptor/applyStreamedPage(_:since:generation:)``). Each stream reconnects
+/// uses (``DocumentDescriptor/applyStreamedPage(_:since:generation:)``). The stream reconnects
 /// with capped exponential backoff and full jitter, and every subscription resumes from its
-/// layer's committed cursor. Each new stream names its user's one before it (`replaces`): the
-/// server closes that one if it still holds it (a path that takes bytes and delivers none).
+/// layer's committed cursor. Each new stream names the one before it with its key (`replaces`):
+/// the server closes that one if it still holds it (a path that takes bytes and delivers none).
 ///
-/// Buffering (protocol.md "What the client does"), watched on each stream: the `hello` is due
-/// when the request is sent, a `subscribed` event when its subscription is answered. An event
-/// overdue for ``probeAfterSeconds`` with nothing arriving on that stream starts a probe
-/// (`GET /sync/v1/info` on its own connection). The stream is buffered when the event is still
-/// missing ``eventDeadlineSeconds`` after it was due and ``probeGraceSeconds`` after the probe
-/// was answered: the server answers, its stream does not arrive. A probe that gets no answer
-/// means the network is out (a stall, not buffering): the stream is opened again after a
-/// backoff. Buffering, a server that does not advertise the stream, or a 404 to it move all
-/// listening to per-layer long-polls (logged on stderr, ``SyncClient/listeningTransport``; no
-/// stream is held then); the streams are tried again after ``streamRetrySeconds`` (doubled per
-/// failed try) and take the layers back when one works. A layer whose subscription the server
-/// refuses with 429 (its `max_subscriptions` per stream) long-polls on its own (logged,
+/// Buffering (protocol.md "What the client does"): the `hello` is due when the request is sent,
+/// a `subscribed` event when its subscription is answered. An event overdue for
+/// ``probeAfterSeconds`` with nothing arriving on the stream starts a probe (`GET /sync/v1/info`
+/// on its own connection). The stream is buffered when the event is still missing
+/// ``eventDeadlineSeconds`` after it was due and ``probeGraceSeconds`` after the probe was
+/// answered: the server answers, its stream does not arrive. A probe that gets no answer means
+/// the network is out (a stall, not buffering): the stream is opened again after a backoff.
+/// Buffering, a server that does not advertise the stream, or a 404 to it move all listening to
+/// per-layer long-polls (logged on stderr, ``SyncClient/listeningTransport``; no stream is held
+/// then); the stream is tried again after ``streamRetrySeconds`` (doubled per failed try) and
+/// takes the layers back when it works. A layer whose subscription the server refuses with 429
+/// (its `max_subscriptions` per stream) long-polls on its own (logged,
 /// ``DocumentDescriptor/listeningTransport``) and is subscribed again after
-/// ``subscriptionRetrySeconds`` (doubled), or at once when another layer's subscription on the
-/// same stream ends.
+/// ``subscriptionRetrySeconds`` (doubled), or at once when another layer's subscription ends.
 final class StreamListener: Sendable {
     /// Seconds after it is due within which an event must arrive on the stream.
     static let eventDeadlineSeconds = 5.0
@@ -84,9 +69,6 @@ final class StreamListener: Sendable {
         /// The descriptor's listening generation this subscription serves (stale while the
         /// layer long-polls: moving back asks the descriptor for a new one).
         var generation: Int
-        /// Whose stream carries it: the owner of the descriptor's token when it was added or
-        /// last subscribed again (``resubscribe(_:)``).
-        var owner: StreamOwner
         /// The stream it is subscribed on, with the token it was subscribed with.
         var subscribed: (streamID: String, token: String)?
         /// Why this layer long-polls on its own while the stream serves the others (the server
@@ -104,7 +86,7 @@ final class StreamListener: Sendable {
         var failed = false
     }
 
-    /// How a stream's watchdog ended it.
+    /// How the stream's watchdog ended it.
     private enum Verdict {
         /// Events do not arrive while the server answers: fall back to long-polls.
         case buffered(String)
@@ -112,18 +94,20 @@ final class StreamListener: Sendable {
         case unreachable
     }
 
-    /// One owner's stream: the current one (if any), its reconnect backoff and what its
-    /// watchdog awaits on it.
-    private struct Channel {
+    /// A stream's id and key (its `hello`): what a subscription names it by.
+    private typealias StreamHandle = (id: String, key: String?)
+
+    private struct State {
+        var subscriptions: [StreamLayer: Subscription] = [:]
         /// Aborts the running stream transfer (or the server info asked for before it); `nil`
         /// while none runs.
         var transfer: TransferCancellation?
-        /// The current stream's id, from its `hello`.
-        var streamID: String?
-        /// The id of the last `hello`, kept after its stream ended: the next stream names it
-        /// (`replaces`) so the server closes it if it still holds it (a path that went silent).
-        var lastStreamID: String?
-        /// Failures in a row (the backoff), and when the next stream may be opened.
+        /// The current stream's id and key, from its `hello`.
+        var stream: StreamHandle?
+        /// The last `hello`'s, kept after its stream ended: the next stream names it (`replaces`)
+        /// so the server closes it if it still holds it (a path that went silent).
+        var lastStream: StreamHandle?
+        /// Failures of the stream in a row (the backoff), and when the next may be opened.
         var failures = 0
         var retryAt = DispatchTime.now()
         /// Since when the current stream's `hello` is due (the request was sent), until it arrives.
@@ -136,40 +120,29 @@ final class StreamListener: Sendable {
         var bodyBytes = 0
         var probe: Probe?
         var verdict: Verdict?
-    }
-
-    private struct State {
-        var subscriptions: [StreamLayer: Subscription] = [:]
-        var channels: [StreamOwner: Channel] = [:]
         /// Why listening uses long-polls, while it does.
         var fallbackReason: String?
         /// Tries of the stream since the fallback (the retry's backoff), and when the next is due.
         var retries = 0
         var nextTry = DispatchTime.now()
         var loopRunning = false
-        /// The streams' path and heartbeat period, once the server info said them (`nil`
+        /// The stream's path and heartbeat period, once the server info said them (`nil`
         /// only while no stream runs).
         var path: String?
         var heartbeatSeconds = 15.0
         var shutDown = false
 
-        /// Whether `streamID` is the current stream of `owner`.
-        func isCurrent(_ streamID: String, of owner: StreamOwner) -> Bool { channels[owner]?.streamID == streamID }
-
-        /// Whether a layer of `owner` listens.
-        func hasSubscriptions(of owner: StreamOwner) -> Bool { subscriptions.values.contains { $0.owner == owner } }
-
-        /// Whether any stream (or the server info before one) is in flight.
-        var isStreaming: Bool { channels.values.contains { $0.transfer != nil } }
+        /// Whether `streamID` is the current stream.
+        func isCurrent(_ streamID: String) -> Bool { stream?.id == streamID }
     }
 
-    /// An unsubscribe request to send: the stream's path and id, the token subscribed with.
-    private typealias Unsubscribe = (path: String, streamID: String, token: String)
+    /// An unsubscribe request to send: the stream's path, id and key, the token subscribed with.
+    private typealias Unsubscribe = (path: String, stream: StreamHandle, token: String)
 
     /// What the loop does next.
     private enum Step {
         case exit
-        case open([StreamOwner])
+        case open
         case drive(seconds: Double)
     }
 
@@ -177,7 +150,7 @@ final class StreamListener: Sendable {
     private let loopQueue = DispatchQueue(label: "layersync.client.stream")
     private let controlQueue = DispatchQueue(label: "layersync.client.stream.control")
     private let connectTimeout: Double
-    /// The running streams, driven by the loop's thread.
+    /// The running stream, driven by the loop's thread.
     private let streams: HTTPTransferGroup
     /// The server info asked for before a stream (on the loop's thread, while no stream runs).
     private let infoSession: HTTPSession
@@ -209,35 +182,31 @@ final class StreamListener: Sendable {
     // MARK: Subscriptions
 
     /// Adds the listening run `generation` of `descriptor` (replacing an earlier one of its
-    /// layer) on the stream of its token's user (opened when it is that user's first layer).
+    /// layer) on the stream (opened when it is the first layer).
     /// - Returns: `false` when listening uses long-polls (the caller starts the descriptor's
     ///   loop; the stream takes it back when it works again).
     func add(_ descriptor: DocumentDescriptor, generation: Int) -> Bool {
         let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
-        let owner = StreamOwner(jwt: descriptor.jwt)
-        let (onStream, startLoop, streamID, left) = state.withLock { state -> (Bool, Bool, String?, Unsubscribe?) in
-            guard !state.shutDown else { return (false, false, nil, nil) }
-            let old = state.subscriptions[layer]
-            state.subscriptions[layer] = Subscription(descriptor: descriptor, generation: generation, owner: owner)
-            let left = old.flatMap { $0.owner == owner ? nil : Self.leave($0, in: &state) }
+        let (onStream, startLoop, stream) = state.withLock { state -> (Bool, Bool, StreamHandle?) in
+            guard !state.shutDown else { return (false, false, nil) }
+            state.subscriptions[layer] = Subscription(descriptor: descriptor, generation: generation)
             defer { state.loopRunning = true }
-            return (state.fallbackReason == nil, !state.loopRunning, state.fallbackReason == nil ? state.channels[owner]?.streamID : nil, left)
+            return (state.fallbackReason == nil, !state.loopRunning, state.fallbackReason == nil ? state.stream : nil)
         }
         let context = descriptor.context
-        if let left { unsubscribe(left, layer, context: context) }
         if startLoop {
             loopQueue.async { [self] in run(context) }
-        } else if let streamID {
-            subscribe(layer, on: streamID, of: owner, context: context)
+        } else if let stream {
+            subscribe(layer, on: stream.id, context: context)  // (replaces an earlier subscription of the layer)
         } else {
-            streams.wakeUp()  // the loop opens this user's stream
+            streams.wakeUp()  // the loop opens the stream
         }
         return onStream
     }
 
     /// Removes `descriptor`'s subscription (stop listening): an unsubscribe request when it is
-    /// subscribed (its place goes to a layer the server refused), or its user's stream closes
-    /// when it was that user's last layer.
+    /// subscribed (its place goes to a layer the server refused), or the stream closes when it
+    /// was the last layer.
     func remove(_ descriptor: DocumentDescriptor) {
         let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
         let left = state.withLock { state -> Unsubscribe? in
@@ -250,20 +219,15 @@ final class StreamListener: Sendable {
     }
 
     /// Subscribes `descriptor`'s layer again from its cursor (after a reset, a re-base or a new
-    /// token). A new token of another user moves it to that user's stream.
+    /// token, of any user): on the same stream, where it replaces the layer's subscription.
     func resubscribe(_ descriptor: DocumentDescriptor) {
         let layer = StreamLayer(documentID: descriptor.documentID, layer: descriptor.layerName)
-        let owner = StreamOwner(jwt: descriptor.jwt)
-        let (streamID, left) = state.withLock { state -> (String?, Unsubscribe?) in
-            guard let old = state.subscriptions[layer], old.descriptor === descriptor else { return (nil, nil) }
-            state.subscriptions[layer]?.owner = owner
+        let streamID = state.withLock { state -> String? in
+            guard let old = state.subscriptions[layer], old.descriptor === descriptor else { return nil }
             if old.refusal == nil { state.subscriptions[layer]?.subscribed = nil }
-            let left = old.owner == owner ? nil : Self.leave(old, in: &state)
-            return (old.refusal == nil && state.fallbackReason == nil ? state.channels[owner]?.streamID : nil, left)
+            return old.refusal == nil && state.fallbackReason == nil ? state.stream?.id : nil
         }
-        let context = descriptor.context
-        if let left { unsubscribe(left, layer, context: context) }
-        if let streamID { subscribe(layer, on: streamID, of: owner, context: context) } else { streams.wakeUp() }
+        if let streamID { subscribe(layer, on: streamID, context: descriptor.context) } else { streams.wakeUp() }
     }
 
     /// Forgets the subscription of run `generation` of `descriptor` (the server ended it, or
@@ -274,69 +238,66 @@ final class StreamListener: Sendable {
             guard let subscription = state.subscriptions[layer], subscription.descriptor === descriptor,
                   subscription.generation == generation else { return }
             state.subscriptions[layer] = nil
-            if !state.hasSubscriptions(of: subscription.owner) { state.channels[subscription.owner]?.transfer?.cancel() }
+            if state.subscriptions.isEmpty { state.transfer?.cancel() }
         }
         streams.wakeUp()
     }
 
-    /// `subscription` left its owner's stream (it is out of `state.subscriptions`, or belongs to
-    /// another owner there now): that stream closes when it was the owner's last layer (no
-    /// connection held for nothing), else the subscription it holds there must be ended.
+    /// `subscription` is out of `state.subscriptions`: the stream closes when it was the last
+    /// layer (no connection held for nothing), else the subscription it holds there must be ended.
     /// - Returns: The unsubscribe request to send, if any.
     private static func leave(_ subscription: Subscription, in state: inout State) -> Unsubscribe? {
-        let owner = subscription.owner
-        guard state.hasSubscriptions(of: owner) else {
-            state.channels[owner]?.transfer?.cancel()
+        guard !state.subscriptions.isEmpty else {
+            state.transfer?.cancel()
             return nil
         }
-        guard let subscribed = subscription.subscribed, state.isCurrent(subscribed.streamID, of: owner), let path = state.path else { return nil }
-        return (path, subscribed.streamID, subscribed.token)
+        guard let subscribed = subscription.subscribed, let stream = state.stream, stream.id == subscribed.streamID,
+              let path = state.path else { return nil }
+        return (path, stream, subscribed.token)
     }
 
-    /// `DELETE .../subscriptions` for `layer` on the control queue; then a layer of the same
-    /// stream the server refused gets the freed place.
+    /// `DELETE .../subscriptions` for `layer` on the control queue; then a layer the server
+    /// refused gets the freed place. The token may have expired meanwhile: the server takes any
+    /// JWT for the document there, the stream's key is the authority.
     private func unsubscribe(_ request: Unsubscribe, _ layer: StreamLayer, context: ClientContext) {
         controlQueue.async { [self] in
             // A failure leaves a subscription the server ends with the stream; its events are ignored.
-            try? context.server.unsubscribe(path: request.path, streamID: request.streamID, documentID: layer.documentID,
-                                            layer: layer.layer, jwt: request.token, session: controlSession,
-                                            cancellation: context.lifetime)
+            try? context.server.unsubscribe(path: request.path, streamID: request.stream.id, key: request.stream.key,
+                                            documentID: layer.documentID, layer: layer.layer, jwt: request.token,
+                                            session: controlSession, cancellation: context.lifetime)
             let refused = state.withLock { state in
-                state.subscriptions.first { $0.value.refusal != nil && state.isCurrent(request.streamID, of: $0.value.owner) }?.key
+                state.isCurrent(request.stream.id) ? state.subscriptions.first { $0.value.refusal != nil }?.key : nil
             }
             if let refused { retrySubscription(refused, context: context) }
         }
     }
 
-    /// `POST .../subscriptions` for `layer` on `owner`'s stream `streamID` on the control queue,
-    /// with the layer's current token, epoch and committed cursor; retried with backoff while
-    /// that stream stays the owner's current one.
-    private func subscribe(_ layer: StreamLayer, on streamID: String, of owner: StreamOwner, context: ClientContext, attempt: Int = 0) {
+    /// `POST .../subscriptions` for `layer` on the stream `streamID` on the control queue, with
+    /// the layer's current token, epoch and committed cursor and the stream's key; retried with
+    /// backoff while that stream stays the current one.
+    private func subscribe(_ layer: StreamLayer, on streamID: String, context: ClientContext, attempt: Int = 0) {
         controlQueue.async { [self] in
-            let found = state.withLock { state -> (Subscription, String)? in
-                guard !state.shutDown, state.isCurrent(streamID, of: owner), let path = state.path,
-                      let subscription = state.subscriptions[layer], subscription.owner == owner, subscription.refusal == nil else { return nil }
-                return (subscription, path)
+            let found = state.withLock { state -> (Subscription, String, String?)? in
+                guard !state.shutDown, let stream = state.stream, stream.id == streamID, let path = state.path,
+                      let subscription = state.subscriptions[layer], subscription.refusal == nil else { return nil }
+                return (subscription, path, stream.key)
             }
-            guard let (subscription, path) = found else { return }
+            guard let (subscription, path, key) = found else { return }
             let descriptor = subscription.descriptor
             let token = descriptor.jwt
-            // A new token of another user (its reauthentication is finishing): its resubscribe moves the layer.
-            guard StreamOwner(jwt: token) == owner else { return }
             do throws(LayerSyncError) {
                 let epoch = try descriptor.store.epoch()  // before `since`, as the long-poll reads them
                 let since = try descriptor.store.since()
-                let answer = try context.server.subscribe(path: path, streamID: streamID, documentID: layer.documentID, layer: layer.layer,
-                                                          since: since, epoch: epoch, jwt: token, session: controlSession,
-                                                          cancellation: context.lifetime)
+                let answer = try context.server.subscribe(path: path, streamID: streamID, key: key, documentID: layer.documentID,
+                                                          layer: layer.layer, since: since, epoch: epoch, jwt: token,
+                                                          session: controlSession, cancellation: context.lifetime)
                 state.withLock { state in
-                    guard state.subscriptions[layer]?.generation == subscription.generation, state.subscriptions[layer]?.owner == owner else { return }
+                    guard state.subscriptions[layer]?.generation == subscription.generation else { return }
                     state.subscriptions[layer]?.subscribed = (streamID, token)
                     state.subscriptions[layer]?.refusals = 0
-                    guard answer.acknowledged, state.isCurrent(streamID, of: owner), var channel = state.channels[owner] else { return }
-                    let owed = (channel.acks[layer]?.owed ?? 0) + 1
-                    channel.acks[layer] = owed == 0 ? nil : (owed, channel.acks[layer]?.due ?? .now())
-                    state.channels[owner] = channel
+                    guard answer.acknowledged, state.isCurrent(streamID) else { return }
+                    let owed = (state.acks[layer]?.owed ?? 0) + 1
+                    state.acks[layer] = owed == 0 ? nil : (owed, state.acks[layer]?.due ?? .now())
                 }
                 // The cursor is ahead of the server's layer (restored from a backup): as for a
                 // long-poll answer the checks refused (re-based, then subscribed again).
@@ -359,7 +320,7 @@ final class StreamListener: Sendable {
             } catch {
                 let delay = DocumentDescriptor.backoffSeconds(failures: attempt + 1)
                 controlQueue.asyncAfter(deadline: .now() + delay) { [self] in
-                    subscribe(layer, on: streamID, of: owner, context: context, attempt: attempt + 1)
+                    subscribe(layer, on: streamID, context: context, attempt: attempt + 1)
                 }
             }
         }
@@ -386,22 +347,21 @@ final class StreamListener: Sendable {
     }
 
     /// Moves a layer the server refused back to the stream and subscribes it (refused again: it
-    /// goes on long-polling). Without a stream of its user at the moment, that stream's next
-    /// `hello` does it.
+    /// goes on long-polling). Without a stream at the moment, the next `hello` does it.
     private func retrySubscription(_ layer: StreamLayer, context: ClientContext) {
         let found = state.withLock { state -> Subscription? in
             guard !state.shutDown, state.fallbackReason == nil, let subscription = state.subscriptions[layer],
                   subscription.refusal != nil else { return nil }
             return subscription
         }
-        guard let found, let (streamID, owner) = moveToStream(layer, found) else { return }
-        subscribe(layer, on: streamID, of: owner, context: context)
+        guard let found, let streamID = moveToStream(layer, found) else { return }
+        subscribe(layer, on: streamID, context: context)
     }
 
     /// Moves a long-polling layer's listening back to the stream (the descriptor's new generation).
-    /// - Returns: Its user's current stream id and that user, `nil` when that user has no
-    ///   stream now (or the layer stopped listening).
-    private func moveToStream(_ layer: StreamLayer, _ subscription: Subscription) -> (String, StreamOwner)? {
+    /// - Returns: The current stream's id, `nil` when there is no stream now (or the layer
+    ///   stopped listening).
+    private func moveToStream(_ layer: StreamLayer, _ subscription: Subscription) -> String? {
         let generation = subscription.descriptor.switchToStream()
         return state.withLock { state in
             guard let current = state.subscriptions[layer], current.descriptor === subscription.descriptor else { return nil }
@@ -412,28 +372,25 @@ final class StreamListener: Sendable {
             state.subscriptions[layer]?.generation = generation
             state.subscriptions[layer]?.refusal = nil
             state.subscriptions[layer]?.subscribed = nil
-            return state.channels[current.owner]?.streamID.map { ($0, current.owner) }
+            return state.stream?.id
         }
     }
 
-    // MARK: The streams
+    // MARK: The stream
 
-    /// Ends the loop: aborts the streams, drops every subscription.
+    /// Ends the loop: aborts the stream, drops every subscription.
     func shutdown() {
         state.withLock { state in
             state.shutDown = true
             state.subscriptions = [:]
-            for owner in state.channels.keys { state.channels[owner]?.transfer?.cancel() }
+            state.transfer?.cancel()
         }
         streams.wakeUp()
     }
 
     /// The network is back: a stream waiting out its backoff or the network is opened now.
     func wakeUp() {
-        state.withLock { state in
-            let now = DispatchTime.now()
-            for owner in state.channels.keys { state.channels[owner]?.retryAt = now }
-        }
+        state.withLock { $0.retryAt = .now() }
         streams.wakeUp()
     }
 
@@ -443,17 +400,17 @@ final class StreamListener: Sendable {
         controlQueue.sync {}
     }
 
-    /// The loop (on the stream's queue: the client's one listener thread): opens a stream for
-    /// each user with a listening layer, with one of that user's tokens, drives them all
-    /// (``HTTPTransferGroup/drive(upToSeconds:)``) and opens each again after a backoff when it
-    /// ends, until no layer listens any more or the client shuts down. After a fallback no
-    /// stream runs until the next try, ``streamRetrySeconds`` (doubled per try) later.
+    /// The loop (on the stream's queue: the client's one listener thread): opens the stream with
+    /// a listening layer's token, drives it (``HTTPTransferGroup/drive(upToSeconds:)``) and opens
+    /// it again after a backoff when it ends, until no layer listens any more or the client
+    /// shuts down. After a fallback no stream runs until the next try, ``streamRetrySeconds``
+    /// (doubled per try) later.
     private func run(_ context: ClientContext) {
         while true {
             switch nextStep(context) {
             case .exit: return
             case .drive(let seconds): streams.drive(upToSeconds: seconds)
-            case .open(let owners): for owner in owners { open(owner, context: context) }
+            case .open: open(context)
             }
         }
     }
@@ -465,41 +422,35 @@ final class StreamListener: Sendable {
         }
         return state.withLock { state -> Step in
             if state.shutDown || context.isShutDown || state.subscriptions.isEmpty {
-                guard state.isStreaming else {  // (cancelled streams end in the next drive)
+                guard state.transfer != nil else {  // (a cancelled stream ends in the next drive)
                     state.loopRunning = false
-                    state.channels = [:]
+                    state.failures = 0  // (a new first layer starts afresh)
+                    state.retryAt = now
+                    state.lastStream = nil
                     return .exit
                 }
                 return .drive(seconds: 1)
             }
-            // A user whose last layer stopped listening has no stream (it was cancelled then).
-            state.channels = state.channels.filter { $0.value.transfer != nil || state.hasSubscriptions(of: $0.key) }
-            let owners = Set(state.subscriptions.values.map(\.owner))
+            guard state.transfer == nil else { return .drive(seconds: 1) }  // (about once a second: the watchdog)
             if state.fallbackReason != nil {
-                guard !state.isStreaming else { return .drive(seconds: 1) }  // a try runs
                 guard now >= state.nextTry else { return .drive(seconds: min(60, seconds(until: state.nextTry))) }
                 state.retries += 1
                 let (first, longest) = Self.streamRetrySeconds
                 state.nextTry = now + min(longest, first * Double(1 << min(state.retries, 16)))
-                return .open(Array(owners))
+                return .open
             }
-            let idle = owners.filter { state.channels[$0]?.transfer == nil }
-            let due = idle.filter { (state.channels[$0]?.retryAt ?? now) <= now }
-            if !due.isEmpty { return .open(Array(due)) }
-            let next = idle.compactMap { state.channels[$0]?.retryAt }.min().map(seconds(until:)) ?? 1
-            return .drive(seconds: min(1, next))  // (about once a second: the streams' watchdogs)
+            return state.retryAt <= now ? .open : .drive(seconds: min(1, seconds(until: state.retryAt)))
         }
     }
 
-    /// Opens `owner`'s stream with a token of that user (one the server did not refuse, if
-    /// any), asking for the server info first when the streams' path is not known.
-    private func open(_ owner: StreamOwner, context: ClientContext) {
+    /// Opens the stream with a listening layer's token (one the server did not refuse, if
+    /// any), asking for the server info first when the stream's path is not known.
+    private func open(_ context: ClientContext) {
         let transfer = TransferCancellation()
         let opener = state.withLock { state -> Subscription? in
-            let mine = state.subscriptions.values.filter { $0.owner == owner }
-            guard let opener = mine.first(where: { !$0.descriptor.isTokenRejected }) ?? mine.first else { return nil }
-            if state.channels[owner] == nil { state.channels[owner] = Channel() }
-            state.channels[owner]?.transfer = transfer
+            let all = state.subscriptions.values
+            guard let opener = all.first(where: { !$0.descriptor.isTokenRejected }) ?? all.first else { return nil }
+            state.transfer = transfer
             return opener
         }
         guard let opener else { return }
@@ -507,52 +458,50 @@ final class StreamListener: Sendable {
         let token = descriptor.jwt
         func notNow(_ seconds: Double) {
             state.withLock { state in
-                guard state.channels[owner]?.transfer === transfer else { return }
-                state.channels[owner]?.transfer = nil
-                state.channels[owner]?.retryAt = .now() + seconds
+                guard state.transfer === transfer else { return }
+                state.transfer = nil
+                state.retryAt = .now() + seconds
             }
         }
-        // A token of another user now (its reauthentication is finishing): its resubscribe moves the layer.
-        guard StreamOwner(jwt: token) == owner else { return notNow(0.5) }
         guard context.server.isNetworkAvailable else { return notNow(DocumentDescriptor.maximumBackoffSeconds) }
         guard let (path, heartbeat) = streamEndpoint(context, cancellation: transfer) else {
-            return notNow(backOffSeconds(owner))
+            return notNow(backOffSeconds())
         }
-        let (retrying, replaces) = state.withLock { state -> (Bool, String?) in
-            state.channels[owner]?.helloArmed = false
-            state.channels[owner]?.bodyBytes = 0
-            return (state.fallbackReason != nil, state.channels[owner]?.lastStreamID)
+        let (retrying, replaces) = state.withLock { state -> (Bool, StreamHandle?) in
+            state.helloArmed = false
+            state.bodyBytes = 0
+            return (state.fallbackReason != nil, state.lastStream)
         }
         context.server.startStream(path: path, jwt: token, replaces: replaces, stallSeconds: max(1, Int((2 * heartbeat).rounded(.up))),
                                    group: streams, cancellation: transfer, watchdog: { [self] sent, bytes in
-            watch(owner, requestSent: sent, bodyBytes: bytes, context: context)
+            watch(requestSent: sent, bodyBytes: bytes, context: context)
         }, onMessage: { [self] message in
-            handle(message, on: owner, transfer: transfer, context: context)
+            handle(message, transfer: transfer, context: context)
         }, completion: { [self] result in
-            guard let verdict = streamEnded(owner, transfer) else { return }
+            guard let verdict = streamEnded(transfer) else { return }
             switch result {
             case .success(let end):
                 switch verdict {
                 case .buffered(let reason)?: fallBack(reason, context: context)
                 case .unreachable?:
                     streamDied()
-                    backOff(owner)
+                    backOff()
                 case nil where end == .noHello:
                     fallBack("the change stream's answer ended before its hello (something between client and server buffers it)", context: context)
-                case nil: backOff(owner)
+                case nil: backOff()
                 }
             case .failure(let error) where error.code == .cancelled:
-                break  // the user's last layer stopped listening, a fallback, or shutdown: the loop's check decides
+                break  // the last layer stopped listening, a fallback, or shutdown: the loop's check decides
             case .failure(let error) where error.code == .accessDenied && error.httpStatus != nil && !retrying:
                 // The token is refused here as it would be for its layer: that layer stops, the
-                // user's next one's token is tried. (While the layers long-poll, their loops tell it.)
+                // next one's token is tried. (While the layers long-poll, their loops tell it.)
                 forget(descriptor, generation: opener.generation)
                 descriptor.streamFailedAuthentication(error, token: token, generation: opener.generation)
             case .failure(let error) where error.httpStatus == 404 || error.httpStatus == 405:
                 fallBack("the server answers \(error.httpStatus ?? 0) to POST \(path)", context: context)
             case .failure:
                 streamDied()
-                backOff(owner)
+                backOff()
             }
         })
     }
@@ -563,7 +512,7 @@ final class StreamListener: Sendable {
         controlQueue.async { [self] in controlSession.closeIdleConnections() }
     }
 
-    /// The streams' path and heartbeat period from the server info (asked for when the
+    /// The stream's path and heartbeat period from the server info (asked for when the
     /// connection sequence has not answered yet, or again when trying the stream after a
     /// fallback; no stream runs then); `nil` after a fallback or a failure.
     private func streamEndpoint(_ context: ClientContext, cancellation: TransferCancellation) -> (String, Double)? {
@@ -588,49 +537,47 @@ final class StreamListener: Sendable {
         return (path, info.streamHeartbeatSeconds)
     }
 
-    /// `owner`'s stream failed once more: the next one opens after a backoff.
-    private func backOff(_ owner: StreamOwner) {
-        let seconds = backOffSeconds(owner)
-        state.withLock { $0.channels[owner]?.retryAt = .now() + seconds }
+    /// The stream failed once more: the next one opens after a backoff.
+    private func backOff() {
+        let seconds = backOffSeconds()
+        state.withLock { $0.retryAt = .now() + seconds }
     }
 
-    /// Counts a failure of `owner`'s stream. - Returns: The pause before its next one.
-    private func backOffSeconds(_ owner: StreamOwner) -> Double {
+    /// Counts a failure of the stream. - Returns: The pause before the next one.
+    private func backOffSeconds() -> Double {
         let failures = state.withLock { state in
-            state.channels[owner]?.failures += 1
-            return state.channels[owner]?.failures ?? 1
+            state.failures += 1
+            return state.failures
         }
         return DocumentDescriptor.backoffSeconds(failures: failures)
     }
 
-    /// `owner`'s stream `transfer` ended: none of that user's subscriptions holds any more
-    /// (each resubscribes on the next `hello`), nothing is awaited on it.
+    /// The stream `transfer` ended: no subscription holds any more (each resubscribes on the
+    /// next `hello`), nothing is awaited on it.
     /// - Returns: How the watchdog ended it, if it did (`.some(nil)`: it did not); `nil` when
-    ///   `transfer` is not that user's stream.
-    private func streamEnded(_ owner: StreamOwner, _ transfer: TransferCancellation) -> Verdict?? {
+    ///   `transfer` is not the current stream.
+    private func streamEnded(_ transfer: TransferCancellation) -> Verdict?? {
         state.withLock { state -> Verdict?? in
-            guard var channel = state.channels[owner], channel.transfer === transfer else { return nil }
-            channel.transfer = nil
-            channel.streamID = nil
-            channel.helloDue = nil
-            channel.acks = [:]
-            channel.probe?.cancellation.cancel()
-            channel.probe = nil
-            defer { channel.verdict = nil; state.channels[owner] = channel }
-            for (layer, subscription) in state.subscriptions where subscription.owner == owner {
-                state.subscriptions[layer]?.subscribed = nil
-            }
-            return .some(channel.verdict)
+            guard state.transfer === transfer else { return nil }
+            state.transfer = nil
+            state.stream = nil
+            state.helloDue = nil
+            state.acks = [:]
+            state.probe?.cancellation.cancel()
+            state.probe = nil
+            defer { state.verdict = nil }
+            for layer in state.subscriptions.keys { state.subscriptions[layer]?.subscribed = nil }
+            return .some(state.verdict)
         }
     }
 
-    /// Listening moves to long-polls: every layer on a stream starts its own loop (one the
-    /// server refused has one already) and no stream is held; ``run(_:)`` tries the streams
+    /// Listening moves to long-polls: every layer on the stream starts its own loop (one the
+    /// server refused has one already) and no stream is held; ``run(_:)`` tries the stream
     /// again later.
     private func fallBack(_ reason: String, context: ClientContext) {
         let moved = state.withLock { state -> [Subscription]? in
             state.path = nil  // asked for again when the stream is tried again
-            for owner in state.channels.keys { state.channels[owner]?.transfer?.cancel() }
+            state.transfer?.cancel()
             guard state.fallbackReason == nil else { return nil }  // a try after the fallback failed
             state.fallbackReason = reason
             state.retries = 0
@@ -644,14 +591,12 @@ final class StreamListener: Sendable {
         for subscription in moved { subscription.descriptor.switchToLongPoll(from: subscription.generation) }
     }
 
-    /// A stream works again after a fallback (its `hello` arrived): every layer moves back to
-    /// the streams.
-    /// - Returns: The layers to subscribe now (those whose user's stream has said hello), with
-    ///   that stream and user.
-    private func comeBack(_ reason: String, context: ClientContext) -> [(StreamLayer, String, StreamOwner)] {
+    /// The stream works again after a fallback (its `hello` arrived): every layer moves back to it.
+    /// - Returns: The layers to subscribe now on the stream `streamID`.
+    private func comeBack(_ reason: String, context: ClientContext) -> [StreamLayer] {
         log("listening is back on the change stream (it had fallen back to long-poll: \(reason))", context: context)
         let moving = state.withLock { Array($0.subscriptions) }
-        return moving.compactMap { layer, subscription in moveToStream(layer, subscription).map { (layer, $0.0, $0.1) } }
+        return moving.compactMap { layer, subscription in moveToStream(layer, subscription).map { _ in layer } }
     }
 
     /// One line on stderr about how listening works.
@@ -662,55 +607,53 @@ final class StreamListener: Sendable {
 
     // MARK: Buffering
 
-    /// `owner`'s stream's watchdog, about once a second on the loop's thread (see the type's
+    /// The stream's watchdog, about once a second on the loop's thread (see the type's
     /// documentation).
-    /// - Returns: Whether to end the stream (``Channel/verdict`` says why).
-    private func watch(_ owner: StreamOwner, requestSent: Bool, bodyBytes: Int, context: ClientContext) -> Bool {
+    /// - Returns: Whether to end the stream (``State/verdict`` says why).
+    private func watch(requestSent: Bool, bodyBytes: Int, context: ClientContext) -> Bool {
         let now = DispatchTime.now()
         let probe = state.withLock { state -> Probe? in
-            guard var channel = state.channels[owner] else { return nil }
-            defer { state.channels[owner] = channel }
-            if requestSent, !channel.helloArmed {
-                channel.helloArmed = true
-                if channel.streamID == nil { channel.helloDue = now }
+            if requestSent, !state.helloArmed {
+                state.helloArmed = true
+                if state.stream == nil { state.helloDue = now }
             }
-            if bodyBytes != channel.bodyBytes {
+            if bodyBytes != state.bodyBytes {
                 // Bytes arrive: what is awaited may be behind them (a big page on a slow link).
-                channel.bodyBytes = bodyBytes
-                if channel.helloDue != nil { channel.helloDue = now }
-                channel.acks = channel.acks.mapValues { $0.owed > 0 ? ($0.owed, now) : $0 }
+                state.bodyBytes = bodyBytes
+                if state.helloDue != nil { state.helloDue = now }
+                state.acks = state.acks.mapValues { $0.owed > 0 ? ($0.owed, now) : $0 }
             }
-            let owed = channel.acks.values.filter { $0.owed > 0 }.map(\.due)
-            guard let due = ([channel.helloDue].compactMap { $0 } + owed).min(),
+            let owed = state.acks.values.filter { $0.owed > 0 }.map(\.due)
+            guard let due = ([state.helloDue].compactMap { $0 } + owed).min(),
                   now >= due + Self.probeAfterSeconds else {
-                channel.probe?.cancellation.cancel()  // nothing overdue (any more)
-                channel.probe = nil
+                state.probe?.cancellation.cancel()  // nothing overdue (any more)
+                state.probe = nil
                 return nil
             }
-            guard let probe = channel.probe else {
-                channel.probe = Probe(started: now)
-                return channel.probe
+            guard let probe = state.probe else {
+                state.probe = Probe(started: now)
+                return state.probe
             }
             if let answered = probe.answered {
                 if now >= due + Self.eventDeadlineSeconds, now >= answered + Self.probeGraceSeconds {
-                    channel.verdict = .buffered(channel.helloDue != nil
+                    state.verdict = .buffered(state.helloDue != nil
                         ? "no hello within \(Int(Self.eventDeadlineSeconds)) s of opening the change stream while the server answers "
                           + "other requests (something between client and server buffers it)"
                         : "the change stream delivered its hello but no subscription's acknowledgement within "
                           + "\(Int(Self.eventDeadlineSeconds)) s while the server answers other requests (something between client and server buffers it)")
                 }
             } else if probe.failed || now >= probe.started + Self.probeTimeoutSeconds {
-                channel.verdict = .unreachable
+                state.verdict = .unreachable
             }
             return nil
         }
-        if let probe { DispatchQueue.global().async { [self] in run(probe, of: owner, context: context) } }
-        return state.withLock { $0.channels[owner]?.verdict != nil }
+        if let probe { DispatchQueue.global().async { [self] in run(probe, context: context) } }
+        return state.withLock { $0.verdict != nil }
     }
 
     /// Sends the probe (`GET /sync/v1/info` on a connection of its own) and notes whether the
     /// server answered it (any HTTP answer) or not.
-    private func run(_ probe: Probe, of owner: StreamOwner, context: ClientContext) {
+    private func run(_ probe: Probe, context: ClientContext) {
         let session = HTTPSession(connectTimeoutSeconds: connectTimeout)
         var answered = true
         do throws(LayerSyncError) {
@@ -720,40 +663,36 @@ final class StreamListener: Sendable {
             answered = !(error.code == .requestFailed && error.httpStatus == nil)
         }
         state.withLock { state in
-            guard state.channels[owner]?.probe?.cancellation === probe.cancellation else { return }
-            if answered { state.channels[owner]?.probe?.answered = .now() } else { state.channels[owner]?.probe?.failed = true }
+            guard state.probe?.cancellation === probe.cancellation else { return }
+            if answered { state.probe?.answered = .now() } else { state.probe?.failed = true }
         }
     }
 
-    /// One event of `owner`'s stream `transfer`, on the loop's thread; what it does to a layer
-    /// goes to that layer's work queue. An event about a layer that is not on this user's
-    /// stream (it moved to another user's) is ignored.
+    /// One event of the stream `transfer`, on the loop's thread; what it does to a layer goes
+    /// to that layer's work queue. An event about a layer that does not listen is ignored.
     /// - Returns: Whether to go on reading.
-    private func handle(_ message: StreamMessage, on owner: StreamOwner, transfer: TransferCancellation, context: ClientContext) -> Bool {
+    private func handle(_ message: StreamMessage, transfer: TransferCancellation, context: ClientContext) -> Bool {
         func subscription(_ layer: StreamLayer) -> Subscription? {
-            state.withLock { state in state.subscriptions[layer].flatMap { $0.owner == owner ? $0 : nil } }
+            state.withLock { $0.subscriptions[layer] }
         }
         switch message {
-        case .hello(let streamID):
+        case .hello(let streamID, let key):
             let hello = state.withLock { state -> (layers: [StreamLayer], fellBack: String?)? in
-                guard var channel = state.channels[owner], channel.transfer === transfer else { return nil }
-                channel.streamID = streamID
-                channel.lastStreamID = streamID
-                channel.failures = 0
-                channel.helloDue = nil
-                state.channels[owner] = channel
+                guard state.transfer === transfer else { return nil }
+                state.stream = (streamID, key)
+                state.lastStream = (streamID, key)
+                state.failures = 0
+                state.helloDue = nil
                 defer { state.fallbackReason = nil }
-                return (state.subscriptions.filter { $0.value.refusal == nil && $0.value.owner == owner }.map(\.key), state.fallbackReason)
+                return (state.subscriptions.filter { $0.value.refusal == nil }.map(\.key), state.fallbackReason)
             }
             guard let hello else { return false }
-            let subscribing = hello.fellBack.map { comeBack($0, context: context) } ?? hello.layers.map { ($0, streamID, owner) }
-            for (layer, streamID, owner) in subscribing { subscribe(layer, on: streamID, of: owner, context: context) }
+            let subscribing = hello.fellBack.map { comeBack($0, context: context) } ?? hello.layers
+            for layer in subscribing { subscribe(layer, on: streamID, context: context) }
         case .subscribed(let layer):
             state.withLock { state in
-                guard var channel = state.channels[owner] else { return }
-                let owed = (channel.acks[layer]?.owed ?? 0) - 1
-                channel.acks[layer] = owed == 0 ? nil : (owed, channel.acks[layer]?.due ?? .now())
-                state.channels[owner] = channel
+                let owed = (state.acks[layer]?.owed ?? 0) - 1
+                state.acks[layer] = owed == 0 ? nil : (owed, state.acks[layer]?.due ?? .now())
             }
         case .changes(let layer, let since, let page):
             guard let subscription = subscription(layer) else { break }

@@ -157,7 +157,7 @@ public final class SyncClient: Sendable {
     }
 
     /// How listening works: one change stream for every listened layer (protocol version 2,
-    /// the default; one per user when the layers' JWTs name several users, ``StreamOwner``), or per-layer long-polls once the client fell back to them (the server
+    /// the default, whatever users the layers' JWTs name), or per-layer long-polls once the client fell back to them (the server
     /// does not offer the stream, or something between buffers it; the reason is also written
     /// to stderr once). A fallback holds for the client's life.
     public var listeningTransport: ListeningTransport { context.stream.transport }

@@ -4,14 +4,16 @@ import Synchronization
 
 /// The change stream of protocol version 2 as the client sees it (protocol.md "Protocol
 /// version 2: the change stream"): a `POST /sync/v2/stream` answered with Server-Sent Events
-/// for every layer of one user the client listens on (a stream belongs to the JWT's user), and
-/// the short requests that add and remove its subscriptions. What an event means for a layer
+/// for every layer the client listens on, whatever users their JWTs name, and the short
+/// requests that add and remove its subscriptions (each with its layer's JWT and the stream's
+/// key, the authority over the stream). What an event means for a layer
 /// is decided by LayerSyncCore (`StreamListener`); this file only speaks the wire.
 
 /// One message of the change stream.
 package enum StreamMessage: Sendable {
-    /// The first event: the stream's id (for subscriptions).
-    case hello(streamID: String)
+    /// The first event: the stream's id and key (`stream_key`: sent on every subscribe and
+    /// unsubscribe, and to replace the stream; `nil` from a server that hands out none).
+    case hello(streamID: String, key: String?)
     /// A page of a layer following `since` (the page itself: ``LayerPage/init(json:since:epoch:)``).
     case changes(StreamLayer, since: Int64, page: JSONValue)
     /// Changes up to `revision` that the stream did not carry: fetch them with `GET records`.
@@ -145,7 +147,12 @@ extension StreamMessage {
         }
         switch name {
         case "hello":
-            self = .hello(streamID: try string("stream_id"))
+            // The key travels back in a header: visible ASCII only (no line break can end up in a request).
+            let key = json["stream_key"]?.stringValue
+            if let key, key.isEmpty || !key.unicodeScalars.allSatisfy({ (0x21...0x7E).contains($0.value) }) {
+                throw LayerSyncError(.invalidServerData, "change stream: the hello's \"stream_key\" is not a token of visible ASCII characters")
+            }
+            self = .hello(streamID: try string("stream_id"), key: key)
         case "changes": self = .changes(try layer(), since: try integer("since"), page: json)
         case "notice": self = .notice(try layer(), revision: try integer("revision"))
         case "subscribed": self = .subscribed(try layer())
@@ -167,11 +174,12 @@ extension SyncServer {
     /// watchdog's to judge.
     /// - Parameters:
     ///   - path: The stream's path (``ServerInfo/streamPath``).
-    ///   - jwt: Any JWT valid on this server (it authorises holding a stream); the stream
-    ///     belongs to its `user_id`: only JWTs of that user subscribe on it.
-    ///   - replaces: The id of this user's previous stream from this client, given up as dead
-    ///     (silent, failed, ended): the server closes it if it still holds it (`{"replaces": id}`;
-    ///     its path may take bytes and deliver none, which the server cannot see), `nil` for none.
+    ///   - jwt: Any JWT valid on this server (it authorises holding a stream, nothing else:
+    ///     subscriptions are authorised by their own layers' JWTs, of any user).
+    ///   - replaces: The id and key of this client's previous stream, given up as dead (silent,
+    ///     failed, ended): the server closes it if it still holds it (`{"replaces": id, "key":
+    ///     key}`; its path may take bytes and deliver none, which the server cannot see), `nil`
+    ///     for none.
     ///   - stallSeconds: Seconds of silence that end the stream.
     ///   - group: Where the transfer runs (the calling thread drives it).
     ///   - watchdog: Called about once a second on the driving thread with whether the request
@@ -180,7 +188,8 @@ extension SyncServer {
     ///   - completion: How the stream ended, or its error: `.accessDenied` (401/403),
     ///     `.invalidDocument` (404: no stream here), `.invalidServerData` (an event that is not
     ///     what the protocol says), `.requestFailed`, `.cancelled`.
-    package func startStream(path: String, jwt: String, replaces: String?, stallSeconds: Int, group: HTTPTransferGroup,
+    package func startStream(path: String, jwt: String, replaces: (id: String, key: String?)?, stallSeconds: Int,
+                             group: HTTPTransferGroup,
                              cancellation: TransferCancellation,
                              watchdog: @escaping @Sendable (_ requestSent: Bool, _ bodyBytes: Int) -> Bool,
                              onMessage: @escaping @Sendable (StreamMessage) -> Bool,
@@ -196,7 +205,10 @@ extension SyncServer {
         var request = HTTPRequest(method: "POST", url: url.url(path))
         request.headers = ["Content-Type: application/json", "Cache-Control: no-cache"]
         var body = JSONObject()
-        if let replaces { body["replaces"] = .string(replaces) }
+        if let replaces {
+            body["replaces"] = .string(replaces.id)
+            if let key = replaces.key { body["key"] = .string(key) }
+        }
         request.body = JSONValue.object(body).jsonBytes
         request.timeoutSeconds = 0
         request.stallSeconds = stallSeconds
@@ -258,15 +270,16 @@ extension SyncServer {
     /// - Parameters:
     ///   - path: The stream's path.
     ///   - streamID: The id from the stream's `hello`.
+    ///   - key: The key from the stream's `hello` (``streamKeyHeader``), `nil` when it had none.
     ///   - epoch: The epoch the client holds, `nil` for none.
-    ///   - jwt: The layer's JWT.
+    ///   - jwt: The layer's JWT (of any user).
     /// - Returns: The answer (``SubscriptionAnswer``: the server is asked to acknowledge the
     ///   subscription on the stream, `"ack": true`).
-    /// - Throws: `.accessDenied` (401/403), `.invalidDocument` (404: unknown stream or layer),
+    /// - Throws: `.accessDenied` (401/403), `.invalidDocument` (404: unknown stream, a wrong key, or a missing layer),
     ///   `.invalidServerData` (not a subscription answer), the other mapped errors (429: the
     ///   stream holds the server's maximum of subscriptions).
-    package func subscribe(path: String, streamID: String, documentID: String, layer: String, since: Int64, epoch: String?, jwt: String,
-                           session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> SubscriptionAnswer {
+    package func subscribe(path: String, streamID: String, key: String?, documentID: String, layer: String, since: Int64, epoch: String?,
+                           jwt: String, session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) -> SubscriptionAnswer {
         var request = HTTPRequest(method: "POST", url: url.url(path + "/\(ServerURL.encodeSegment(streamID))/subscriptions"))
         var body = JSONObject()
         body["document_id"] = .string(documentID)
@@ -274,18 +287,31 @@ extension SyncServer {
         body["since"] = .integer(since)
         body["epoch"] = epoch.map { .string($0) } ?? .null
         body["ack"] = .bool(true)
-        request.headers = ["Content-Type: application/json"]
+        request.headers = ["Content-Type: application/json"] + Self.streamKeyHeaders(key)
         request.body = JSONValue.object(body).jsonBytes
         let response = try send(request, jwt: jwt, session: session, cancellation: cancellation, accept: "application/json", protocolVersion: 2)
         return try SubscriptionAnswer(body: response.body, since: since, epoch: epoch)
     }
 
     /// `DELETE /sync/v2/stream/{id}/subscriptions?document_id=&layer=`: ends a subscription.
-    /// - Throws: `.invalidDocument` (404: none), the other mapped errors.
-    package func unsubscribe(path: String, streamID: String, documentID: String, layer: String, jwt: String,
+    /// - Parameters:
+    ///   - key: The stream's key, as for ``subscribe(path:streamID:key:documentID:layer:since:epoch:jwt:session:cancellation:)``.
+    ///   - jwt: A JWT for the document (any layer, any user; the server takes an expired one here).
+    /// - Throws: `.invalidDocument` (404: none, or a wrong key), the other mapped errors.
+    package func unsubscribe(path: String, streamID: String, key: String?, documentID: String, layer: String, jwt: String,
                              session: HTTPSession, cancellation: TransferCancellation) throws(LayerSyncError) {
         let query = "document_id=\(ServerURL.encodeSegment(documentID))&layer=\(ServerURL.encodeSegment(layer))"
-        let request = HTTPRequest(method: "DELETE", url: url.url(path + "/\(ServerURL.encodeSegment(streamID))/subscriptions?" + query))
+        var request = HTTPRequest(method: "DELETE", url: url.url(path + "/\(ServerURL.encodeSegment(streamID))/subscriptions?" + query))
+        request.headers = Self.streamKeyHeaders(key)
         _ = try send(request, jwt: jwt, session: session, cancellation: cancellation, accept: "application/json", protocolVersion: 2)
+    }
+
+    /// The request header that carries a stream's key (a header, not the URL: proxies' access
+    /// logs record URLs).
+    package static let streamKeyHeader = "LayerSync-Stream-Key"
+
+    /// The header lines naming a stream's `key` (none for `nil`).
+    private static func streamKeyHeaders(_ key: String?) -> [String] {
+        key.map { ["\(streamKeyHeader): \($0)"] } ?? []
     }
 }

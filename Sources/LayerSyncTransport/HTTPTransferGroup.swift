@@ -2,10 +2,10 @@ import CCurl
 import LayerSyncModel
 import Synchronization
 
-/// Several long transfers driven by one thread: the client's listener thread holds one change
-/// stream per server user on it (`StreamListener`). One multi handle for all of them (its
-/// connection cache too), one easy handle per running transfer, configured as ``HTTPSession``
-/// configures its one (``HTTPTransfer``).
+/// Long transfers driven by one thread: the client's listener thread holds its change stream
+/// on it (`StreamListener`: one at a time; the next one starts when it ended). One multi
+/// handle for all of them (its connection cache too), one easy handle per running transfer,
+/// configured as ``HTTPSession`` configures its one (``HTTPTransfer``).
 ///
 /// Threading: ``start(_:cancellation:completion:)`` and ``drive(upToSeconds:)`` are called on
 /// the driving thread only, and completions run there; ``wakeUp()`` and a transfer's

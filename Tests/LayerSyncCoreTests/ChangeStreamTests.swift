@@ -67,6 +67,25 @@ struct ChangeStreamTests {
         }
     }
 
+    /// The hello's `stream_key` is the stream's authority, sent back in the `LayerSync-Stream-Key`
+    /// header: kept as given, absent from a server that hands out none, refused when it could not
+    /// travel in a header.
+    @Test func theHelloCarriesTheStreamKey() throws {
+        let hello = try StreamMessage(name: "hello", data: Array(#"{"stream_id":"s1","stream_key":"k-_9AZ","heartbeat_s":15,"protocol_version":2}"#.utf8))
+        guard case .hello(let streamID, let key) = hello else { Issue.record("not hello: \(hello)"); return }
+        #expect(streamID == "s1" && key == "k-_9AZ")
+        guard case .hello(_, let none) = try StreamMessage(name: "hello", data: Array(#"{"stream_id":"s1"}"#.utf8)) else {
+            Issue.record("not hello"); return
+        }
+        #expect(none == nil)
+        // (as JSON: empty, a line break with a header after it, a space, a non-ASCII letter)
+        for bad in ["\"\"", #""a\r\nX-Injected: 1""#, #""a b""#, #""\u00e9""#] {
+            #expect(throws: LayerSyncError.self) {
+                _ = try StreamMessage(name: "hello", data: Array(("{\"stream_id\":\"s1\",\"stream_key\":" + bad + "}").utf8))
+            }
+        }
+    }
+
     @Test func subscriptionAnswersAreCheckedByThePagesRule() throws {
         let acked = try SubscriptionAnswer(body: Array(#"{"subscribed":true,"revision":7,"epoch":"e","ack":true}"#.utf8), since: 5, epoch: "e")
         #expect(acked.acknowledged && !acked.reset && acked.revision == 7 && acked.cursorAhead == nil)

@@ -21,20 +21,6 @@ func makeJWT(_ payload: String, header: String = #"{"alg":"ES256","typ":"JWT"}"#
 }
 
 @Suite struct JWTClaimsTests {
-    /// The change stream a layer is subscribed on belongs to its JWT's `user_id` (protocol.md
-    /// "One stream per user"): layers of one user share one, JWTs without `user_id` are one
-    /// owner of their own, whatever else their claims say.
-    @Test func theStreamOwnerIsTheJWTsUser() {
-        let alice = StreamOwner(jwt: makeJWT(#"{"document_id":"d1","layer":"a","user_id":"alice"}"#))
-        #expect(alice == StreamOwner(jwt: makeJWT(#"{"document_id":"d2","user_id":"alice","permissions":["read"]}"#)))
-        #expect(alice.userID == "alice")
-        #expect(alice != StreamOwner(jwt: makeJWT(#"{"document_id":"d1","layer":"a","user_id":"bob"}"#)))
-        let anonymous = StreamOwner(jwt: makeJWT(#"{"document_id":"d1","layer":"a"}"#))
-        #expect(anonymous.userID == nil)
-        #expect(anonymous != alice)
-        #expect(anonymous == StreamOwner(jwt: makeJWT(#"{"document_id":"d3"}"#)))
-    }
-
     @Test func parsesAWellFormedToken() throws {
         let claims = try JWTClaims(token: makeJWT(#"{"document_id":"doc-1","layer":"review","user_id":"alice","permissions":["write"],"exp":1999999999}"#))
         #expect(claims.documentID == "doc-1")

@@ -83,8 +83,11 @@ class JwtVerifier:
             if not self._algorithms:
                 raise ValueError("public key must be RSA or EC")
 
-    def verify(self, authorization: str | None) -> Grant:
-        """Turn an ``Authorization`` header into a :class:`Grant`.
+    def verify(self, authorization: str | None, check_expiry: bool = True) -> Grant:
+        """Turn an ``Authorization`` header into a :class:`Grant`. ``check_expiry=False``
+        accepts a token whose ``exp`` has passed (and only that: signature, claims, ``nbf``
+        and ``iat`` are checked as always), for a request that only ends something the
+        token's holder started (unsubscribing from a change stream).
 
         Raises:
             ApiError: 401 ``unauthorized`` when the header is missing; 431
@@ -105,9 +108,9 @@ class JwtVerifier:
         cached = self._verified.get(token)
         if cached is not None:  # same bytes, same key: the signature and the claims hold
             grant, iat, nbf, exp = cached
-            self._check_times(iat, nbf, exp)
+            self._check_times(iat, nbf, exp if check_expiry else None)
             return grant
-        options = {"require": ["document_id"], "verify_aud": False, "verify_exp": True,
+        options = {"require": ["document_id"], "verify_aud": False, "verify_exp": check_expiry,
                    "verify_nbf": True, "verify_iat": True}
         try:
             claims = jwt.decode(token, self._key, algorithms=self._algorithms,

@@ -37,12 +37,18 @@ Fan-out (all of it on the event loop thread, never awaiting one client for anoth
   client that reads nothing while its socket still takes bytes (6-byte heartbeats on a
   quiet layer fit its buffers for days, and its kernel acknowledges them) looks alive to
   the server; the client sees that end (a stream silent for twice the heartbeat is dead
-  to it), and the stream it opens then names the dead one (``"replaces"``), which the
-  server closes at once (:meth:`StreamHub.replace`).
+  to it), and the stream it opens then names the dead one with its key (``"replaces"``,
+  ``"key"``), which the server closes at once (:meth:`StreamHub.replace`).
 * One sweeper task for the whole hub sends heartbeats (a ``: hb`` comment to a stream
   silent for ``heartbeat_s``), closes stalled streams and, every
   :data:`REVOCATION_CHECK_S`, ends subscriptions whose token was revoked by another
   process (a revocation in this process ends them at once).
+
+Authority over a stream is its key (``stream_key`` in ``hello``, 256 random bits): a
+subscribe or unsubscribe names it in the ``LayerSync-Stream-Key`` header, a ``replaces`` in
+the open body; a wrong or missing key is answered as an unknown stream (404). Who opened
+the stream does not matter: each subscription is authorised by its own layer's JWT, of any
+user, so a client holds one stream for all its layers (:meth:`StreamHub.keyed`).
 
 All methods run on the event loop thread.
 """
@@ -51,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import secrets
 import socket as _socket
@@ -63,7 +70,7 @@ from starlette.requests import Request
 from starlette.routing import Match, Route
 
 from layersync_server.auth import Grant
-from layersync_server.context import AppContext, read_json_object, run_in_worker
+from layersync_server.context import AppContext, check_document_id, read_json_object, run_in_worker
 from layersync_server.errors import ApiError, access_denied, invalid_request, not_found
 from layersync_server.errors_http import api_error_response
 from layersync_server.ids import is_valid_layer_name
@@ -77,6 +84,9 @@ from layersync_server.wire_json import MAX_REVISION, encode_response
 log = logging.getLogger(__name__)
 
 STREAM_PATH = "/sync/v2/stream"
+#: The request header that carries a stream's key (a header, not the URL: access logs and
+#: proxies record paths and query strings).
+STREAM_KEY_HEADER = "layersync-stream-key"
 #: TCP keepalive probes sent to a silent peer before the kernel ends the connection.
 KEEPALIVE_PROBES = 3
 #: How often the sweeper runs (heartbeats, stalled streams), seconds.
@@ -203,15 +213,15 @@ class Subscription:
 class Stream:
     """One open ``text/event-stream`` response."""
 
-    __slots__ = ("id", "owner", "subs", "queue", "waiter", "closing", "last_write",
+    __slots__ = ("id", "key", "subs", "queue", "waiter", "closing", "last_write",
                  "send_started", "task", "aborted", "progress", "transport", "sock",
                  "written", "drained", "stalled_since", "next_reach_check")
 
-    def __init__(self, stream_id: str, now: float, owner: str | None = None):
+    def __init__(self, stream_id: str, key: str, now: float):
         self.id = stream_id
-        #: The ``user_id`` of the JWT that opened it: only JWTs of that user change its
-        #: subscriptions (someone else who learns the id cannot end or narrow them).
-        self.owner = owner
+        #: The secret handed out in ``hello``: only a request that presents it changes the
+        #: stream (its subscriptions, or closes it by ``replaces``); the id alone does nothing.
+        self.key = key
         self.subs: dict[tuple[str, str], Subscription] = {}
         #: ``(subscription or None, its generation, bytes or _Notice)``
         self.queue: deque = deque()
@@ -522,12 +532,13 @@ class StreamHub:
 
     # -- streams -------------------------------------------------------------------------
 
-    def open(self, owner: str | None = None, client: tuple | None = None) -> Stream:
-        """A new stream; ``client`` is the request's ``scope["client"]`` (its connection's
+    def open(self, client: tuple | None = None) -> Stream:
+        """A new stream with a new id and key; ``client`` is the request's ``scope["client"]`` (its connection's
         transport, when :attr:`transports` has it, gets :func:`watch_peer`; a client
         address forwarded by a proxy has none)."""
         loop = asyncio.get_running_loop()
-        stream = Stream(secrets.token_urlsafe(24), loop.time(), owner)  # 192 bits
+        # 192 bits of id, 256 of key (base64url)
+        stream = Stream(secrets.token_urlsafe(24), secrets.token_urlsafe(32), loop.time())
         transport = self.transports.get(id(client)) if client is not None else None
         if transport is not None:
             stream.transport = transport
@@ -558,7 +569,7 @@ class StreamHub:
         if stream.transport is not None:  # (the response's head, if still buffered)
             stream.written = stream.drained = stream.transport.get_write_buffer_size()
         try:
-            stream.push(None, event("hello", {"stream_id": stream.id,
+            stream.push(None, event("hello", {"stream_id": stream.id, "stream_key": stream.key,
                                               "heartbeat_s": wire_seconds(self.heartbeat_s),
                                               "protocol_version": 2}))
             if self.draining:
@@ -640,21 +651,23 @@ class StreamHub:
             return False
         return now - stream.stalled_since > self.stall_s
 
-    def owned(self, stream_id: str, user_id: str | None) -> Stream | None:
-        """The open stream ``stream_id`` if the JWT user ``user_id`` opened it, else ``None``
-        (unknown, closed, or another user's: the same answer)."""
+    def keyed(self, stream_id: str, key: str | None) -> Stream | None:
+        """The open stream ``stream_id`` if ``key`` is its key, else ``None`` (unknown,
+        closed, no key or a wrong one: the same answer). Compared in constant time."""
         stream = self.streams.get(stream_id)
-        if stream is None or stream.closing or stream.owner != user_id:
+        if stream is None or stream.closing or key is None:
+            return None
+        if not hmac.compare_digest(stream.key.encode(), key.encode("utf-8", "surrogateescape")):
             return None
         return stream
 
-    def replace(self, stream_id: str, user_id: str | None) -> None:
-        """A new stream of ``user_id`` names ``stream_id`` as the one it replaces (its client
+    def replace(self, stream_id: str, key: str | None) -> None:
+        """A new stream names ``stream_id`` with ``key`` as the one it replaces (its client
         found it dead: silence, an error): that stream is closed at once, its connection
         reset. Its path may still take bytes while delivering none (a stalled middlebox that
-        acknowledges), which the stall checks cannot see. An unknown id, or another user's
-        stream, is left as it is, silently."""
-        stream = self.owned(stream_id, user_id)
+        acknowledges), which the stall checks cannot see. An unknown id or a wrong key
+        leaves everything as it is, silently."""
+        stream = self.keyed(stream_id, key)
         if stream is not None:
             self._abort(stream, "its client opened a stream that replaces it")
 
@@ -708,10 +721,11 @@ def _hub(ctx: AppContext) -> StreamHub:
     return ctx.notifier.hub
 
 
-def _stream_of(hub: StreamHub, stream_id: str, grant: Grant) -> Stream:
-    """The open stream ``stream_id`` if ``grant``'s user opened it; another user's stream
-    answers as an unknown one (404), so an id that leaked tells nothing and changes nothing."""
-    stream = hub.owned(stream_id, grant.user_id)
+def _stream_of(hub: StreamHub, scope, request: Request) -> Stream:
+    """The open stream of the request's path whose key the request presents
+    (``LayerSync-Stream-Key``); a missing or wrong key answers as an unknown stream (404),
+    so an id that leaked tells nothing and changes nothing."""
+    stream = hub.keyed(scope["path_params"]["stream_id"], request.headers.get(STREAM_KEY_HEADER))
     if stream is None:
         raise not_found("no open stream with this id")
     return stream
@@ -745,9 +759,9 @@ class _Endpoint:
 
 class OpenStream(_Endpoint):
     """``POST /sync/v2/stream``: any valid, unrevoked JWT of this server opens a stream.
-    The body may name the stream this one replaces (``{"replaces": "<stream id>"}``): the
-    client's previous stream, which it found dead; the server closes it first
-    (:meth:`StreamHub.replace`)."""
+    The body may name the stream this one replaces with its key (``{"replaces": "<stream
+    id>", "key": "<its stream_key>"}``): the client's previous stream, which it found dead;
+    the server closes it first (:meth:`StreamHub.replace`)."""
 
     async def answer(self, scope, receive, send):
         ctx = self.ctx
@@ -755,13 +769,16 @@ class OpenStream(_Endpoint):
         found = ctx.verifier.verify(request.headers.get("authorization"))
         if found.jti is not None and await run_in_worker(ctx.storage.is_token_revoked, found.jti):
             raise access_denied("token revoked")
-        replaces = (await read_json_object(request, ctx)).get("replaces")
+        body = await read_json_object(request, ctx)
+        replaces, key = body.get("replaces"), body.get("key")
         if replaces is not None and not isinstance(replaces, str):
             raise invalid_request("replaces must be a stream id (a string)")
+        if key is not None and not isinstance(key, str):
+            raise invalid_request("key must be the replaced stream's stream_key (a string)")
         hub = _hub(ctx)
         if replaces is not None:
-            hub.replace(replaces, found.user_id)
-        stream = hub.open(found.user_id, scope.get("client"))
+            hub.replace(replaces, key)
+        stream = hub.open(scope.get("client"))
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache, no-transform"),
@@ -793,10 +810,10 @@ class Subscriptions(_Endpoint):
         found = await grant_of(request.headers.get("authorization"), ctx, document_id, name,
                                "read-document")
         exp = ctx.verifier.expiry(request.headers.get("authorization"))
-        _stream_of(hub, scope["path_params"]["stream_id"], found)
+        _stream_of(hub, scope, request)
         page = await list_page(ctx, document_id, name, since, None, include_tombstones=True,
                                inline=True)
-        stream = _stream_of(hub, scope["path_params"]["stream_id"], found)  # (still open?)
+        stream = _stream_of(hub, scope, request)  # (still open?)
         answer = {"subscribed": True, "revision": page.layer.revision, "epoch": page.layer.epoch}
         if epoch is not None and epoch != page.layer.epoch:
             hub.unsubscribe(stream, document_id, name)
@@ -818,9 +835,13 @@ class Subscriptions(_Endpoint):
         if document_id is None:
             raise invalid_request("document_id is required")
         name = _layer_name(request.query_params.get("layer", ""))
-        found = await grant_of(request.headers.get("authorization"), ctx, document_id, None,
-                               "read-document")
-        stream = _stream_of(hub, scope["path_params"]["stream_id"], found)
+        # Any JWT of this server for the document, expired or revoked too: the key is the
+        # authority here, and ending a subscription gives nothing (a client must be able to
+        # end one whose token ran out, protocol.md "Unsubscribe").
+        check_document_id(document_id)
+        ctx.verifier.verify(request.headers.get("authorization"), check_expiry=False).require(
+            document_id, None, "read-document")
+        stream = _stream_of(hub, scope, request)
         if not hub.unsubscribe(stream, document_id, name):
             raise not_found("no such subscription on this stream")
         return WireJSONResponse({"subscribed": False})

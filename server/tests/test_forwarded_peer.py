@@ -21,16 +21,16 @@ import httpx
 from conftest import change, note, start_server, stop_server
 
 
-def _stream_id(response: httpx.Response, kept: list) -> str:
-    """The ``stream_id`` of the stream's ``hello`` event (``kept`` holds the reader: a
-    dropped one closes the response)."""
+def _hello(response: httpx.Response, kept: list) -> dict:
+    """The stream's ``hello`` event (``kept`` holds the reader: a dropped one closes the
+    response)."""
     chunks = response.iter_text()
     kept.append(chunks)
     buffered = ""
     while "\n\n" not in buffered:
         buffered += next(chunks)
     data = next(line for line in buffered.splitlines() if line.startswith("data: "))
-    return json.loads(data[len("data: "):])["stream_id"]
+    return json.loads(data[len("data: "):])
 
 
 def test_a_forwarded_address_does_not_reach_another_connection(tmp_path, keys):
@@ -54,11 +54,12 @@ def test_a_forwarded_address_does_not_reach_another_connection(tmp_path, keys):
             with attacker.stream("POST", "/sync/v2/stream", json={},
                                  headers={**headers, "X-Forwarded-For": peer}) as first:
                 assert first.status_code == 200
-                first_id = _stream_id(first, kept)
-                with attacker.stream("POST", "/sync/v2/stream", json={"replaces": first_id},
+                hello = _hello(first, kept)
+                replaces = {"replaces": hello["stream_id"], "key": hello["stream_key"]}
+                with attacker.stream("POST", "/sync/v2/stream", json=replaces,
                                      headers=headers) as second:
                     assert second.status_code == 200
-                    _stream_id(second, kept)
+                    _hello(second, kept)
                     # a commit wakes the victim's long-poll: it answers on its connection
                     pushed = srv.sync(document_id, [change("create", "n1", note())])
                     assert pushed.status_code == 200

@@ -57,6 +57,7 @@ class EventStream:
         self.headers: dict[str, str] = {}
         self.body = b""
         self.stream_id: str | None = None
+        self.stream_key: str | None = None  # (hello's: the stream's authority)
         self.reading = threading.Event()
         self.reading.set()
         if read:
@@ -113,7 +114,7 @@ class EventStream:
                 data = json.loads(line[6:])
         if name is not None:
             if name == "hello":
-                self.stream_id = data["stream_id"]
+                self.stream_id, self.stream_key = data["stream_id"], data["stream_key"]
             self.events.put((name, data))
 
     def next(self, name: str | None = None, timeout: float = 10, skip=("hb",)):
@@ -149,6 +150,21 @@ class EventStream:
         self.sock.close()
 
 
+#: ``key=OWN_KEY``: the stream's own key (from its hello); ``key=None`` sends no key header.
+OWN_KEY = object()
+
+
+def stream_target(stream, key=OWN_KEY) -> tuple[str, dict]:
+    """The stream id and key header of ``stream`` (an :class:`EventStream`, or an id: then
+    no key unless ``key`` is given)."""
+    if isinstance(stream, EventStream):
+        stream_id, own = stream.stream_id, stream.stream_key
+    else:
+        stream_id, own = stream, None
+    key = own if key is OWN_KEY else key
+    return stream_id, ({} if key is None else {"LayerSync-Stream-Key": key})
+
+
 class Stream:
     """A server plus the v2 requests of the tests."""
 
@@ -160,18 +176,25 @@ class Stream:
     def open(self, document_id: str, **kwargs) -> EventStream:
         return EventStream(self.server.url, self.server.token(document_id), **kwargs)
 
-    def subscribe(self, stream_id: str, document_id: str, layer: str = "", since: int = 0,
-                  epoch=None, token: str | None = None, **token_args) -> httpx.Response:
+    def subscribe(self, stream, document_id: str, layer: str = "", since: int = 0,
+                  epoch=None, token: str | None = None, key=OWN_KEY,
+                  **token_args) -> httpx.Response:
+        """``POST .../subscriptions`` on ``stream`` (an :class:`EventStream`: with its key;
+        an id: with ``key`` if given), with ``token`` or a new JWT of ``token_args``."""
+        stream_id, key_header = stream_target(stream, key)
         token = token or self.server.token(document_id, layer, **token_args)
         return self.http.post(f"/sync/v2/stream/{stream_id}/subscriptions",
                               json={"document_id": document_id, "layer": layer, "since": since,
                                     "epoch": epoch},
-                              headers={"Authorization": f"Bearer {token}"})
+                              headers={"Authorization": f"Bearer {token}", **key_header})
 
-    def unsubscribe(self, stream_id: str, document_id: str, layer: str = "") -> httpx.Response:
+    def unsubscribe(self, stream, document_id: str, layer: str = "", key=OWN_KEY,
+                    token: str | None = None, **token_args) -> httpx.Response:
+        stream_id, key_header = stream_target(stream, key)
+        token = token or self.server.token(document_id, layer, **token_args)
         return self.http.delete(f"/sync/v2/stream/{stream_id}/subscriptions",
                                 params={"document_id": document_id, "layer": layer},
-                                headers=self.server.auth(document_id, layer))
+                                headers={"Authorization": f"Bearer {token}", **key_header})
 
     def push(self, document_id: str, record_id: str, layer: str = "", text: str = "x",
              user_id: str = "alice", **content) -> int:
@@ -231,7 +254,7 @@ def test_fifty_layers_on_one_connection(stream_server):
     assert stream.status == 200 and stream.headers["content-type"].startswith("text/event-stream")
     layers = [f"layer-{i}" for i in range(50)]
     for layer in layers:
-        answer = s.subscribe(stream.stream_id, doc, layer)
+        answer = s.subscribe(stream, doc, layer)
         assert answer.status_code == 200, answer.text
         assert answer.json()["subscribed"] is True and answer.json()["revision"] == 0
     assert s.metric("layersync_open_streams") == streams + 1
@@ -258,7 +281,7 @@ def test_catch_up_then_live_and_heartbeat(stream_server):
     s = stream_server
     doc = s.server.new_document()  # its default layer holds the PDF's 3 annotations
     stream = s.open(doc)
-    answer = s.subscribe(stream.stream_id, doc, "", since=1).json()
+    answer = s.subscribe(stream, doc, "", since=1).json()
     assert answer["revision"] == 3
     first = stream.next("changes")
     assert first["since"] == 1 and [r["revision"] for r in first["records"]] == [2, 3]
@@ -278,7 +301,7 @@ def test_subscribe_and_unsubscribe_while_changes_flow(stream_server):
     s = stream_server
     doc = s.server.new_document()
     stream = s.open(doc)
-    assert s.subscribe(stream.stream_id, doc, "a").status_code == 200
+    assert s.subscribe(stream, doc, "a").status_code == 200
     stop = threading.Event()
     pushed = {"a": [], "b": []}
 
@@ -293,9 +316,9 @@ def test_subscribe_and_unsubscribe_while_changes_flow(stream_server):
         thread.start()
     time.sleep(0.3)
     b_since = s.server.records(doc, layer="b")["revision"]
-    assert s.subscribe(stream.stream_id, doc, "b", since=b_since).status_code == 200
+    assert s.subscribe(stream, doc, "b", since=b_since).status_code == 200
     time.sleep(0.4)
-    assert s.unsubscribe(stream.stream_id, doc, "a").json() == {"subscribed": False}
+    assert s.unsubscribe(stream, doc, "a").json() == {"subscribed": False}
     unsubscribed_at = len(pushed["a"])
     time.sleep(0.3)
     stop.set()
@@ -317,7 +340,7 @@ def test_subscribe_and_unsubscribe_while_changes_flow(stream_server):
     # push committed before the answer had not returned when it was counted)
     assert seen["a"] and seen["a"] == list(range(1, len(seen["a"]) + 1))
     assert len(seen["a"]) <= unsubscribed_at + 1 < len(pushed["a"])
-    assert s.unsubscribe(stream.stream_id, doc, "a").status_code == 404
+    assert s.unsubscribe(stream, doc, "a").status_code == 404
     stream.close()
 
 
@@ -326,8 +349,8 @@ def test_expiry_of_one_subscription_ends_it_alone(stream_server):
     doc = s.server.new_document()
     subscriptions = s.metric("layersync_stream_subscriptions")
     stream = s.open(doc)
-    assert s.subscribe(stream.stream_id, doc, "short", expires_in_s=2).status_code == 200
-    assert s.subscribe(stream.stream_id, doc, "long").status_code == 200
+    assert s.subscribe(stream, doc, "short", expires_in_s=2).status_code == 200
+    assert s.subscribe(stream, doc, "long").status_code == 200
     s.push(doc, "before", "short")
     assert stream.next("changes")["layer"] == "short"
     data = stream.next("unsubscribed", timeout=5)
@@ -345,8 +368,8 @@ def test_revoked_token_ends_its_subscription(stream_server):
     s = stream_server
     doc = s.server.new_document()
     stream = s.open(doc)
-    assert s.subscribe(stream.stream_id, doc, "x", jti="revoke-me").status_code == 200
-    assert s.subscribe(stream.stream_id, doc, "y").status_code == 200
+    assert s.subscribe(stream, doc, "x", jti="revoke-me").status_code == 200
+    assert s.subscribe(stream, doc, "y").status_code == 200
     assert s.http.post("/api/revoke", json={"jti": "revoke-me"},
                        headers=s.server.admin()).status_code == 200
     assert stream.next("unsubscribed") == {"document_id": doc, "layer": "x",
@@ -354,7 +377,7 @@ def test_revoked_token_ends_its_subscription(stream_server):
     s.push(doc, "still", "y")
     assert stream.next("changes")["layer"] == "y"
     # a revoked token subscribes no more
-    assert s.subscribe(stream.stream_id, doc, "x", jti="revoke-me").status_code == 403
+    assert s.subscribe(stream, doc, "x", jti="revoke-me").status_code == 403
     stream.close()
 
 
@@ -362,15 +385,15 @@ def test_deleted_layer_ends_with_not_found(stream_server):
     s = stream_server
     doc = s.server.new_document()
     stream = s.open(doc)
-    assert s.subscribe(stream.stream_id, doc, "gone").status_code == 200
-    assert s.subscribe(stream.stream_id, doc, "stays").status_code == 200
+    assert s.subscribe(stream, doc, "gone").status_code == 200
+    assert s.subscribe(stream, doc, "stays").status_code == 200
     s.push(doc, "r", "gone")
     stream.next("changes")
     deleted = s.http.delete(f"/api/documents/{doc}/layers/gone", headers=s.server.admin())
     assert deleted.status_code in (200, 204), deleted.text
     assert stream.next("unsubscribed") == {"document_id": doc, "layer": "gone",
                                            "reason": "not_found"}
-    assert s.subscribe(stream.stream_id, doc, "gone").status_code == 404
+    assert s.subscribe(stream, doc, "gone").status_code == 404
     stream.close()
 
 
@@ -379,7 +402,7 @@ def test_epoch_mismatch_answers_reset(stream_server):
     doc = s.server.new_document()
     subscriptions = s.metric("layersync_stream_subscriptions")
     stream = s.open(doc)
-    answer = s.subscribe(stream.stream_id, doc, "", since=3, epoch="not-this-one")
+    answer = s.subscribe(stream, doc, "", since=3, epoch="not-this-one")
     assert answer.status_code == 200
     epoch = answer.json()["epoch"]
     assert stream.next("reset") == {"document_id": doc, "layer": "", "epoch": epoch}
@@ -392,10 +415,10 @@ def test_guest_never_receives_a_private_record(stream_server):
     doc = s.server.new_document()
     guest = ["annotations:view:group=public", "annotations:view:self"]
     stream = EventStream(s.server.url, s.server.token(doc, user_id="guest"))  # the guest's own stream
-    assert s.subscribe(stream.stream_id, doc, "p", user_id="guest",
+    assert s.subscribe(stream, doc, "p", user_id="guest",
                        collaboration_permissions=guest).status_code == 200
     full = EventStream(s.server.url, s.server.token(doc))
-    assert s.subscribe(full.stream_id, doc, "p").status_code == 200
+    assert s.subscribe(full, doc, "p").status_code == 200
     response = s.server.sync(doc, [change("create", "secret", note("private")),
                                    {**change("create", "open", note("public")), "group": "public"}],
                              layer="p")
@@ -428,17 +451,18 @@ def test_bad_requests(stream_server):
     s = stream_server
     doc = s.server.new_document()
     stream = s.open(doc)
-    sid = stream.stream_id
+    sid = stream
     assert s.subscribe("no-such-stream", doc, "x").status_code == 404
     assert s.subscribe("no-such-stream", doc, "x").json()["error"]["code"] == "not_found"
-    auth = s.server.auth(doc, "x")
-    url = f"/sync/v2/stream/{sid}/subscriptions"
+    auth = {**s.server.auth(doc, "x"), "LayerSync-Stream-Key": stream.stream_key}
+    url = f"/sync/v2/stream/{stream.stream_id}/subscriptions"
     for body in (b"{", b"[1]", b'{"document_id": 5}', b'{"document_id": "d", "since": -1}',
                  b'{"document_id": "d", "since": "3"}', b'{"document_id": "d", "layer": 3}'):
         answer = s.http.post(url, content=body, headers=auth)
         assert answer.status_code == 400, (body, answer.text)
         assert answer.json()["error"]["code"] == "invalid_request"
-    assert s.http.post(url, json={"document_id": doc, "layer": "x"}).status_code == 401
+    assert s.http.post(url, json={"document_id": doc, "layer": "x"},
+                       headers={"LayerSync-Stream-Key": stream.stream_key}).status_code == 401
     assert s.subscribe(sid, doc, "x", token=s.server.token(doc, "other")).status_code == 403
     assert s.subscribe(sid, doc, "x", token=s.server.token(doc, "x", expires_in_s=-5)).status_code == 403
     assert s.subscribe(sid, "doc-missing-" + uuid.uuid4().hex, "x").status_code == 404
@@ -464,7 +488,7 @@ def test_slow_reader_does_not_stall_others(stream_server):
     slow.pause()
     fast = s.open(doc)
     for stream in (slow, fast):
-        assert s.subscribe(stream.stream_id, doc, "busy").status_code == 200
+        assert s.subscribe(stream, doc, "busy").status_code == 200
     revisions = []
     # push until the slow reader's queue overflowed (the socket buffers hold a few MB
     # first); the other client gets every page at once all along
@@ -509,7 +533,7 @@ def test_kill_9_mid_stream_then_resume_gives_everything_once_and_stop_says_bye(t
     s = Stream(server)
     doc = server.new_document()
     stream = s.open(doc)
-    assert s.subscribe(stream.stream_id, doc, "k").status_code == 200
+    assert s.subscribe(stream, doc, "k").status_code == 200
     pushed, cursor, seen = [], 0, []
     for i in range(20):
         pushed.append(f"k{i}")
@@ -553,7 +577,7 @@ def test_kill_9_mid_stream_then_resume_gives_everything_once_and_stop_says_bye(t
         pushed.append("after-restart")
         final = s.push(doc, "after-restart", "k")
         stream = s.open(doc)
-        assert s.subscribe(stream.stream_id, doc, "k", since=cursor).status_code == 200
+        assert s.subscribe(stream, doc, "k", since=cursor).status_code == 200
         while cursor < final:
             data = stream.next("changes")
             assert data["since"] == cursor
@@ -586,8 +610,8 @@ def test_two_processes_on_postgresql(tmp_path, pg_url, keys):
                                doc).status_code == 200
         on_a, on_b = a.open(doc), b.open(doc)
         for s, stream in ((a, on_a), (b, on_b)):
-            assert s.subscribe(stream.stream_id, doc, "", since=3).status_code == 200
-            assert s.subscribe(stream.stream_id, doc, "r", jti="pg-revoke").status_code == 200
+            assert s.subscribe(stream, doc, "", since=3).status_code == 200
+            assert s.subscribe(stream, doc, "r", jti="pg-revoke").status_code == 200
         ids = []
         for i in range(10):
             (a if i % 2 else b).push(doc, f"p{i}")

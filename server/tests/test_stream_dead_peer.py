@@ -57,7 +57,7 @@ def test_a_client_that_stops_reading_is_closed_within_twice_the_heartbeat(dead_p
     stalled = s.open(doc, recv_buffer=4096)
     reading = s.open(doc)
     for stream in (stalled, reading):
-        assert s.subscribe(stream.stream_id, doc, "busy").status_code == 200
+        assert s.subscribe(stream, doc, "busy").status_code == 200
     stalled.pause()
     assert s.metric("layersync_open_streams") == 2
     # changes flow until the stalled client's queue overflowed: its socket and the server's
@@ -112,16 +112,20 @@ def test_a_client_that_reads_slowly_is_not_closed(dead_peer_server):
 
 def test_a_stream_that_names_the_one_it_replaces_closes_that_one(dead_peer_server):
     """A client whose path went silent (a middlebox that acknowledges but delivers nothing:
-    the server sees no stall) opens a new stream naming the old one, ``{"replaces": id}``:
-    the server closes the old one at once, its subscriptions with it. The same id from
-    another user, or an id the server does not know, changes nothing and answers alike."""
+    the server sees no stall) opens a new stream naming the old one with its key,
+    ``{"replaces": id, "key": stream_key}``: the server closes the old one at once, its
+    subscriptions with it, whoever's JWT opens the new one (the key is the authority). The
+    id with no key or a wrong one, or a key with an id the server does not know, changes
+    nothing and answers alike."""
     s = dead_peer_server
     url = s.server.url
     doc = s.server.new_document()
 
-    def open_as(user_id: str, replaces=None) -> EventStream:
-        body = json.dumps({} if replaces is None else {"replaces": replaces}).encode()
-        stream = EventStream(url, s.server.token(doc, user_id=user_id), body=body)
+    def open_as(user_id: str, replaces=None, key=None) -> EventStream:
+        body = {} if replaces is None else {"replaces": replaces}
+        if key is not None:
+            body["key"] = key
+        stream = EventStream(url, s.server.token(doc, user_id=user_id), body=json.dumps(body).encode())
         assert stream.status == 200, stream.status
         return stream
 
@@ -130,120 +134,48 @@ def test_a_stream_that_names_the_one_it_replaces_closes_that_one(dead_peer_serve
 
     assert _wait(lambda: counts() == (0, 0), 10) is not None, f"streams of earlier tests: {counts()}"
     first = open_as("alice")
-    assert s.subscribe(first.stream_id, doc, "r", user_id="alice").status_code == 200
+    assert s.subscribe(first, doc, "r", user_id="alice").status_code == 200
     assert counts() == (1, 1)
-    # bob names alice's stream, then an id nobody has: alice's stream stays, gets changes
-    others = [open_as("bob", replaces=first.stream_id), open_as("alice", replaces="no-such-stream")]
-    assert counts() == (3, 1)
+    # its id alone, with a wrong key (of the same user, or another stream's), or its key with
+    # an id nobody has: alice's stream stays, gets changes
+    others = [open_as("alice", replaces=first.stream_id),
+              open_as("alice", replaces=first.stream_id, key=first.stream_key[::-1])]
+    others.append(open_as("bob", replaces=first.stream_id, key=others[0].stream_key))
+    others.append(open_as("alice", replaces="no-such-stream", key=first.stream_key))
+    assert counts() == (5, 1)
     kept = s.push(doc, "kept", "r")
     assert first.next("changes")["revision"] == kept
     for stream in others:
         stream.close()
     assert _wait(lambda: counts() == (1, 1), 10) is not None, counts()
-    # a malformed replaces is a bad request (the old stream is not touched)
-    with s.http.stream("POST", "/sync/v2/stream", json={"replaces": 5},
-                       headers=s.server.auth(doc, user_id="alice")) as bad:  # (a 200 would not end)
-        assert bad.status_code == 400, bad.status_code
-        assert json.loads(bad.read())["error"]["code"] == "invalid_request"
+    # a malformed replaces or key is a bad request (the old stream is not touched)
+    for body in ({"replaces": 5}, {"replaces": first.stream_id, "key": 5}):
+        with s.http.stream("POST", "/sync/v2/stream", json=body,
+                           headers=s.server.auth(doc, user_id="alice")) as bad:  # (a 200 would not end)
+            assert bad.status_code == 400, bad.status_code
+            assert json.loads(bad.read())["error"]["code"] == "invalid_request"
     assert counts() == (1, 1)
-    # alice's own new stream replaces it: closed by the time its hello arrives, its socket reset
-    second = open_as("alice", replaces=first.stream_id)
+    # the new stream with the old one's key replaces it, opened with a JWT of another user
+    # as well: closed by the time its hello arrives, its socket reset
+    second = open_as("bob", replaces=first.stream_id, key=first.stream_key)
     assert counts() == (1, 0)
     assert first.next("<end>", timeout=5) is None
-    assert s.subscribe(first.stream_id, doc, "r", user_id="alice").status_code == 404
-    assert s.subscribe(second.stream_id, doc, "r", since=kept, user_id="alice").status_code == 200
+    assert s.subscribe(first, doc, "r", user_id="alice").status_code == 404
+    assert s.subscribe(second, doc, "r", since=kept, user_id="alice").status_code == 200
     revision = s.push(doc, "after", "r")
     assert second.next("changes")["revision"] == revision
     second.close()
     first.close()
 
 
-def _hello(stream: EventStream) -> str:
-    """Read a stream that is not read by a thread up to its hello; its id."""
+def _hello(stream: EventStream) -> EventStream:
+    """Read a stream that is not read by a thread up to its hello (its id and key set)."""
     buffer = b""
-    while b'"stream_id":"' not in buffer or b"\n\n" not in buffer.split(b'"stream_id":"', 1)[1]:
+    while b"event: hello\n" not in buffer or b"\n\n" not in buffer.split(b"event: hello\n", 1)[1]:
         data = stream.sock.recv(1)
         assert data, "closed before hello"
         buffer += data
-    stream.stream_id = buffer.split(b'"stream_id":"', 1)[1].split(b'"', 1)[0].decode()
-    return stream.stream_id
-
-
-def test_watch_peer_sets_keepalive():
-    listener = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(listener.getsockname())
-    server_side, _ = listener.accept()
-    try:
-        watch_peer(server_side, 15, 30)
-        assert server_side.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
-        assert server_side.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 15
-        assert server_side.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == KEEPALIVE_PROBES
-        # idle 15 s, then 3 probes 5 s apart: ended 30 s after the last byte acknowledged
-        assert server_side.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 5
-        # (no TCP_USER_TIMEOUT: it ends slow readers whose window is below a segment)
-        assert server_side.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 0
-    finally:
-        for sock in (client, server_side, listener):
-            sock.close()
-
-
-def _tcp_info(retransmits: int, last_ack_recv_ms: int, bytes_acked: int) -> bytes:
-    info = bytearray(128)
-    info[2] = retransmits
-    info[56:60] = last_ack_recv_ms.to_bytes(4, sys.byteorder)
-    info[120:128] = bytes_acked.to_bytes(8, sys.byteorder)
-    return bytes(info)
-
-
-def test_a_cut_path_is_told_from_a_slow_reader_by_what_the_peer_acknowledges():
-    """A cut path can not be made on loopback; what the sweeper decides from the
-    connection's TCP_INFO can: retransmitting with no acknowledgement for ``stall_s -
-    heartbeat_s`` is a cut path; a window probe answered (a slow reader) or an idle
-    connection is not."""
-    assert TcpState(_tcp_info(3, 16_000, 10)).unreachable(15)
-    assert not TcpState(_tcp_info(3, 200, 10)).unreachable(15)  # probes answered
-    assert not TcpState(_tcp_info(0, 60_000, 10)).unreachable(15)  # idle, nothing in flight
-    assert TcpState(_tcp_info(0, 0, 123_456)).bytes_acked == 123_456
-    listener = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(listener.getsockname())
-    server_side, _ = listener.accept()
-    try:
-        server_side.sendall(b"x" * 1000)
-        assert client.recv(1000)
-        time.sleep(0.1)
-        state = tcp_state(server_side)
-        assert state is not None and state.bytes_acked >= 1000 and state.retransmits == 0
-    finally:
-        for sock in (client, server_side, listener):
-            sock.close()
-
-
-def _server_side_timer(server_port: int, client_port: int) -> tuple[int, float] | None:
-    """``(timer kind, seconds until it fires)`` of the server's socket of a connection, from
-    ``/proc/net/tcp`` (kind 2: keepalive or another socket timer; 0: none)."""
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
-        fields = line.split()
-        local, remote = fields[1], fields[2]
-        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
-            kind, when = fields[5].split(":")
-            return int(kind, 16), int(when, 16) / 100  # (clock ticks, USER_HZ 100)
-    return None
-
-
-def test_the_servers_side_of_a_stream_has_keepalive(dead_peer_server):
-    s = dead_peer_server
-    doc = s.server.new_document()
-    stream = s.open(doc)
-    server_port = int(s.server.url.rsplit(":", 1)[1])
-    client_port = stream.sock.getsockname()[1]
-    seen = set()
-    for _ in range(20):  # (a heartbeat in flight shows the retransmission timer for a moment)
-        timer = _server_side_timer(server_port, client_port)
-        assert timer is not None, "the stream's connection is not in /proc/net/tcp"
-        seen.add(timer)
-        if timer[0] == 2 and timer[1] <= HEARTBEAT_S + 0.5:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError(f"no keepalive timer of {HEARTBEAT_S} s on the server's socket: {seen}")
-    stream.close()
+    block = buffer.split(b"event: hello\n", 1)[1].split(b"\n\n", 1)[0]
+    hello = json.loads(block.split(b"data: ", 1)[1])
+    stream.stream_id, stream.stream_key = hello["stream_id"], hello["stream_key"]
+    return stream

@@ -1,6 +1,8 @@
 """The change stream (protocol version 2) against what a review of it found: a subscribe
 racing with commits must still reach the layer's newest revision, and a stream's
-subscriptions can be changed only by the user who opened it (docs/protocol.md)."""
+subscriptions can be changed only by a request that presents the stream's key (its
+``hello``'s ``stream_key``), with a JWT of any user (docs/protocol.md): the id alone, which
+access logs hold, does nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import time
 import httpx
 
 from conftest import change, note
-from test_stream import Stream, stream_server  # noqa: F401 (the fixture)
+from layersync_server.permissions import bare_tombstone
+from test_stream import EventStream, Stream, stream_server  # noqa: F401 (the fixture)
 
 
 def _last_revision(es) -> int:
@@ -64,7 +67,7 @@ def test_subscribe_while_commits_flow_never_misses_the_newest_revision(stream_se
                 # from 40 revisions back: a page a worker reads (as from 0), without every
                 # subscribe reading, sending and parsing the whole grown layer
                 since = max(0, cursor["since"] - 40)
-                assert s.subscribe(es.stream_id, doc, layer, since=since).status_code == 200
+                assert s.subscribe(es, doc, layer, since=since).status_code == 200
                 streams.append(es)
         finally:
             stop.set()
@@ -90,30 +93,34 @@ def test_subscribe_while_commits_flow_never_misses_the_newest_revision(stream_se
 
 
 def test_a_token_for_another_layer_cannot_unsubscribe_someone_elses_subscription(stream_server):
-    """DELETE .../subscriptions is authorised with any JWT for the document (any layer, any user)
-    and the stream is not bound to whoever opened it: a guest of layer "public" who learns a
-    stream id (it is in the access log's path) ends another user's "private" subscription."""
+    """DELETE .../subscriptions is authorised with any JWT for the document (any layer, any
+    user): a guest of layer "public" who learns a stream id (it is in the access log's path)
+    must not end another client's "private" subscription: without the stream's key it is
+    the 404 of an unknown stream."""
     s = stream_server
     doc = s.server.new_document()
     victim = s.open(doc)
-    assert s.subscribe(victim.stream_id, doc, "private").status_code == 200
+    assert s.subscribe(victim, doc, "private").status_code == 200
     guest = s.server.token(doc, "public", user_id="mallory",
                            collaboration_permissions=["annotations:view:group=public"])
     r = s.http.delete(f"/sync/v2/stream/{victim.stream_id}/subscriptions",
                       params={"document_id": doc, "layer": "private"},
                       headers={"Authorization": f"Bearer {guest}"})
+    assert r.status_code == 404, r.text
+    rev = s.push(doc, "still", "private")
+    assert victim.next("changes")["revision"] == rev
     victim.close()
-    assert r.status_code in (403, 404), r.text
 
 
 def test_another_user_cannot_replace_my_subscription_with_a_narrower_view(stream_server):
-    """Anyone holding a stream id can re-subscribe (replace) its subscriptions with their own
-    JWT: a guest's token for the same layer turns the owner's subscription into the guest's
-    view, so the owner's client receives bare tombstones for private records and deletes them."""
+    """Anyone holding a stream id could re-subscribe (replace) its subscriptions with their own
+    JWT: a guest's token for the same layer would turn the client's subscription into the
+    guest's view, so the client receives bare tombstones for private records and deletes them.
+    Without the stream's key it is the 404 of an unknown stream."""
     s = stream_server
     doc = s.server.new_document()
     owner = s.open(doc)
-    assert s.subscribe(owner.stream_id, doc, "p").status_code == 200
+    assert s.subscribe(owner, doc, "p").status_code == 200
     rev = s.push(doc, "secret", "p", text="private")
     owner.next("changes")
     guest = s.server.token(doc, "p", user_id="mallory",
@@ -122,4 +129,95 @@ def test_another_user_cannot_replace_my_subscription_with_a_narrower_view(stream
                     json={"document_id": doc, "layer": "p", "since": rev},
                     headers={"Authorization": f"Bearer {guest}"})
     owner.close()
-    assert r.status_code in (403, 404), "someone else's JWT re-subscribed my stream: " + r.text
+    assert r.status_code == 404, "someone else's JWT re-subscribed my stream: " + r.text
+
+
+def _answer(response) -> tuple:
+    """What a client can tell of an answer: status, body, the headers that are not per request."""
+    return (response.status_code, response.content,
+            {k: v for k, v in response.headers.items() if k not in ("date", "content-length")})
+
+
+def test_a_wrong_or_missing_key_answers_exactly_as_an_unknown_stream(stream_server):
+    """Subscribe and unsubscribe with the stream's id and no key, an empty one, a wrong one
+    (another open stream's key, or the key cut short): the same answer as for an id the
+    server never handed out (404 not_found), and nothing changes on the stream."""
+    s = stream_server
+    doc = s.server.new_document()
+    stream, other = s.open(doc), s.open(doc)
+    assert s.subscribe(stream, doc, "kept").status_code == 200
+    unknown_sub = _answer(s.subscribe("no-such-stream", doc, "x", key=stream.stream_key))
+    unknown_unsub = _answer(s.unsubscribe("no-such-stream", doc, "kept", key=stream.stream_key))
+    assert unknown_sub[0] == unknown_unsub[0] == 404
+    assert b'"code":"not_found"' in unknown_sub[1].replace(b" ", b"")
+    for key in (None, "", other.stream_key, stream.stream_key[:-1], stream.stream_key + "A",
+                "=" * 43):
+        assert _answer(s.subscribe(stream.stream_id, doc, "x", key=key)) == unknown_sub, key
+        assert _answer(s.unsubscribe(stream.stream_id, doc, "kept", key=key)) == unknown_unsub, key
+    # nothing was subscribed or ended: "kept" still delivers, "x" never does
+    s.push(doc, "x1", "x")
+    rev = s.push(doc, "k1", "kept")
+    data = stream.next("changes")
+    assert data["layer"] == "kept" and data["revision"] == rev
+    assert stream.quiet(0.3) == []
+    assert s.unsubscribe(stream, doc, "kept").status_code == 200
+    stream.close()
+    other.close()
+
+
+def test_one_stream_takes_the_subscriptions_of_every_user_with_its_key(stream_server):
+    """A stream opened with alice's JWT takes subscriptions authorised by bob's JWT and by a
+    JWT without user_id (each its own layer's), delivers each as that JWT may see it, and
+    any JWT for the document ends any of them with the key: who opened the stream does not
+    matter, the key does."""
+    s = stream_server
+    doc = s.server.new_document()
+    stream = EventStream(s.server.url, s.server.token(doc, user_id="alice"))
+    guest = ["annotations:view:group=public"]
+    assert s.subscribe(stream, doc, "a", user_id="alice").status_code == 200
+    assert s.subscribe(stream, doc, "b", user_id="bob", collaboration_permissions=guest).status_code == 200
+    assert s.subscribe(stream, doc, "c").status_code == 200  # no user_id
+    got = {}
+    for layer in ("a", "b", "c"):
+        s.push(doc, "n-" + layer, layer)
+    s.server.sync(doc, [{**change("create", "public-b", note("open")), "group": "public"}], layer="b")
+    while len(got) < 3 or len(got.get("b", [])) < 1:
+        data = stream.next("changes")
+        got.setdefault(data["layer"], []).extend(r["id"] for r in data["records"])
+    assert got["a"] == ["n-a"] and got["c"] == ["n-c"]
+    assert got["b"] == ["public-b"], "bob's subscription sees bob's view"
+    # bob's layer ended with carol's JWT for the document (another layer), with the key
+    r = s.unsubscribe(stream, doc, "b", token=s.server.token(doc, "zzz", user_id="carol"))
+    assert r.status_code == 200 and r.json() == {"subscribed": False}
+    # bob re-subscribes "a" (alice's): it is replaced, now with bob's JWT
+    assert s.subscribe(stream, doc, "a", since=1, user_id="bob", collaboration_permissions=guest).status_code == 200
+    s.push(doc, "b2", "b")
+    rev = s.push(doc, "private-a", "a")
+    data = stream.next("changes")
+    # (a delta: a record bob's view leaves out is a bare tombstone)
+    assert data["layer"] == "a" and data["revision"] == rev, data
+    assert data["records"] == [bare_tombstone("private-a", rev)], data
+    assert stream.quiet(0.3) == []
+    stream.close()
+
+
+def test_an_expired_jwt_still_ends_a_subscription_with_the_key(stream_server):
+    """Unsubscribing needs a JWT of this server for the document, but not an unexpired one:
+    the key is the authority, and a client must be able to end a subscription whose token
+    ran out. A JWT for another document, or a forged one, is still refused (403)."""
+    s = stream_server
+    doc, elsewhere = s.server.new_document(), s.server.new_document()
+    stream = s.open(doc)
+    assert s.subscribe(stream, doc, "x").status_code == 200
+    assert s.unsubscribe(stream, doc, "x", token=s.server.token(elsewhere, "x")).status_code == 403
+    assert s.unsubscribe(stream, doc, "x", token=s.server.token(doc, "x") + "x").status_code == 403
+    expired = s.server.token(doc, "x", expires_in_s=-60)
+    assert s.unsubscribe(stream, doc, "x", key=None, token=expired).status_code == 404
+    assert s.unsubscribe(stream, doc, "x", token=expired).json() == {"subscribed": False}
+    s.push(doc, "after", "x")
+    assert stream.quiet(0.3) == []
+    # the same expired JWT still opens, subscribes and reads nothing
+    assert s.subscribe(stream, doc, "x", token=expired).status_code == 403
+    assert s.http.get(s.server.layer_url(doc, "x") + "/records",
+                      headers={"Authorization": f"Bearer {expired}"}).status_code == 403
+    stream.close()

@@ -308,7 +308,7 @@ class Client(CallsIntoC):
     @property
     def listening_transport(self) -> str:
         """How listening works: ``"stream"`` (one change stream for every listened layer, the
-        default; one per user when the layers' JWTs are of several users) or ``"long-poll"`` (the client fell back to one long-poll per layer: the server
+        default, whatever users the layers' JWTs name) or ``"long-poll"`` (the client fell back to one long-poll per layer: the server
         does not offer the stream, or something in between buffers it; the reason is written to
         stderr; the stream is tried again every few minutes and takes the layers back when it
         works). One layer may long-poll while the client is on the stream

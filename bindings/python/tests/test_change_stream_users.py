@@ -1,12 +1,13 @@
 """Listening on the change stream with the JWTs of several users in one client (protocol
-version 2, issue 16): a stream belongs to the `user_id` of the JWT that opened it, and the
-server answers a subscription made with another user's JWT as for an unknown stream (404),
-so one client that listens on layers of several users (an app with two accounts, a JWT
-without `user_id` beside one with) holds one stream per user. Every layer is delivered over
-the stream of its own user, with no reconnect loop; a user's layer that stops listening or
-whose JWT expires leaves the other users' streams as they were; a reauthentication with a JWT
-of another user moves the layer to that user's stream, and the old user's subscription
-delivers nothing more to it."""
+version 2, issue 16): authority over a stream is its key (handed out in its `hello`), not the
+user who opened it, and each subscription is authorised by its own layer's JWT, so one client
+that listens on layers of several users (an app with two accounts, a JWT without `user_id`
+beside one with) holds ONE stream, counted on the server: one open stream, one connection.
+Every layer is delivered over it, with no reconnect loop; one user's JWT expiring ends that
+subscription alone (one did_fail_authentication for that document); a layer that stops
+listening leaves the others as they were; a reauthentication with a JWT of another user
+subscribes the layer again on the same stream, and nothing filtered for the old JWT reaches
+it any more."""
 from __future__ import annotations
 
 import json
@@ -62,7 +63,7 @@ def listening(client: layersync.Client, server: ReferenceServer, doc_id: str, la
     return doc
 
 
-def test_layers_of_several_users_in_one_client_are_all_delivered_over_the_stream(make_client, own_server):
+def test_three_users_in_one_client_hold_one_stream_and_every_change_arrives(make_client, own_server):
     srv = own_server()
     doc_id = "users"
     srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
@@ -75,12 +76,13 @@ def test_layers_of_several_users_in_one_client_are_all_delivered_over_the_stream
     for doc in docs.values():
         doc.start_listening()
     wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == len(owners), "every layer subscribed")
-    # one stream per user (a JWT without user_id is a user of its own), not one per layer ...
-    assert metric(srv, "layersync_open_streams") == 3
-    # ... one connection each once the downloads' and subscriptions' idle keep-alives are
-    # closed by the server (5 s), all held by the one listener thread
+    # one stream for the three users (a JWT without user_id is a user of its own), not one per
+    # user or per layer ...
+    assert metric(srv, "layersync_open_streams") == 1
+    # ... one connection once the downloads' and subscriptions' idle keep-alives are closed by
+    # the server (5 s), held by the one listener thread
     port = urllib.parse.urlparse(srv.url).port
-    wait_until(lambda: established_connections(port) == 3, "only the three streams' connections to be left", timeout=20)
+    wait_until(lambda: established_connections(port) == 1, "only the stream's connection to be left", timeout=20)
     assert threads() - threads_before <= 3, (threads_before, threads())
     assert client.listening_transport == "stream"
     assert {layer: doc.listening_transport for layer, doc in docs.items()} == {layer: "stream" for layer in owners}
@@ -95,39 +97,41 @@ def test_layers_of_several_users_in_one_client_are_all_delivered_over_the_stream
         doc.download(wait=True, timeout=WAIT_S)
         written[layer] = doc.create_annotation(note(f"from the writer on {layer}"))["id"]
         doc.sync(wait=True, timeout=WAIT_S)
-    # ... and arrives over the listener's streams.
+    # ... and arrives over the listener's one stream.
     for layer, record_id in written.items():
         client.wait_for("did_receive_changes", since=since, document=docs[layer], timeout=WAIT_S,
                         predicate=lambda e, r=record_id: r in e.args[0].get("created", []))
         assert docs[layer].get_annotation(record_id)["text"]["value"] == f"from the writer on {layer}"
 
-    # No reconnect loop: three opens in all, and no subscription refused as an unknown stream.
+    # No reconnect loop: one open in all, and no subscription refused as an unknown stream.
     opens = stream_opens(srv)
     time.sleep(3)
-    assert stream_opens(srv) == opens == 3
+    assert stream_opens(srv) == opens == 1
     assert requests_answered(srv, SUBSCRIPTIONS_ROUTE, status="404") == 0
-    assert metric(srv, "layersync_open_streams") == 3
+    assert metric(srv, "layersync_open_streams") == 1
     assert metric(srv, "layersync_stream_subscriptions") == len(owners)
 
-    # A user's last layer stops listening: that user's stream closes, the others stay.
-    docs["n1"].stop_listening()
-    wait_until(lambda: metric(srv, "layersync_open_streams") == 2, "the stream without user_id to close")
-    for layer in ("b1", "b2"):
+    # Every layer of two users stops listening: their subscriptions end, the stream stays for alice's.
+    for layer in ("n1", "b1", "b2"):
         docs[layer].stop_listening()
-    wait_until(lambda: metric(srv, "layersync_open_streams") == 1, "bob's stream to close")
+    wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "the stopped layers' subscriptions to end")
+    assert metric(srv, "layersync_open_streams") == 1
     after = client.mark()
     record_id = post_server_note(srv, doc_id, "a2", "alice goes on")
     client.wait_for("did_receive_changes", since=after, document=docs["a2"], timeout=WAIT_S,
                     predicate=lambda e: record_id in e.args[0].get("created", []))
     for doc in (docs["a1"], docs["a2"]):
         doc.stop_listening()
-    wait_until(lambda: metric(srv, "layersync_open_streams") == 0, "the last stream to close")
-    assert stream_opens(srv) == 3
+    wait_until(lambda: metric(srv, "layersync_open_streams") == 0, "the stream to close with the last layer")
+    assert stream_opens(srv) == 1
+    # every layer but the last was unsubscribed (with the key); the last one closed the stream
+    assert requests_answered(srv, SUBSCRIPTIONS_ROUTE, method="DELETE", status="200") == len(owners) - 1
 
 
-def test_the_user_whose_jwt_opened_the_first_stream_leaving_does_not_stop_the_others(make_client, own_server):
-    """The first layer's JWT (the one that opened the client's first stream) expires, then its
-    user's other layer stops listening: the other user's layers listen on, on their stream."""
+def test_one_users_jwt_expiry_ends_that_subscription_alone(make_client, own_server):
+    """The first layer's JWT (alice's, the one that opened the stream) expires: that
+    subscription ends with one did_fail_authentication for its document, and the other
+    layers, alice's and bob's, keep receiving on the same stream (never reopened)."""
     srv = own_server(env={"LAYERSYNC_SERVER_JWT_LEEWAY_S": "0"})
     doc_id = "firstleaves"
     srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
@@ -136,34 +140,35 @@ def test_the_user_whose_jwt_opened_the_first_stream_leaving_does_not_stop_the_ot
     since = client.mark()
     short = listening(client, srv, doc_id, "first", "alice", expires_in_s=6)
     wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 1, "the first layer's subscription")
-    alice = listening(client, srv, doc_id, "alice2", "alice")
-    bob = [listening(client, srv, doc_id, layer, "bob") for layer in ("bob1", "bob2")]
+    others = [listening(client, srv, doc_id, layer, user) for layer, user in
+              (("alice2", "alice"), ("bob1", "bob"), ("bob2", "bob"))]
     wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 4, "every layer subscribed")
-    assert metric(srv, "layersync_open_streams") == 2
+    assert metric(srv, "layersync_open_streams") == 1
 
     failed = client.wait_for("did_fail_authentication", since=since, document=short, timeout=WAIT_S)
     assert isinstance(failed.args[0], layersync.AccessDeniedError), failed.args
     wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 3, "the expired layer's subscription to end")
-    alice.stop_listening()
-    wait_until(lambda: metric(srv, "layersync_open_streams") == 1, "alice's stream to close with her last layer")
     after = client.mark()
-    for doc in bob:
-        record_id = post_server_note(srv, doc_id, doc.layer_name, "bob listens on")
+    for doc in others:
+        record_id = post_server_note(srv, doc_id, doc.layer_name, f"{doc.layer_name} listens on")
         client.wait_for("did_receive_changes", since=after, document=doc, timeout=WAIT_S,
                         predicate=lambda e, r=record_id: r in e.args[0].get("created", []))
-    assert metric(srv, "layersync_stream_subscriptions") == 2
-    assert stream_opens(srv) == 2
+    time.sleep(1)
+    assert metric(srv, "layersync_open_streams") == 1
+    assert metric(srv, "layersync_stream_subscriptions") == 3
+    assert stream_opens(srv) == 1
     assert requests_answered(srv, SUBSCRIPTIONS_ROUTE, status="404") == 0
-    assert [e.name for e in client.events(since=since, document=short) if e.name == "did_fail_authentication"] \
-        == ["did_fail_authentication"]  # once
+    assert [e.name for e in client.events(since=since) if e.name == "did_fail_authentication"] \
+        == ["did_fail_authentication"]  # once, and for that document alone
     assert client.listening_transport == "stream"
+    assert [doc.listening_transport for doc in others] == ["stream"] * 3
 
 
-def test_a_reauthentication_as_another_user_moves_the_layer_to_that_users_stream(make_client, own_server):
+def test_a_reauthentication_as_another_user_keeps_the_one_stream(make_client, own_server):
     """A layer listened to with a JWT without user_id (full view) is reauthenticated with
-    bob's JWT that views only the group "public": its subscription moves to bob's stream, and
-    nothing filtered for the old JWT reaches it any more (a record bob may not view stays out
-    of the layer) while another layer keeps the old user's stream."""
+    bob's JWT that views only the group "public": it is subscribed again on the same stream
+    (which replaces its subscription), and nothing filtered for the old JWT reaches it any more
+    (a record bob may not view stays out of the layer) while another layer goes on as it was."""
     srv = own_server()
     doc_id = "reauthuser"
     srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
@@ -173,13 +178,13 @@ def test_a_reauthentication_as_another_user_moves_the_layer_to_that_users_stream
     staying = listening(client, srv, doc_id, "staying", None)
     wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "both layers subscribed")
     assert metric(srv, "layersync_open_streams") == 1
+    subscribes = requests_answered(srv, SUBSCRIPTIONS_ROUTE, status="200")
 
     bobs = srv.mint_token(doc_id, layer="moving", user_id="bob",
                           collaboration_permissions=["annotations:*:group=public"])
     moving.reauthenticate(bobs, wait=True, timeout=WAIT_S)
-    wait_until(lambda: metric(srv, "layersync_open_streams") == 2, "bob's stream")
-    wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2,
-               "the layer's subscription on the old stream to end (one per layer)")
+    wait_until(lambda: requests_answered(srv, SUBSCRIPTIONS_ROUTE, status="200") > subscribes,
+               "the layer subscribed again with bob's JWT")
 
     since = client.mark()
     secret = srv.admin_request(f"/api/documents/{doc_id}/layers/moving/annotations", method="POST",
@@ -191,19 +196,21 @@ def test_a_reauthentication_as_another_user_moves_the_layer_to_that_users_stream
     client.wait_for("did_receive_changes", since=since, document=moving, timeout=WAIT_S,
                     predicate=lambda e: public_id in e.args[0].get("created", []))
     assert secret_id not in local_ids(moving), "a record filtered for the old JWT reached the layer"
-    on_staying = post_server_note(srv, doc_id, "staying", "the old user's stream goes on")
+    on_staying = post_server_note(srv, doc_id, "staying", "the other layer goes on")
     client.wait_for("did_receive_changes", since=since, document=staying, timeout=WAIT_S,
                     predicate=lambda e: on_staying in e.args[0].get("created", []))
+    assert metric(srv, "layersync_open_streams") == 1
+    assert metric(srv, "layersync_stream_subscriptions") == 2
     assert requests_answered(srv, SUBSCRIPTIONS_ROUTE, status="404") == 0
-    assert stream_opens(srv) == 2
+    assert stream_opens(srv) == 1
     assert moving.listening_transport == staying.listening_transport == "stream"
 
 
-def test_each_users_dead_stream_is_replaced_by_that_users_next_one(make_client, own_server):
-    """The path of both users' streams goes silent while the server's kernel still sees them
-    acknowledged: each user's new stream names that user's dead one (`replaces`, which the
-    server honours only from the same user), so the server ends up holding one stream per
-    user and one subscription per layer, not the dead ones beside them."""
+def test_a_dead_stream_of_several_users_is_replaced_by_the_next_one(make_client, own_server):
+    """The path of the stream that carries alice's and bob's layers goes silent while the
+    server's kernel still sees it acknowledged: the client's new stream names the dead one with
+    its key (`replaces`), so the server ends up holding one stream and one subscription per
+    layer, not the dead one beside them."""
     heartbeat_s = 2  # the client takes it from the server info: dead after 4 s of silence
     doc_id = "replaced"
     srv, proxy = behind_stall_proxy(own_server, doc_id, heartbeat_s)
@@ -212,14 +219,15 @@ def test_each_users_dead_stream_is_replaced_by_that_users_next_one(make_client, 
         client.wait_validated(timeout=WAIT_S)
         docs = [listening(client, srv, doc_id, layer, user) for layer, user in (("a", "alice"), ("b", "bob"))]
         wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "the subscriptions")
-        assert metric(srv, "layersync_open_streams") == 2
+        assert metric(srv, "layersync_open_streams") == 1
         proxy.stall_existing()  # the client's flows go silent; new ones pass
-        during = [post_server_note(srv, doc_id, doc.layer_name, "while the old streams are silent") for doc in docs]
+        during = [post_server_note(srv, doc_id, doc.layer_name, "while the old stream is silent") for doc in docs]
         for doc, record_id in zip(docs, during):
             wait_until(lambda d=doc, r=record_id: r in local_ids(d), f"the change on {doc.layer_name} made while the path was silent",
                        timeout=2 * heartbeat_s + 5 + 1 + 10)
         wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "one subscription per layer")
-        assert metric(srv, "layersync_open_streams") == 2, "a stream the client gave up is still open on the server"
+        assert metric(srv, "layersync_open_streams") == 1, "a stream the client gave up is still open on the server"
+        assert stream_opens(srv) == 2
         assert client.listening_transport == "stream"
     finally:
         proxy.close()
