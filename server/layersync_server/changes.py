@@ -244,7 +244,9 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
             group = default_group_of(grant, content, field)
         content, text = _to_store(record_id, content, text)
         revision = writer.put_record(record_id, content, user_id, text, group)
-    elif current is None:
+    elif current is None or (checked and not current.deleted and not may(grant, "view", current)):
+        # a live record the token may not view is as if absent: the answer of an unknown id,
+        # so that an update or delete cannot tell that the id exists (an oracle otherwise)
         return _rejected(change, "not_found", f"record {record_id} does not exist", None)
     elif current.deleted:
         if op == "delete":  # deleting a tombstone is accepted without a new revision

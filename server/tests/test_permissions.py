@@ -261,7 +261,9 @@ def test_permission_matrix(srv, content_type, action, scope):
             changes.append(change("update", record_id, _content(record_id), base=base))
     answer = sync(srv, layer, changes, since=10 ** 6, **me)
     assert {a["id"] for a in answer["accepted"]} | {r["id"] for r in answer["rejected"]} == set(targets)
-    assert all(r["reason"] == "forbidden" for r in answer["rejected"]), answer["rejected"]
+    # a record the token may not view answers as an unknown id (no existence oracle)
+    assert all(r["reason"] == ("forbidden" if made[r["id"]][0] == content_type else "not_found")
+               for r in answer["rejected"]), answer["rejected"]
     accepted = {a["id"] for a in answer["accepted"]}
     for record_id in targets:
         kind, by, group, _ = made[record_id]
@@ -274,8 +276,9 @@ def test_permission_matrix(srv, content_type, action, scope):
     for rejected in answer["rejected"]:
         if made[rejected["id"]][0] == content_type:  # viewable: the server's version, to revert
             assert rejected["server_record"]["id"] == rejected["id"]
-        else:  # not viewable: nothing of it is sent
+        else:  # not viewable: nothing of it is sent, not even that it exists
             assert rejected["server_record"] is None
+            assert rejected["message"] == f"record {rejected['id']} does not exist"
 
 
 def test_fill_is_the_action_of_a_value_and_edit_of_a_field(srv):
