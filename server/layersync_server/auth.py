@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from layersync_server.errors import ApiError, access_denied, unauthorized
 from layersync_server.permissions import ClaimError, Permissions, parse_claim
+from layersync_server.wire_json import json_problem
 
 ALL_PERMISSIONS = ("read-document", "write", "download")
 #: The longest JWT accepted (bytes), the client's limit too (JWTClaims.maximumTokenBytes):
@@ -149,6 +150,16 @@ class JwtVerifier:
 
 
 def _grant_from_claims(claims: dict) -> Grant:
+    """The :class:`Grant` of a verified payload; 403 ``access_denied`` for a claim of the
+    wrong type, a malformed ``collaboration_permissions``, or a lone surrogate anywhere."""
+    for name, value in claims.items():
+        # A "\ud800" escape decodes to a lone surrogate, which is no Unicode text: the client
+        # refuses such a token (INVALID_JWT), and a user_id, group or creatorName holding one
+        # would be stamped on records no client can read back. Any claim, at any depth, as
+        # the client's parser refuses the whole payload.
+        if json_problem({name: value}, None):
+            raise access_denied(f"invalid token: claim {ascii(name)} is not valid Unicode text "
+                                "(a lone surrogate)")
     document_id = claims.get("document_id")
     layer = claims.get("layer", claims.get("layer_name", ""))
     user_id = claims.get("user_id")
