@@ -78,10 +78,19 @@ def _parser() -> argparse.ArgumentParser:
     mint.add_argument("--permissions", nargs="*", help="e.g. read-document write download")
     mint.add_argument("--expires-in", type=int, default=3600, help="seconds (default 3600)")
     mint.add_argument("--alg", choices=SUPPORTED_ALGORITHMS)
-    mint.add_argument("--collaboration-permissions", action="append", metavar="ENTRIES",
-                      help="collaboration_permissions entries <content-type>:<action>:<scope>, "
-                           "repeatable or comma-separated (e.g. annotations:view:all,"
-                           "annotations:edit:self); checked before signing")
+    # Both flags add to one list, in the order given; the claim's entries are checked
+    # before signing. A group or user id may hold a comma, so only the singular flag takes
+    # every entry as it is.
+    mint.add_argument("--collaboration-permission", dest="collaboration_permissions",
+                      action="append", metavar="ENTRY",
+                      help="one collaboration_permissions entry <content-type>:<action>:<scope>, "
+                           "taken as it is (commas included, e.g. "
+                           "'annotations:view:group=Smith, Jones'); repeatable")
+    mint.add_argument("--collaboration-permissions", dest="collaboration_permissions",
+                      action="extend", type=_comma_separated, metavar="ENTRIES",
+                      help="collaboration_permissions entries, comma-separated (e.g. "
+                           "annotations:view:all,annotations:edit:self); repeatable; an entry "
+                           "holding a comma needs --collaboration-permission")
     mint.add_argument("--default-group", help="default_group claim: the group of new records")
     mint.add_argument("--creator-name", help="creator_name claim: forced as their creatorName")
 
@@ -141,11 +150,14 @@ def _keygen(args) -> int:
     return 0
 
 
+def _comma_separated(value: str) -> list[str]:
+    """The entries of a ``--collaboration-permissions`` value: split on commas, each
+    stripped, empty ones dropped (``""`` gives no entry: an empty claim)."""
+    return [entry.strip() for entry in value.split(",") if entry.strip()]
+
+
 def _mint(args) -> int:
-    collaboration = None
-    if args.collaboration_permissions is not None:
-        collaboration = [entry.strip() for value in args.collaboration_permissions
-                         for entry in value.split(",") if entry.strip()]
+    collaboration = args.collaboration_permissions  # None: no claim (full access)
     try:
         parse_claim(collaboration)
         token = mint_token(args.private_key.read_bytes(), args.document_id, layer=args.layer,

@@ -777,3 +777,31 @@ def test_mint_token_takes_the_collaboration_claims(keys, tmp_path):
     assert claims["default_group"] == "team" and claims["creator_name"] == "U. Ser"
     bad = subprocess.run(command[:-1] + ["comments:peek:all"], capture_output=True, text=True)
     assert bad.returncode == 2 and "'comments:peek:all'" in bad.stderr
+
+
+def test_mint_token_takes_an_entry_with_a_comma_as_it_is(srv, keys, tmp_path):
+    """A group name (or user id) may hold a comma: --collaboration-permission takes one entry
+    verbatim; it mixes with the comma-separated --collaboration-permissions, in order."""
+    import subprocess
+    import sys
+
+    import jwt
+    private = tmp_path / "private.pem"
+    private.write_bytes(keys[0])
+    layer = "comma-" + uuid.uuid4().hex[:8]
+    command = [sys.executable, "-m", "layersync_server", "mint-token", "--private-key", str(private),
+               "--document-id", srv.doc, "--layer", layer, "--user-id", "u",
+               "--collaboration-permissions", "comments:view:all,comments:edit:self",
+               "--collaboration-permission", "annotations:view:group=Smith, Jones",
+               "--collaboration-permission", "annotations:edit:createdBy=a,b"]
+    minted = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+    claims = jwt.decode(minted, options={"verify_signature": False})
+    assert claims["collaboration_permissions"] == [
+        "comments:view:all", "comments:edit:self", "annotations:view:group=Smith, Jones",
+        "annotations:edit:createdBy=a,b"]
+    sync(srv, layer, [grouped("create", "in", note("in"), group="Smith, Jones"),
+                      grouped("create", "out", note("out"), group="Smith")])
+    seen = srv.http.get(srv.layer_url(srv.doc, layer) + "/records",
+                        headers={"Authorization": f"Bearer {minted}"})
+    assert seen.status_code == 200, seen.text
+    assert [r["id"] for r in seen.json()["records"]] == ["in"]
