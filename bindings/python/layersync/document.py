@@ -829,7 +829,10 @@ class Document(CallsIntoC):
             self.add_attachment(data, "application/octet-stream")
         counts = {"created": 0, "updated": 0, "deleted": 0}
         values = changes.form_field_values
-        same = codec.values.same_json  # JSON sameness: false is not 0, nor 1.0 1
+        def same(a: Any, b: Any) -> bool:
+            """JSON sameness (false is not 0), numbers by value: XFDF's have no type, so an
+            integral ``bbox`` read back as floats is not a change."""
+            return bool(codec.values.same_json(a, b, typed_numbers=False))
         widgets = [dict(w, value=values[w["formFieldName"]]) for w in live.values()
                    if w.get("type") == "pspdfkit/widget" and w.get("formFieldName") in values
                    and not same(w.get("value"), values[w["formFieldName"]])]
