@@ -21,7 +21,7 @@ from layersync_server.permissions import (default_group_of, forbidden_change, ma
                                           wire_records)
 from layersync_server.record_kinds import ANNOTATION, COMMENT, COMMENT_TYPE, kind_of
 from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE as VALUE_TYPE
-from layersync_server.record_schema import record_schema_problem
+from layersync_formats.record_schema import record_schema_problem
 from layersync_server.storage.base import (KEEP_GROUP, LayerState, LayerWriter, RecordPage,
                                            StoredRecord, WriteWouldWait, has_handed_out_keys)
 from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_REVISION, BadNumber, json_problem,

@@ -170,3 +170,25 @@ def test_an_exported_then_imported_xfdf_changes_no_record(downloaded):
     assert doc.import_xfdf(doc.export_xfdf()) == {"created": 0, "updated": 0, "deleted": 0}
     assert not doc.has_unsynced_changes and doc.list_annotations() == before
     assert doc.get_annotation(made[0]["id"])["bbox"] == [10, 10, 24, 24]
+
+
+def test_a_file_whose_later_annotation_is_invalid_applies_nothing(downloaded):
+    """import_xfdf checks every record it would write before the first write: a file whose
+    second annotation breaks the record schema (here a three-number bbox, in the extension
+    element) is refused whole, naming that annotation and the field; nothing is created,
+    updated, deleted or queued."""
+    _, doc = downloaded()
+    kept = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 24, 24],
+                                  "icon": "comment", "text": {"format": "plain", "value": "kept"}})
+    doc.sync(wait=True, timeout=WAIT_S)
+    before = doc.list_annotations()
+    first = {"id": "first-ok", "v": 2, "type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 40, 24, 24],
+             "icon": "comment", "text": {"format": "plain", "value": "fine"}}
+    edited = dict(record_content(kept), text={"format": "plain", "value": "edited"})
+    bad = dict(first, id="second-bad", bbox=[1, 2, 3])
+    xfdf = layersync_formats.write_xfdf([first, edited, bad])
+    with pytest.raises(layersync.InvalidJSONStructureError, match="second-bad.*bbox.*nothing was applied"):
+        doc.import_xfdf(xfdf)
+    assert doc.list_annotations() == before and not doc.has_unsynced_changes
+    with pytest.raises(NoSuchAnnotationError):
+        doc.get_annotation("first-ok")

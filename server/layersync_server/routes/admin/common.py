@@ -25,7 +25,7 @@ from layersync_server.errors_http import COMMON_ERROR_RESPONSES
 from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE
-from layersync_server.record_schema import record_schema_problem
+from layersync_formats.record_schema import record_schema_problem
 from layersync_server.storage import DocumentInfo, StoredRecord
 from layersync_server.storage.base import KEEP_GROUP
 from layersync_server.wire_json import MAX_JSON_DEPTH, dumps, json_problem, parse_json

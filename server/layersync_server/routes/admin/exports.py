@@ -19,7 +19,7 @@ from layersync_server.errors import invalid_request
 from layersync_server.ids import is_valid_layer_name
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.pdf.export import export_pdf
-from layersync_server.record_schema import record_schema_problem
+from layersync_formats.record_schema import record_schema_problem
 from layersync_server.record_kinds import COMMENT, INSTANT_JSON_KEYS, WIDGET, WIDGET_TYPE, kind_of
 from layersync_server.routes.admin.acroform import form_field_values, form_fields, with_field_values
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, find_document,
