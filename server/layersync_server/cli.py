@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="on SIGTERM/SIGINT, seconds requests in flight may take to finish "
                             "(default 5); parked long-polls answer at once; past it they "
                             "are abandoned and the exit status is 1")
+    serve.add_argument("--admin-max-failures", type=int,
+                       help="wrong admin secrets one client address may send per window before "
+                            "429 (default 10; 0: no limit)")
+    serve.add_argument("--admin-failure-window-s", type=float, help="that window, seconds (default 60)")
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
 
     keygen = sub.add_parser("keygen", help="write private.pem and public.pem")
@@ -127,7 +131,9 @@ def _serve(args) -> int:
                                  max_wait_s=args.max_wait_s,
                                  history_versions=args.history_versions,
                                  jwt_leeway_s=args.jwt_leeway_s,
-                                 shutdown_timeout_s=args.shutdown_timeout_s)
+                                 shutdown_timeout_s=args.shutdown_timeout_s,
+                                 admin_max_failures=args.admin_max_failures,
+                                 admin_failure_window_s=args.admin_failure_window_s)
     if serve(settings, host=args.host, port=args.port, port_file=args.port_file,
              log_level=args.log_level):
         return 0
