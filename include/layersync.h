@@ -1117,25 +1117,26 @@ struct layersync_client_delegate {
      * (`payload_too_large`: the change alone exceeds the server's limit; `local` is the
      * version dropped, and edits of the record made while it was in flight stay pending
      * and are sent in its place, the server version being adopted only when there are
-     * none), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`),
-     * `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`: the server refused the
-     * content; like `payload_too_large`, the change goes alone),
+     * none), `LAYERSYNC_ERROR_NO_SUCH_ANNOTATION` (`not_found`: the record is gone on the
+     * server, or has left the JWT's view there, which the server answers alike; the local
+     * copy is removed), `LAYERSYNC_ERROR_INVALID_JSON_STRUCTURE` (`invalid`: the server
+     * refused the content; like `payload_too_large`, the change goes alone),
      * `LAYERSYNC_ERROR_COULD_NOT_READ_FROM_DISK_CACHE` (`attachment_missing`: an
      * attachment's file vanished before upload; `id` is the attachment id, the upload is
      * dropped and the queue goes on), or `LAYERSYNC_ERROR_FORBIDDEN` (`forbidden`: the
      * JWT's collaboration permissions do not allow the change, e.g. they changed on the
-     * server after the engine allowed it; the server version is adopted, or the record
-     * removed when the JWT may not view it; also for queued changes of a record that left
-     * the JWT's view at a reauthentication, which can never be sent: `local` is their
-     * newest version, `server` null). Delivered at least once: each report is stored in
-     * the transaction that adopted the server version, marked delivered when this
-     * callback (and every observer's) has returned, and delivered again while it is not:
-     * at the end of every sync cycle (a failed one too, such as a paged answer whose
-     * continuation failed, or `layersync_document_stop_syncing`) and when the layer is
-     * next opened with `layersync_client_document_for_jwt` after the process died before
-     * the callback returned. Drop duplicates by `report_id`. A delivered report stays
-     * listed until `layersync_document_acknowledge_rejected_changes`
-     * (docs/durability.md).
+     * server after the engine allowed it; the server version is adopted, or the local
+     * record removed when the server has none (a forbidden create); also for queued
+     * changes of a record that left the JWT's view at a reauthentication, which can never
+     * be sent: `local` is their newest version, `server` null). Delivered at least once:
+     * each report is stored in the transaction that adopted the server version, marked
+     * delivered when this callback (and every observer's) has returned, and delivered
+     * again while it is not: at the end of every sync cycle (a failed one too, such as a
+     * paged answer whose continuation failed, or `layersync_document_stop_syncing`) and
+     * when the layer is next opened with `layersync_client_document_for_jwt` after the
+     * process died before the callback returned. Drop duplicates by `report_id`. A
+     * delivered report stays listed until
+     * `layersync_document_acknowledge_rejected_changes` (docs/durability.md).
      */
     layersync_document_string_cb did_reject_changes;
     /**

@@ -15,7 +15,7 @@ Outputs (never edit them by hand):
     Sources/LayerSync/EventDispatch+Generated.swift  (ClientEvent -> delegate/observer fields)
     Tests/c/ls_events.generated.h, Tests/c/ls_events.generated.c  (the C tests' recorder)
     Sources/LayerSyncModel/RecordSchema+Generated.swift,
-    server/layersync_server/record_schema_generated.py  (the record schema's tables, from
+    formats/layersync_formats/record_schema_generated.py  (the record schema's tables, from
                     api/record-schema.json; see tools/gen_record_schema.py)
 The header and docs/c-api.md are laid out by the [[section]]s of the TOML (one per noun,
 each with an intro); header comments are wrapped at WIDTH columns.

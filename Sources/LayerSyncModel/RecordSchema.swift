@@ -6,7 +6,7 @@
 ///
 /// The tables (``records``, ``nodes``) are generated from `api/record-schema.json` into
 /// `RecordSchema+Generated.swift` by `tools/gen_api.py`; the reference server walks the same
-/// tables (`layersync_server/record_schema.py`) and words its messages the same way, so an
+/// tables (`formats/layersync_formats/record_schema.py`) and words its messages the same way, so an
 /// edit the engine accepts is one the server accepts.
 package enum RecordSchema {
     /// One schema node. `types` is a bit set of the JSON types allowed (null 1, boolean 2,

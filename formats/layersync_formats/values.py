@@ -244,7 +244,7 @@ def default_appearance(font: str | None, size: float | None, color: str | None) 
     return f"/{font_name} {number_text(size)} Tf {number_text(r)} {number_text(g)} {number_text(b)} rg"
 
 
-def same_json(a: object, b: object) -> bool:
+def same_json(a: object, b: object, typed_numbers: bool = True) -> bool:
     """Whether two parsed JSON values are the same JSON: THE test of "content unchanged"
     (the server's permission rule that lets a pure group change through, its imports that
     leave identical records alone, its PDF export that keeps unchanged originals, and the
@@ -253,7 +253,13 @@ def same_json(a: object, b: object) -> bool:
     Type-aware, unlike Python's ``==`` (where ``0 == False == 0.0`` and ``1 == True``): a
     boolean, an integer and a float are never the same value, nor are ``0.0`` and ``-0.0``
     (their JSON text differs); object key order does not count, array order does. A NaN
-    (only ever in content stored by an older server) is the same as nothing."""
+    (only ever in content stored by an older server) is the same as nothing.
+
+    ``typed_numbers=False``: two numbers (integers or floats, never booleans) are the same
+    when their values are equal (``10`` and ``10.0``, ``0`` and ``-0.0``). For a record read
+    from a format whose numbers have no type, XFDF: its numbers are written without ``.0``
+    and pass through the page's coordinate transform, so the reader cannot tell which a
+    record held, and comparing typed would call every integral ``bbox`` "changed"."""
     if a is b:
         return not (type(a) is float and a != a)
     if a != b:  # C-level first: most changes differ here; equal under == is necessary
@@ -262,8 +268,11 @@ def same_json(a: object, b: object) -> bool:
     while stack:
         x, y = stack.pop()
         if type(x) is not type(y):
-            return False
-        if type(x) is dict:
+            # an int and a float of equal value are the same only untyped
+            if typed_numbers or type(x) not in _NUMBER_TYPES or type(y) not in _NUMBER_TYPES \
+                    or x != y:
+                return False
+        elif type(x) is dict:
             if x.keys() != y.keys():
                 return False
             stack.extend((value, y[key]) for key, value in x.items())
@@ -272,8 +281,12 @@ def same_json(a: object, b: object) -> bool:
                 return False
             stack.extend(zip(x, y))
         elif type(x) is float:
-            if x != y or math.copysign(1.0, x) != math.copysign(1.0, y):
+            if x != y or (typed_numbers and math.copysign(1.0, x) != math.copysign(1.0, y)):
                 return False
         elif x != y:
             return False
     return True
+
+
+#: The types of JSON numbers (``bool`` is a subclass of ``int`` but not one of them).
+_NUMBER_TYPES = (int, float)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from layersync_formats import HANDOUT_KEYS, LS_NS, XFDF_NS, XfdfError, read_xfdf, unwritable, write_xfdf
-from layersync_formats.values import LINE_CAPS, NOTE_ICONS, STAMP_TYPES
+from layersync_formats.values import LINE_CAPS, NOTE_ICONS, STAMP_TYPES, same_json
 from layersync_formats.xfdf import ELEMENTS, FLAG_ORDER
 
 #: Fields XFDF has no place for: they may (only they) travel in <ls:instant-json>.
@@ -133,6 +133,31 @@ def test_records_round_trip_through_xfdf_each_field_in_its_place(items):
     carried = extension_keys(xfdf)
     for record_id, keys in carried.items():
         assert keys <= NOT_IN_XFDF, (record_id, keys - NOT_IN_XFDF)
+
+
+def _integral_to_int(value):
+    """``value`` with every integral float an int (as a host writes ``"bbox": [10, 20, ...]``)."""
+    if isinstance(value, dict):
+        return {key: _integral_to_int(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integral_to_int(item) for item in value]
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records(), min_size=1, max_size=6, unique_by=lambda r: r["id"]))
+def test_integers_and_integral_floats_come_back_as_the_same_json_untyped(items):
+    """XFDF numbers have no type: a record read back is the same as the one written under
+    ``same_json(..., typed_numbers=False)``, the comparison both XFDF imports use, whether
+    its integral numbers were ints or floats (no guess of the reader could give both back)."""
+    for written in (items, _integral_to_int(items)):
+        back = read_xfdf(write_xfdf(written, pages=PAGES).encode("utf-8"), pages=PAGES).records
+        assert same_json(back, written, typed_numbers=False), (written, back)
+    as_ints = _integral_to_int(items)
+    if not same_json(as_ints, items):  # (some integral number): typed, one of the two differs
+        back = read_xfdf(write_xfdf(as_ints, pages=PAGES).encode("utf-8"), pages=PAGES).records
+        floats = read_xfdf(write_xfdf(items, pages=PAGES).encode("utf-8"), pages=PAGES).records
+        assert not (same_json(back, as_ints) and same_json(floats, items))
 
 
 @settings(max_examples=100, deadline=None)

@@ -123,3 +123,16 @@ def test_same_json_tells_json_values_apart_where_python_equality_does_not():
         assert same_json(a, b) and same_json(b, a), (a, b)
     assert same_json(float("nan"), float("nan")) is False  # a NaN is the same as nothing
 
+
+def test_same_json_untyped_compares_numbers_by_value_and_nothing_else():
+    """``typed_numbers=False`` (XFDF, whose numbers have no type): an int and a float of
+    equal value are the same, at any depth; booleans, strings and structure still count."""
+    same = [(1, 1.0), (0, -0.0), (0.0, -0.0), ([10, 20.5], [10.0, 20.5]), ({"a": {"b": [3]}}, {"a": {"b": [3.0]}})]
+    for a, b in same:
+        assert same_json(a, b, typed_numbers=False) and same_json(b, a, typed_numbers=False), (a, b)
+    differ = [(0, False), (1, True), (1.0, True), ([1], [True]), (1, 1.5), ("1", 1), ({"a": 1}, {"a": 1, "b": 1}),
+              ([1, 2], [2.0, 1.0])]
+    for a, b in differ:
+        assert not same_json(a, b, typed_numbers=False) and not same_json(b, a, typed_numbers=False), (a, b)
+    assert same_json(float("nan"), float("nan"), typed_numbers=False) is False
+

@@ -11,9 +11,13 @@ refused by the routes (they ask storage, so revocation reaches every process).
 from __future__ import annotations
 
 import hmac
+import math
 import re
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 import jwt
@@ -22,6 +26,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from layersync_server.errors import ApiError, access_denied, unauthorized
 from layersync_server.permissions import ClaimError, Permissions, parse_claim
+from layersync_server.wire_json import json_problem
 
 ALL_PERMISSIONS = ("read-document", "write", "download")
 #: The longest JWT accepted (bytes), the client's limit too (JWTClaims.maximumTokenBytes):
@@ -152,6 +157,16 @@ class JwtVerifier:
 
 
 def _grant_from_claims(claims: dict) -> Grant:
+    """The :class:`Grant` of a verified payload; 403 ``access_denied`` for a claim of the
+    wrong type, a malformed ``collaboration_permissions``, or a lone surrogate anywhere."""
+    for name, value in claims.items():
+        # A "\ud800" escape decodes to a lone surrogate, which is no Unicode text: the client
+        # refuses such a token (INVALID_JWT), and a user_id, group or creatorName holding one
+        # would be stamped on records no client can read back. Any claim, at any depth, as
+        # the client's parser refuses the whole payload.
+        if json_problem({name: value}, None):
+            raise access_denied(f"invalid token: claim {ascii(name)} is not valid Unicode text "
+                                "(a lone surrogate)")
     document_id = claims.get("document_id")
     layer = claims.get("layer", claims.get("layer_name", ""))
     user_id = claims.get("user_id")
@@ -182,17 +197,80 @@ def _grant_from_claims(claims: dict) -> Grant:
 ADMIN_SCHEME = "Token"
 
 
-def check_admin_token(authorization: str | None, secret: str | None) -> None:
-    """Check ``Authorization: Token token="<secret>"``.
+class AdminSecretGuard:
+    """A limit on failed admin-secret checks per client address (docs/protocol.md, "Admin
+    API"): after ``max_failures`` failures within ``window_s`` seconds, the address's next
+    checks are refused 429 ``too_many_attempts`` with ``Retry-After``, without looking at the
+    secret (else each guess would still be answered), until the oldest of those failures is
+    ``window_s`` old. So a guesser gets at most ``max_failures`` guesses a window, and nobody
+    is locked out longer than ``window_s`` after their last failure; a success forgets the
+    address's failures. ``max_failures`` 0: no limit. Per process (with N server processes,
+    N times as many guesses). The address is the request's client address, which behind a
+    proxy is the proxy's unless uvicorn trusts its ``X-Forwarded-For``
+    (``FORWARDED_ALLOW_IPS``). Thread-safe (the admin dependency runs in worker threads).
+    """
+
+    #: Addresses remembered at most (the least recently failed are forgotten first).
+    MAX_ADDRESSES = 10_000
+
+    def __init__(self, max_failures: int, window_s: float, clock: Callable[[], float] = time.monotonic):
+        if max_failures < 0 or not 0 < window_s < float("inf"):
+            raise ValueError("admin_max_failures must be >= 0 and admin_failure_window_s a positive number")
+        self.max_failures, self.window_s, self._clock = max_failures, window_s, clock
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def attempt(self, address: str, check: Callable[[], bool]) -> bool:
+        """``check()`` (whether the secret sent is the admin secret), counted for ``address``.
+
+        Raises:
+            ApiError: 429 ``too_many_attempts`` (``Retry-After``: whole seconds until the
+                address may try again; ``details.retry_after_s``) when ``address`` is at
+                the limit; ``check`` is not run then.
+        """
+        if self.max_failures == 0:
+            return check()
+        with self._lock:
+            now = self._clock()
+            times = self._failures.get(address)
+            if times is not None:
+                while times and times[0] <= now - self.window_s:
+                    times.popleft()
+                if len(times) >= self.max_failures:
+                    wait = max(1, math.ceil(times[0] + self.window_s - now))
+                    raise ApiError(429, "too_many_attempts",
+                                   f"too many failed admin secrets from this address; try again in {wait} s",
+                                   {"retry_after_s": wait}, headers={"Retry-After": str(wait)})
+        ok = check()
+        with self._lock:
+            if ok:
+                self._failures.pop(address, None)
+                return True
+            times = self._failures.pop(address, None) or deque()
+            times.append(self._clock())
+            if len(self._failures) >= self.MAX_ADDRESSES:
+                del self._failures[next(iter(self._failures))]
+            self._failures[address] = times  # (last: the most recently failed)
+        return False
+
+
+def check_admin_token(authorization: str | None, secret: str | None,
+                      guard: AdminSecretGuard | None = None, address: str = "") -> None:
+    """Check ``Authorization: Token token="<secret>"``; with ``guard``, a wrong secret counts
+    as a failure of ``address`` (:class:`AdminSecretGuard`; a missing header does not).
 
     Raises:
         ApiError: 401 ``unauthorized`` when missing, wrong, or when no secret is configured
-        (Document Engine's ``ApiAuthToken`` scheme answers every failed check 401).
+        (Document Engine's ``ApiAuthToken`` scheme answers every failed check 401); 429
+        ``too_many_attempts`` when ``address`` is at ``guard``'s limit.
     """
     if not authorization:
         raise unauthorized("missing Authorization header", ADMIN_SCHEME)
     if not secret:
         raise unauthorized("admin API disabled: no admin token configured", ADMIN_SCHEME)
-    match = _ADMIN_HEADER.match(authorization)
-    if not match or not hmac.compare_digest(match.group(1).encode(), secret.encode()):
+
+    def right() -> bool:
+        match = _ADMIN_HEADER.match(authorization)
+        return bool(match) and hmac.compare_digest(match.group(1).encode(), secret.encode())
+    if not (right() if guard is None else guard.attempt(address, right)):
         raise unauthorized("invalid admin token", ADMIN_SCHEME)

@@ -21,7 +21,7 @@ from layersync_server.permissions import (default_group_of, forbidden_change, ma
                                           wire_records)
 from layersync_server.record_kinds import ANNOTATION, COMMENT, COMMENT_TYPE, kind_of
 from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE as VALUE_TYPE
-from layersync_server.record_schema import record_schema_problem
+from layersync_formats.record_schema import record_schema_problem
 from layersync_server.storage.base import (KEEP_GROUP, LayerState, LayerWriter, RecordPage,
                                            StoredRecord, WriteWouldWait, has_handed_out_keys)
 from layersync_server.wire_json import (MAX_JSON_DEPTH, MAX_REVISION, BadNumber, json_problem,
@@ -244,7 +244,9 @@ def _apply_one(writer: LayerWriter, change: dict, user_id: str | None,
             group = default_group_of(grant, content, field)
         content, text = _to_store(record_id, content, text)
         revision = writer.put_record(record_id, content, user_id, text, group)
-    elif current is None:
+    elif current is None or (checked and not current.deleted and not may(grant, "view", current)):
+        # a live record the token may not view is as if absent: the answer of an unknown id,
+        # so that an update or delete cannot tell that the id exists (an oracle otherwise)
         return _rejected(change, "not_found", f"record {record_id} does not exist", None)
     elif current.deleted:
         if op == "delete":  # deleting a tombstone is accepted without a new revision

@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="on SIGTERM/SIGINT, seconds requests in flight may take to finish "
                             "(default 5); parked long-polls answer at once; past it they "
                             "are abandoned and the exit status is 1")
+    serve.add_argument("--admin-max-failures", type=int,
+                       help="wrong admin secrets one client address may send per window before "
+                            "429 (default 10; 0: no limit)")
+    serve.add_argument("--admin-failure-window-s", type=float, help="that window, seconds (default 60)")
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
 
     keygen = sub.add_parser("keygen", help="write private.pem and public.pem")
@@ -78,10 +82,19 @@ def _parser() -> argparse.ArgumentParser:
     mint.add_argument("--permissions", nargs="*", help="e.g. read-document write download")
     mint.add_argument("--expires-in", type=int, default=3600, help="seconds (default 3600)")
     mint.add_argument("--alg", choices=SUPPORTED_ALGORITHMS)
-    mint.add_argument("--collaboration-permissions", action="append", metavar="ENTRIES",
-                      help="collaboration_permissions entries <content-type>:<action>:<scope>, "
-                           "repeatable or comma-separated (e.g. annotations:view:all,"
-                           "annotations:edit:self); checked before signing")
+    # Both flags add to one list, in the order given; the claim's entries are checked
+    # before signing. A group or user id may hold a comma, so only the singular flag takes
+    # every entry as it is.
+    mint.add_argument("--collaboration-permission", dest="collaboration_permissions",
+                      action="append", metavar="ENTRY",
+                      help="one collaboration_permissions entry <content-type>:<action>:<scope>, "
+                           "taken as it is (commas included, e.g. "
+                           "'annotations:view:group=Smith, Jones'); repeatable")
+    mint.add_argument("--collaboration-permissions", dest="collaboration_permissions",
+                      action="extend", type=_comma_separated, metavar="ENTRIES",
+                      help="collaboration_permissions entries, comma-separated (e.g. "
+                           "annotations:view:all,annotations:edit:self); repeatable; an entry "
+                           "holding a comma needs --collaboration-permission")
     mint.add_argument("--default-group", help="default_group claim: the group of new records")
     mint.add_argument("--creator-name", help="creator_name claim: forced as their creatorName")
 
@@ -118,7 +131,9 @@ def _serve(args) -> int:
                                  max_wait_s=args.max_wait_s,
                                  history_versions=args.history_versions,
                                  jwt_leeway_s=args.jwt_leeway_s,
-                                 shutdown_timeout_s=args.shutdown_timeout_s)
+                                 shutdown_timeout_s=args.shutdown_timeout_s,
+                                 admin_max_failures=args.admin_max_failures,
+                                 admin_failure_window_s=args.admin_failure_window_s)
     if serve(settings, host=args.host, port=args.port, port_file=args.port_file,
              log_level=args.log_level):
         return 0
@@ -141,11 +156,14 @@ def _keygen(args) -> int:
     return 0
 
 
+def _comma_separated(value: str) -> list[str]:
+    """The entries of a ``--collaboration-permissions`` value: split on commas, each
+    stripped, empty ones dropped (``""`` gives no entry: an empty claim)."""
+    return [entry.strip() for entry in value.split(",") if entry.strip()]
+
+
 def _mint(args) -> int:
-    collaboration = None
-    if args.collaboration_permissions is not None:
-        collaboration = [entry.strip() for value in args.collaboration_permissions
-                         for entry in value.split(",") if entry.strip()]
+    collaboration = args.collaboration_permissions  # None: no claim (full access)
     try:
         parse_claim(collaboration)
         token = mint_token(args.private_key.read_bytes(), args.document_id, layer=args.layer,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from layersync_server.auth import JwtVerifier
+from layersync_server.auth import AdminSecretGuard, JwtVerifier
 from layersync_server.errors import invalid_request, not_found, payload_too_large
 from layersync_server.ids import is_valid_document_id, is_valid_layer_name
 from layersync_server.notify import LayerNotifier
@@ -30,11 +30,25 @@ class AppContext:
     storage: Storage
     verifier: JwtVerifier
     notifier: LayerNotifier
+    #: failed admin secrets per client address (None: built from ``settings``)
+    admin_guard: AdminSecretGuard | None = None
+
+    def __post_init__(self) -> None:
+        if self.admin_guard is None:
+            self.admin_guard = AdminSecretGuard(self.settings.admin_max_failures,
+                                                self.settings.admin_failure_window_s)
 
 
 def get_context(request: Request) -> AppContext:
     """FastAPI dependency returning the app's :class:`AppContext`."""
     return request.app.state.ctx
+
+
+def client_address(request: Request) -> str:
+    """The request's client address (host only; behind a trusted proxy, uvicorn's proxy
+    headers made it the ``X-Forwarded-For`` one), "" when unknown: what the admin-secret
+    limit counts by."""
+    return request.client.host if request.client is not None else ""
 
 
 #: Worker threads for blocking storage calls (as many as Starlette's thread pool allows).

@@ -57,6 +57,10 @@ class Settings:
         stream_queue_pages: pages queued per stream subscription before they are
             replaced by one ``notice`` (a client that does not read).
         max_stream_subscriptions: subscriptions one stream may hold (429 past it).
+        admin_max_failures / admin_failure_window_s: a client address that sent this many
+            wrong admin secrets (admin API, dashboard) within this many seconds gets 429
+            ``too_many_attempts`` until the oldest of them is that old
+            (:class:`~layersync_server.auth.AdminSecretGuard`); 0 failures: no limit.
     """
 
     db_path: Path | str = Path("layersync.sqlite")
@@ -75,6 +79,8 @@ class Settings:
     stream_stall_s: float | None = None
     stream_queue_pages: int = 64
     max_stream_subscriptions: int = 1000
+    admin_max_failures: int = 10
+    admin_failure_window_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.shutdown_timeout_s < float("inf"):
@@ -147,4 +153,4 @@ def _convert(name: str, raw: str) -> object:
     return int(raw)
 
 
-_FLOAT_FIELDS = {"shutdown_timeout_s", "stream_heartbeat_s", "stream_stall_s"}
+_FLOAT_FIELDS = {"shutdown_timeout_s", "stream_heartbeat_s", "stream_stall_s", "admin_failure_window_s"}

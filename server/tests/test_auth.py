@@ -62,6 +62,34 @@ def test_bad_tokens_are_403(server, kind):
     assert response.json()["error"]["code"] == "access_denied"
 
 
+@pytest.mark.parametrize("claims", [{"user_id": "al\ud800ice"}, {"default_group": "\udfffteam"},
+                                    {"creator_name": "Alice \ud83d"}, {"jti": "t\ud800"},
+                                    {"permissions": ["read-document", "\ud800"]},
+                                    {"app_claim": {"nested": ["\udc00"]}}, {"app\ud800": 1}],
+                         ids=["user_id", "default_group", "creator_name", "jti", "permissions",
+                              "nested", "claim-name"])
+def test_a_lone_surrogate_in_any_claim_is_403(server, claims):
+    """The client refuses such a token (INVALID_JWT: its JSON parser takes no lone surrogate);
+    the server refuses it too, naming the claim, instead of stamping records with it."""
+    doc = server.new_document()
+    token = server.token(doc, **claims)
+    assert "\\ud" in _b64_json_payload(token)  # signed as the escape
+    response = _records(server, doc, {"Authorization": f"Bearer {token}"})
+    assert response.status_code == 403, response.text
+    error = response.json()["error"]
+    assert error["code"] == "access_denied"
+    assert error["message"] == (f"invalid token: claim {ascii(next(iter(claims)))} is not valid "
+                                "Unicode text (a lone surrogate)")
+    fine = {"user_id": "alice", "default_group": "team", "creator_name": "Alice \U0001f600"}
+    ok = _records(server, doc, {"Authorization": f"Bearer {server.token(doc, **fine)}"})
+    assert ok.status_code == 200, ok.text
+
+
+def _b64_json_payload(token: str) -> str:
+    payload = token.split(".")[1]
+    return base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode()
+
+
 def test_layer_name_alias_and_small_leeway(server):
     doc = server.new_document()
     token = server.token(doc, layer=None, layer_name="review", expires_in_s=-5)

@@ -261,7 +261,9 @@ def test_permission_matrix(srv, content_type, action, scope):
             changes.append(change("update", record_id, _content(record_id), base=base))
     answer = sync(srv, layer, changes, since=10 ** 6, **me)
     assert {a["id"] for a in answer["accepted"]} | {r["id"] for r in answer["rejected"]} == set(targets)
-    assert all(r["reason"] == "forbidden" for r in answer["rejected"]), answer["rejected"]
+    # a record the token may not view answers as an unknown id (no existence oracle)
+    assert all(r["reason"] == ("forbidden" if made[r["id"]][0] == content_type else "not_found")
+               for r in answer["rejected"]), answer["rejected"]
     accepted = {a["id"] for a in answer["accepted"]}
     for record_id in targets:
         kind, by, group, _ = made[record_id]
@@ -274,8 +276,9 @@ def test_permission_matrix(srv, content_type, action, scope):
     for rejected in answer["rejected"]:
         if made[rejected["id"]][0] == content_type:  # viewable: the server's version, to revert
             assert rejected["server_record"]["id"] == rejected["id"]
-        else:  # not viewable: nothing of it is sent
+        else:  # not viewable: nothing of it is sent, not even that it exists
             assert rejected["server_record"] is None
+            assert rejected["message"] == f"record {rejected['id']} does not exist"
 
 
 def test_fill_is_the_action_of_a_value_and_edit_of_a_field(srv):
@@ -774,3 +777,31 @@ def test_mint_token_takes_the_collaboration_claims(keys, tmp_path):
     assert claims["default_group"] == "team" and claims["creator_name"] == "U. Ser"
     bad = subprocess.run(command[:-1] + ["comments:peek:all"], capture_output=True, text=True)
     assert bad.returncode == 2 and "'comments:peek:all'" in bad.stderr
+
+
+def test_mint_token_takes_an_entry_with_a_comma_as_it_is(srv, keys, tmp_path):
+    """A group name (or user id) may hold a comma: --collaboration-permission takes one entry
+    verbatim; it mixes with the comma-separated --collaboration-permissions, in order."""
+    import subprocess
+    import sys
+
+    import jwt
+    private = tmp_path / "private.pem"
+    private.write_bytes(keys[0])
+    layer = "comma-" + uuid.uuid4().hex[:8]
+    command = [sys.executable, "-m", "layersync_server", "mint-token", "--private-key", str(private),
+               "--document-id", srv.doc, "--layer", layer, "--user-id", "u",
+               "--collaboration-permissions", "comments:view:all,comments:edit:self",
+               "--collaboration-permission", "annotations:view:group=Smith, Jones",
+               "--collaboration-permission", "annotations:edit:createdBy=a,b"]
+    minted = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+    claims = jwt.decode(minted, options={"verify_signature": False})
+    assert claims["collaboration_permissions"] == [
+        "comments:view:all", "comments:edit:self", "annotations:view:group=Smith, Jones",
+        "annotations:edit:createdBy=a,b"]
+    sync(srv, layer, [grouped("create", "in", note("in"), group="Smith, Jones"),
+                      grouped("create", "out", note("out"), group="Smith")])
+    seen = srv.http.get(srv.layer_url(srv.doc, layer) + "/records",
+                        headers={"Authorization": f"Bearer {minted}"})
+    assert seen.status_code == 200, seen.text
+    assert [r["id"] for r in seen.json()["records"]] == ["in"]

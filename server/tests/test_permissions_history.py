@@ -160,6 +160,69 @@ def test_a_page_from_since_0_leaves_invisible_records_out(srv):
     assert _get(srv, layer, "/changes", GUEST, since=1, wait=0).json()["records"] == [bare]
 
 
+def test_a_record_the_user_may_not_view_answers_as_an_unknown_id_on_every_route(srv):
+    """No existence oracle: an update, delete, history, rollback, restore or attachment read
+    of a record the token may not view gets exactly the answer of an id that never existed
+    (status, error code or rejection reason, message with the id, no server record)."""
+    import hashlib
+    layer = "oracle-" + uuid.uuid4().hex[:8]
+    data = b"private attachment " + uuid.uuid4().bytes
+    sha = hashlib.sha256(data).hexdigest()
+    put = srv.http.put(f"/sync/v1/documents/{srv.doc}/attachments/{sha}", content=data,
+                       headers=srv.auth(srv.doc, None, **LEAD))
+    assert put.status_code in (200, 201), put.text
+    image = {"v": 2, "type": "pspdfkit/image", "pageIndex": 0, "bbox": [0, 0, 10, 10],
+             "imageAttachmentId": sha, "contentType": "image/png",
+             "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z"}
+    made = _sync(srv, layer, [_grouped("create", "priv", note("SECRET"), group="private"),
+                              _grouped("create", "img", image, group="private"),
+                              _grouped("create", "gone", note("SECRET gone"), group="private")],
+                 **LEAD)["accepted"]
+    revision = {a["id"]: a["revision"] for a in made}
+    _sync(srv, layer, [change("delete", "gone", base=revision["gone"])], **LEAD)
+    url = srv.layer_url(srv.doc, layer)
+    editor = srv.auth(srv.doc, layer, **EDITOR)
+
+    def same(hidden: str, unknown: str, answer_of) -> None:
+        got, want = answer_of(hidden), answer_of(unknown)
+        assert got == want.replace(unknown, hidden), (got, want)
+        assert "SECRET" not in got and "private" not in got
+
+    def sync_answer(op: str):
+        def answer_of(record_id: str) -> str:
+            sent = change(op, record_id, note("x") if op == "update" else None,
+                          base=revision.get(record_id, 1))
+            answer = _sync(srv, layer, [sent], since=10 ** 6, **EDITOR)
+            assert not answer["accepted"], answer
+            return repr([{k: v for k, v in r.items() if k != "change_id"} for r in answer["rejected"]])
+        return answer_of
+
+    def route(method: str, path: str, body: dict | None = None):
+        def answer_of(record_id: str) -> str:
+            response = srv.http.request(method, f"{url}/records/{record_id}{path}", json=body,
+                                        headers=editor)
+            assert response.status_code == 404, response.text
+            return f"{response.status_code} {response.text}"
+        return answer_of
+
+    unknown = "never-" + uuid.uuid4().hex[:8]
+    for op in ("update", "delete"):
+        same("priv", unknown, sync_answer(op))
+    assert "not_found" in sync_answer("update")("priv")
+    for hidden in ("priv", "gone"):
+        same(hidden, unknown, route("GET", "/history"))
+        same(hidden, unknown, route("POST", "/rollback", {"revision": 1}))
+        same(hidden, unknown, route("POST", "/restore", {}))
+    unknown_sha = hashlib.sha256(b"no such bytes " + uuid.uuid4().bytes).hexdigest()
+
+    def attachment(digest: str) -> str:
+        response = srv.http.get(f"/sync/v1/documents/{srv.doc}/attachments/{digest}",
+                                headers=srv.auth(srv.doc, layer, **EDITOR))
+        return f"{response.status_code} {response.text}"
+    same(sha, unknown_sha, attachment)
+    assert attachment(sha).startswith("404")
+
+
 # -- storage: versions kept before schema 6 -------------------------------------------------
 
 @pytest.fixture(params=["sqlite", "postgres"])

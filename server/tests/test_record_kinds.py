@@ -7,7 +7,7 @@ from __future__ import annotations
 from layersync_server import record_kinds
 from layersync_server.permissions import content_type_of
 from layersync_server.record_kinds import INSTANT_JSON_KEYS, is_annotation, kind_of, record_kind
-from layersync_server.record_schema_generated import RECORDS
+from layersync_formats.record_schema_generated import RECORDS
 
 
 def test_every_schema_type_has_its_instant_json_key():

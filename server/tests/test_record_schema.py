@@ -14,8 +14,8 @@ import pytest
 from conftest import CORPUS, change, note
 from layersync_server.changes import normalize_content
 from layersync_server.pdf.import_ import import_pdf
-from layersync_server.record_schema import record_schema_problem
-from layersync_server.record_schema_generated import NODES, RECORDS
+from layersync_formats.record_schema import record_schema_problem
+from layersync_formats.record_schema_generated import NODES, RECORDS
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = json.loads((ROOT / "api" / "record-schema-cases.json").read_text())

@@ -77,6 +77,18 @@ def _token_too_large(server, doc):
                            headers={"Authorization": "Bearer " + "a" * (MAX_TOKEN_BYTES + 1)})
 
 
+def _too_many_attempts(server, doc):
+    """An app of its own: the shared test server has no limit (tests send wrong secrets)."""
+    app = create_app(Settings(db_path=server.port_file.parent / f"limit-{uuid.uuid4().hex}.sqlite",
+                              admin_token="t", admin_max_failures=1))
+    with TestClient(app) as client:
+        wrong = {"Authorization": 'Token token="wrong"'}
+        assert client.get("/api/documents", headers=wrong).status_code == 401
+        response = client.get("/api/documents", headers=wrong)
+    assert response.headers["Retry-After"].isdigit()
+    return response
+
+
 CASES = {
     (400, "invalid_request"): _invalid_request,
     (401, "unauthorized"): lambda s, d: s.http.get(s.layer_url(d) + "/records"),
@@ -97,6 +109,7 @@ CASES = {
     (413, "payload_too_large"): _too_large,
     (431, "token_too_large"): _token_too_large,
     (426, "old_client"): lambda s, d: s.http.get("/sync/v1/info", headers={"LayerSync-Protocol": "0"}),
+    (429, "too_many_attempts"): _too_many_attempts,
 }
 
 

@@ -383,3 +383,36 @@ def test_apply_xfdf_never_takes_ownership_or_group_from_the_file(server):
         assert not set(handed_out) & set(record), record
     exported = _xfdf(server, doc).text
     assert "mallory" not in exported and "isEditable" not in exported
+
+
+def test_an_exported_then_reapplied_xfdf_changes_no_record(server):
+    """XFDF numbers have no type (written without ``.0``, through the page's coordinate
+    transform): a record whose numbers are integers (as clients send them) or integral floats
+    (as the PDF import makes them) is unchanged by its own export applied again: no revision."""
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    layer = "n-" + uuid.uuid4().hex[:6]
+    ink = {"v": 2, "type": "pspdfkit/ink", "pageIndex": 0, "bbox": [10, 10, 20, 20],
+           "lines": {"points": [[[10, 10], [20, 20]]], "intensities": [[1, 1]]}, "lineWidth": 3,
+           "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z"}
+    square = {"v": 2, "type": "pspdfkit/shape/rectangle", "pageIndex": 0, "bbox": [10, 30, 20, 20],
+              "strokeWidth": 2.0, "strokeColor": "#ff0000", "opacity": 1.0,
+              "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z"}
+    created = server.http.post(server.layer_url(doc, layer) + "/sync", headers=server.auth(doc, layer), json={
+        "epoch": None, "since": 0, "changes": [
+            {"change_id": "c1", "op": "create", "id": "ints", "content": note("ints")},
+            {"change_id": "c2", "op": "create", "id": "floats",
+             "content": note("floats", bbox=[10.0, 40.5, 20.0, 20.0])},
+            {"change_id": "c3", "op": "create", "id": "ink", "content": ink},
+            {"change_id": "c4", "op": "create", "id": "square", "content": square}]})
+    assert created.status_code == 200 and len(created.json()["accepted"]) == 4, created.text
+    before = server.records(doc, layer=layer)
+    exported = _xfdf(server, doc, layer)
+    assert exported.status_code == 200, exported.text
+    again = _apply(server, doc, exported.content, layer)
+    assert again.status_code == 200, again.text
+    assert again.json()["data"] | {"revision": 0} == {"created": 0, "updated": 0, "deleted": 0,
+                                                       "unchanged": 4, "revision": 0}
+    assert again.json()["data"]["revision"] == before["revision"]
+    assert server.records(doc, layer=layer)["records"] == before["records"]  # ints stay ints
+    changed = _apply(server, doc, exported.content.replace(b">ints<", b">edited<"), layer)
+    assert changed.json()["data"]["updated"] == 1 and changed.json()["data"]["unchanged"] == 3

@@ -141,7 +141,7 @@ class ReferenceServer:
         ``permissions`` set those claims (docs/protocol.md "Collaboration permissions")."""
         args = ["mint-token", "--private-key", str(self.private_key), "--document-id", document_id]
         for entry in collaboration_permissions or ():
-            args += ["--collaboration-permissions", entry]
+            args += ["--collaboration-permission", entry]  # one entry, as it is (commas too)
         if default_group is not None:
             args += ["--default-group", default_group]
         if creator_name is not None:

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from . import _ffi
 from ._convert import (CallsIntoC, DocumentState, ErrorOut, decode, encode_json, encode_text, int_arg,
                        json_list, json_object)
-from .errors import InvalidArgumentError, InvalidStateError, LayerSyncError, NoSuchAnnotationError, check
+from .errors import (InvalidArgumentError, InvalidJSONStructureError, InvalidStateError, LayerSyncError,
+                     NoSuchAnnotationError, check)
 from .events import (DOWNLOAD_OUTCOME, REAUTH_OUTCOME, SYNC_OUTCOME, Event, _Dispatcher, raise_if_failed,
                      sync_outcome_predicate)
 from .observer import Observer, ObserverHandler
@@ -794,10 +795,19 @@ class Document(CallsIntoC):
     def import_xfdf(self, xfdf: str | bytes, *, pages: Any = None) -> dict[str, int]:
         """Applies XFDF to the local layer as local edits (durable, then synced like any
         edit). A plain XFDF creates each annotation or replaces the one with its ``name``;
-        a command document's ``<add>`` must be new, ``<modify>`` must exist (both checked
-        before anything is written, so a refused document changes nothing), ``<delete>``
+        a command document's ``<add>`` must be new, ``<modify>`` must exist, ``<delete>``
         deletes (a missing id is already deleted). ``<fields>`` values land on the widgets
         of those fields; embedded files become attachments.
+
+        All or nothing for what the file says: the whole document is read, and every record
+        it would write checked (``<add>``/``<modify>`` as above, each record against the
+        record schema, the one Python check the server's ``apply_xfdf`` makes,
+        ``layersync_formats.record_schema``), before the first write, so a refused document
+        changes nothing. The writes themselves are one engine call each (the C API has no
+        call that writes several records in one transaction): a refusal only the engine
+        makes at write time (a record id over 128 characters, the collaboration permissions
+        of a create, a record over the engine's size limits) still leaves the records
+        before it applied.
 
         Args:
             xfdf: The document (untrusted: DTDs and entities are refused).
@@ -808,10 +818,13 @@ class Document(CallsIntoC):
 
         Raises:
             InvalidArgumentError (not XFDF, or an ``<add>`` of an existing annotation),
-            NoSuchAnnotationError (a ``<modify>`` of a missing one), the errors of
-            :meth:`create_annotation`, ImportError (``layersync-formats`` not installed).
+            NoSuchAnnotationError (a ``<modify>`` of a missing one), InvalidJSONStructureError
+            (a record the schema refuses: the message names the annotation and the field;
+            nothing applied), the errors of :meth:`create_annotation`, ImportError
+            (``layersync-formats`` not installed).
         """
         codec = _xfdf_codec()
+        from layersync_formats.record_schema import record_schema_problem
         try:
             changes = codec.read_xfdf(xfdf, pages=self._page_boxes(pages))
         except codec.XfdfError as exc:
@@ -825,29 +838,45 @@ class Document(CallsIntoC):
             for record in changes.modified:
                 if record.get("id") not in live:
                     raise NoSuchAnnotationError(f"<modify>: no annotation {record.get('id')!r}; nothing was applied")
-        for data in changes.attachments.values():
-            self.add_attachment(data, "application/octet-stream")
-        counts = {"created": 0, "updated": 0, "deleted": 0}
         values = changes.form_field_values
-        same = codec.values.same_json  # JSON sameness: false is not 0, nor 1.0 1
+
+        def same(a: Any, b: Any) -> bool:
+            """JSON sameness (false is not 0), numbers by value: XFDF's have no type, so an
+            integral ``bbox`` read back as floats is not a change."""
+            return bool(codec.values.same_json(a, b, typed_numbers=False))
         widgets = [dict(w, value=values[w["formFieldName"]]) for w in live.values()
                    if w.get("type") == "pspdfkit/widget" and w.get("formFieldName") in values
                    and not same(w.get("value"), values[w["formFieldName"]])]
-        # XFDF carries content only: never ownership, group or flags (the codec drops them
-        # too; a group here would be a group change)
+        # The plan: every write, decided and checked before the first. XFDF carries content
+        # only: never ownership, group or flags (the codec drops them too; a group here would
+        # be a group change).
+        planned = dict(live)  # each id's content as it will be (a second one of an id updates)
+        writes: list[tuple[str, dict[str, Any]]] = []
         for record in [record_content(r) for r in changes.records] + widgets:
-            if record.get("id") in live:
-                if not same(live[record["id"]], record):
-                    self.update_annotation(record)
-                    counts["updated"] += 1
+            record_id = record.get("id")
+            if record_id in planned and same(planned[record_id], record):
+                continue
+            problem = record_schema_problem(dict(record, v=record.get("v", 2)))
+            if problem:
+                raise InvalidJSONStructureError(f"XFDF annotation {record_id!r}: {problem}; nothing was applied",
+                                                document_id=self.id, record_id=record_id if isinstance(record_id, str) else None)
+            writes.append(("update" if record_id in planned else "create", record))
+            if isinstance(record_id, str):
+                planned[record_id] = record
+        deletes = [record_id for record_id in changes.deleted if record_id in planned]
+        for data in changes.attachments.values():
+            self.add_attachment(data, "application/octet-stream")
+        counts = {"created": 0, "updated": 0, "deleted": 0}
+        for op, record in writes:
+            if op == "update":
+                self.update_annotation(record)
+                counts["updated"] += 1
             else:
-                stored = self.create_annotation(record)
-                live[str(stored.get("id"))] = record_content(stored)
+                self.create_annotation(record)
                 counts["created"] += 1
-        for record_id in changes.deleted:
-            if record_id in live:
-                self.delete_annotation(record_id)
-                counts["deleted"] += 1
+        for record_id in deletes:
+            self.delete_annotation(record_id)
+            counts["deleted"] += 1
         return counts
 
     def _page_boxes(self, pages: Any) -> Any:

@@ -604,3 +604,19 @@ def test_a_cached_attachment_of_a_record_no_longer_visible_is_not_found(make_cli
         doc.download_attachment(sha, wait=True, timeout=WAIT_S)
     st, _ = raw(server, "GET", f"/sync/v1/documents/{doc_id}/attachments/{sha}", guest)
     assert st == 404  # the server's answer, mirrored
+
+
+def test_a_group_name_with_a_comma_is_one_entry_of_the_claim(make_client, server, uploaded):
+    """DevServer.mint_token passes each entry whole (layersync-server mint-token
+    --collaboration-permission): a group "Smith, Jones" is one entry, not two."""
+    doc_id = uploaded()
+    _, lead, _ = open_doc(make_client, server, doc_id, "lead", LEAD)
+    inside = lead.create_annotation(note("for the firm", group="Smith, Jones"))
+    lead.create_annotation(note("for Smith alone", group="Smith"))
+    lead.sync(wait=True, timeout=WAIT_S)
+    token = server.mint_token(doc_id, user_id="clerk", collaboration_permissions=["annotations:view:group=Smith, Jones"])
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["collaboration_permissions"] == ["annotations:view:group=Smith, Jones"]
+    _, clerk, _ = open_doc(make_client, server, doc_id, "clerk", ["annotations:view:group=Smith, Jones"])
+    assert [r["id"] for r in clerk.list_annotations() if r.get("group") is not None] == [inside["id"]]

@@ -137,10 +137,9 @@ def test_import_never_takes_ownership_or_group_from_the_file(make_client, server
 
 def test_import_tells_false_from_zero(downloaded):
     """A record is unchanged only if its JSON is the same (``same_json``): an XFDF that
-    says ``false`` where the layer holds ``0`` (or ``1.0`` over ``1``) updates it; Python's
-    ``==`` would call them equal and skip the edit."""
+    says ``false`` where the layer holds ``0`` updates it; Python's ``==`` would call them
+    equal and skip the edit. (Numbers compare by value: XFDF's have no type.)"""
     _, doc = downloaded()
-    # (XFDF numbers read back as floats: a float bbox makes the round trip exact)
     rec = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10.0, 10.0, 24.0, 24.0],
                                  "icon": "comment", "text": {"format": "plain", "value": "n"},
                                  "customData": {"done": 0, "score": 1}})
@@ -151,3 +150,45 @@ def test_import_tells_false_from_zero(downloaded):
     stored = doc.get_annotation(rec["id"])["customData"]
     assert stored["done"] is False and type(stored["score"]) is float
 
+
+
+def test_an_exported_then_imported_xfdf_changes_no_record(downloaded):
+    """XFDF numbers have no type (written without ``.0``, through the page's coordinate
+    transform, read back as floats): records holding integers (as hosts write them) or
+    integral floats are unchanged by their own export imported again: no local edit."""
+    _, doc = downloaded()
+    made = [doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 24, 24],
+                                   "icon": "comment", "text": {"format": "plain", "value": "ints"}}),
+            doc.create_annotation({"type": "pspdfkit/ink", "pageIndex": 0, "bbox": [10, 40, 20, 20],
+                                   "lines": {"points": [[[10, 40], [30, 60]]], "intensities": [[1, 1]]},
+                                   "lineWidth": 3}),
+            doc.create_annotation({"type": "pspdfkit/shape/rectangle", "pageIndex": 0,
+                                   "bbox": [10.0, 70.5, 20.0, 20.0], "strokeWidth": 2.0, "opacity": 1.0,
+                                   "strokeColor": "#ff0000"})]
+    doc.sync(wait=True, timeout=WAIT_S)
+    before = doc.list_annotations()
+    assert doc.import_xfdf(doc.export_xfdf()) == {"created": 0, "updated": 0, "deleted": 0}
+    assert not doc.has_unsynced_changes and doc.list_annotations() == before
+    assert doc.get_annotation(made[0]["id"])["bbox"] == [10, 10, 24, 24]
+
+
+def test_a_file_whose_later_annotation_is_invalid_applies_nothing(downloaded):
+    """import_xfdf checks every record it would write before the first write: a file whose
+    second annotation breaks the record schema (here a three-number bbox, in the extension
+    element) is refused whole, naming that annotation and the field; nothing is created,
+    updated, deleted or queued."""
+    _, doc = downloaded()
+    kept = doc.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 24, 24],
+                                  "icon": "comment", "text": {"format": "plain", "value": "kept"}})
+    doc.sync(wait=True, timeout=WAIT_S)
+    before = doc.list_annotations()
+    first = {"id": "first-ok", "v": 2, "type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 40, 24, 24],
+             "icon": "comment", "text": {"format": "plain", "value": "fine"}}
+    edited = dict(record_content(kept), text={"format": "plain", "value": "edited"})
+    bad = dict(first, id="second-bad", bbox=[1, 2, 3])
+    xfdf = layersync_formats.write_xfdf([first, edited, bad])
+    with pytest.raises(layersync.InvalidJSONStructureError, match="second-bad.*bbox.*nothing was applied"):
+        doc.import_xfdf(xfdf)
+    assert doc.list_annotations() == before and not doc.has_unsynced_changes
+    with pytest.raises(NoSuchAnnotationError):
+        doc.get_annotation("first-ok")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from layersync_server.auth import check_admin_token
+from layersync_server.context import client_address
 from layersync_server.errors import access_denied, not_found
 
 COOKIE = "layersync_dashboard"
@@ -114,16 +115,19 @@ def viewer(request: Request) -> Viewer | None:
     secret = enabled_secret(request)
     authorization = request.headers.get("authorization")
     if authorization:
-        check_admin_token(authorization, secret)
+        ctx = request.app.state.ctx
+        check_admin_token(authorization, secret, ctx.admin_guard, client_address(request))
         return Viewer(None)
     nonce = session_nonce(secret, request.cookies.get(COOKIE))
     return None if nonce is None else Viewer(csrf_token(secret, nonce))
 
 
 def check_secret(request: Request, sent: str) -> bool:
-    """Whether the login form's ``sent`` secret is the admin secret."""
+    """Whether the login form's ``sent`` secret is the admin secret; a wrong one counts
+    against the client address as a wrong admin token does (429 past the limit)."""
     secret = enabled_secret(request)
-    return hmac.compare_digest(sent.encode(), secret.encode())
+    return request.app.state.ctx.admin_guard.attempt(
+        client_address(request), lambda: hmac.compare_digest(sent.encode(), secret.encode()))
 
 
 def set_session_cookie(request: Request, response) -> None:

@@ -29,7 +29,7 @@ from layersync_server.ids import new_ulid
 from layersync_server.openapi_bodies import json_body as body_doc
 from layersync_server.openapi_bodies import media
 from layersync_server.record_kinds import BOOKMARK, BOOKMARK_TYPE, kind_of
-from layersync_server.record_schema import record_schema_problem
+from layersync_formats.record_schema import record_schema_problem
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_record,
                                                   check_annotation_id, data_envelope,
                                                   find_document, json_body, require_admin)

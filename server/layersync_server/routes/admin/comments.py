@@ -32,7 +32,7 @@ from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.openapi_bodies import json_body as body_doc
 from layersync_server.openapi_bodies import media
 from layersync_server.record_kinds import ANNOTATION, COMMENT_TYPE, kind_of
-from layersync_server.record_schema import record_schema_problem
+from layersync_formats.record_schema import record_schema_problem
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_content,
                                                   annotation_record, as_unprocessable,
                                                   check_annotation_id, data_envelope,

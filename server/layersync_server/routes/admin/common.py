@@ -18,14 +18,14 @@ from starlette.concurrency import run_in_threadpool
 
 from layersync_server.auth import check_admin_token
 from layersync_server.changes import normalize_content
-from layersync_server.context import (AppContext, check_document_id, get_context, no_document,
-                                      read_body, replayed_request)
+from layersync_server.context import (AppContext, check_document_id, client_address, get_context,
+                                      no_document, read_body, replayed_request)
 from layersync_server.errors import ApiError, invalid_request
 from layersync_server.errors_http import COMMON_ERROR_RESPONSES
 from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.json_http import WireJSONResponse, WireRoute
 from layersync_server.record_kinds import FORM_FIELD_VALUE_TYPE
-from layersync_server.record_schema import record_schema_problem
+from layersync_formats.record_schema import record_schema_problem
 from layersync_server.storage import DocumentInfo, StoredRecord
 from layersync_server.storage.base import KEEP_GROUP
 from layersync_server.wire_json import MAX_JSON_DEPTH, dumps, json_problem, parse_json
@@ -33,8 +33,11 @@ from layersync_formats.values import page_past_last
 
 
 def require_admin(request: Request, ctx: AppContext = Depends(get_context)) -> AppContext:
-    """Dependency: check the admin token, return the app context."""
-    check_admin_token(request.headers.get("authorization"), ctx.settings.admin_token)
+    """Dependency: check the admin token (a wrong one counts against the client address:
+    429 past the limit, :class:`~layersync_server.auth.AdminSecretGuard`), return the app
+    context."""
+    check_admin_token(request.headers.get("authorization"), ctx.settings.admin_token,
+                      ctx.admin_guard, client_address(request))
     return ctx
 
 

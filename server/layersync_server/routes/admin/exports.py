@@ -19,7 +19,7 @@ from layersync_server.errors import invalid_request
 from layersync_server.ids import is_valid_layer_name
 from layersync_server.openapi_bodies import media, ok
 from layersync_server.pdf.export import export_pdf
-from layersync_server.record_schema import record_schema_problem
+from layersync_formats.record_schema import record_schema_problem
 from layersync_server.record_kinds import COMMENT, INSTANT_JSON_KEYS, WIDGET, WIDGET_TYPE, kind_of
 from layersync_server.routes.admin.acroform import form_field_values, form_fields, with_field_values
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, find_document,
@@ -138,14 +138,17 @@ def unknown_fields_refused(unknown: list[str]) -> None:
         raise invalid_request(f"formFieldValues: no form field named {shown} in this layer")
 
 
-def put_entries(writer, entries: list[dict]) -> tuple[int, int]:
+def put_entries(writer, entries: list[dict], typed_numbers: bool = True) -> tuple[int, int]:
     """Inside a :func:`commit`: create each entry's record or replace the one with its id
-    (identical ones, :func:`~layersync_formats.values.same_json`, are left alone). Returns ``(created, updated)``; the admin write path
-    of Instant JSON and XFDF apply."""
+    (identical ones, :func:`~layersync_formats.values.same_json`, are left alone; with
+    ``typed_numbers`` False, as for XFDF, whose numbers have no type, ``10.0`` read over a
+    stored ``10`` is identical). Returns ``(created, updated)``; the admin write path of
+    Instant JSON and XFDF apply."""
     created = updated = 0
     for content in entries:
         current = writer.get_record(content["id"])
-        if current is not None and not current.deleted and same_json(current.content, content):
+        if current is not None and not current.deleted and same_json(current.content, content,
+                                                                     typed_numbers):
             continue
         writer.put_record(content["id"], content, None)
         if current is None or current.deleted:

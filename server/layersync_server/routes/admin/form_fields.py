@@ -36,7 +36,7 @@ from layersync_server.ids import is_valid_record_id, new_ulid
 from layersync_server.openapi_bodies import json_body as body_doc
 from layersync_server.openapi_bodies import media
 from layersync_server.record_kinds import FORM_FIELD, FORM_FIELD_PREFIX, WIDGET_TYPE, kind_of
-from layersync_server.record_schema import record_schema_problem
+from layersync_formats.record_schema import record_schema_problem
 from layersync_server.routes.admin import exports
 from layersync_server.routes.admin.acroform import form_field_values
 from layersync_server.routes.admin.common import (DOC, LAYER, admin_router, annotation_record,

@@ -166,7 +166,8 @@ async def apply_xfdf(ctx: AppContext, document_id: str, layer: str, data: bytes)
                     raise ApiError(409, "conflict",
                                    f"<modify>: no annotation {content['id']!r}; nothing was applied")
         _check_reply_roots(writer, added + modified)
-        created, updated = put_entries(writer, added + modified + carried + values)
+        # XFDF numbers have no type: an integral bbox read back as floats is not a change
+        created, updated = put_entries(writer, added + modified + carried + values, typed_numbers=False)
         deleted = 0
         for record_id in changes.deleted:
             current = writer.get_record(record_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from layersync_server.record_schema_generated import DEFAULT_VERSION, NODES, RECORDS
+from layersync_formats.record_schema_generated import DEFAULT_VERSION, NODES, RECORDS
 
 _KINDS = ((1, "null"), (2, "a boolean"), (4, "an integer"), (8, "a number"), (16, "a string"),
           (32, "an array"), (64, "an object"))
