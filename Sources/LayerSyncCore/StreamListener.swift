@@ -116,6 +116,12 @@ final class StreamListener: Sendable {
         /// Per layer: `subscribed` events the current stream owes (answers minus events;
         /// below zero when an event beat its answer) and since when.
         var acks: [StreamLayer: (owed: Int, due: DispatchTime)] = [:]
+        /// Per layer: subscribe requests sent on the current stream whose `subscribed` event has
+        /// not arrived (nor an answer that asks for none). While one is out, an `unsubscribed`
+        /// event of the layer is about an earlier subscription (the server writes every event of
+        /// a subscription after its `subscribed`): a JWT revoked or expired before a
+        /// reauthentication subscribed the layer again must not end the new subscription.
+        var unacknowledged: [StreamLayer: Int] = [:]
         /// Body bytes of the current stream at the last watchdog call.
         var bodyBytes = 0
         var probe: Probe?
@@ -280,17 +286,21 @@ final class StreamListener: Sendable {
             let found = state.withLock { state -> (Subscription, String, String?)? in
                 guard !state.shutDown, let stream = state.stream, stream.id == streamID, let path = state.path,
                       let subscription = state.subscriptions[layer], subscription.refusal == nil else { return nil }
+                state.unacknowledged[layer, default: 0] += 1
                 return (subscription, path, stream.key)
             }
             guard let (subscription, path, key) = found else { return }
             let descriptor = subscription.descriptor
             let token = descriptor.jwt
+            var acknowledging = false  // (the stream owes its `subscribed` event)
+            defer { if !acknowledging { noteAcknowledged(layer, on: streamID) } }
             do throws(LayerSyncError) {
                 let epoch = try descriptor.store.epoch()  // before `since`, as the long-poll reads them
                 let since = try descriptor.store.since()
                 let answer = try context.server.subscribe(path: path, streamID: streamID, key: key, documentID: layer.documentID,
                                                           layer: layer.layer, since: since, epoch: epoch, jwt: token,
                                                           session: controlSession, cancellation: context.lifetime)
+                acknowledging = answer.acknowledged
                 state.withLock { state in
                     guard state.subscriptions[layer]?.generation == subscription.generation else { return }
                     state.subscriptions[layer]?.subscribed = (streamID, token)
@@ -323,6 +333,15 @@ final class StreamListener: Sendable {
                     subscribe(layer, on: streamID, context: context, attempt: attempt + 1)
                 }
             }
+        }
+    }
+
+    /// A subscribe request of `layer` on `streamID` is settled: its `subscribed` event arrived,
+    /// or its answer asks for none (a failure, a reset). See ``State/unacknowledged``.
+    private func noteAcknowledged(_ layer: StreamLayer, on streamID: String) {
+        state.withLock { state in
+            guard state.isCurrent(streamID), let count = state.unacknowledged[layer] else { return }
+            state.unacknowledged[layer] = count > 1 ? count - 1 : nil
         }
     }
 
@@ -563,6 +582,7 @@ final class StreamListener: Sendable {
             state.stream = nil
             state.helloDue = nil
             state.acks = [:]
+            state.unacknowledged = [:]
             state.probe?.cancellation.cancel()
             state.probe = nil
             defer { state.verdict = nil }
@@ -693,6 +713,7 @@ final class StreamListener: Sendable {
             state.withLock { state in
                 let owed = (state.acks[layer]?.owed ?? 0) - 1
                 state.acks[layer] = owed == 0 ? nil : (owed, state.acks[layer]?.due ?? .now())
+                if let count = state.unacknowledged[layer] { state.unacknowledged[layer] = count > 1 ? count - 1 : nil }
             }
         case .changes(let layer, let since, let page):
             guard let subscription = subscription(layer) else { break }
@@ -707,7 +728,8 @@ final class StreamListener: Sendable {
             let descriptor = subscription.descriptor
             descriptor.workQueue.async { descriptor.rebaseFromStream(generation: subscription.generation) }
         case .unsubscribed(let layer, let reason):
-            guard let subscription = subscription(layer) else { break }
+            // (about an earlier subscription while the newest one's `subscribed` is still due)
+            guard state.withLock({ $0.unacknowledged[layer] == nil }), let subscription = subscription(layer) else { break }
             let descriptor = subscription.descriptor
             forget(descriptor, generation: subscription.generation)
             if reason == "not_found" {

@@ -115,11 +115,19 @@ class JwtVerifier:
             grant, iat, nbf, exp = cached
             self._check_times(iat, nbf, exp if check_expiry else None)
             return grant
-        options = {"require": ["document_id"], "verify_aud": False, "verify_exp": check_expiry,
+        options = {"require": ["document_id"], "verify_aud": False, "verify_exp": True,
                    "verify_nbf": True, "verify_iat": True}
         try:
-            claims = jwt.decode(token, self._key, algorithms=self._algorithms,
-                                leeway=self._leeway_s, options=options)
+            try:
+                claims = jwt.decode(token, self._key, algorithms=self._algorithms,
+                                    leeway=self._leeway_s, options=options)
+            except jwt.ExpiredSignatureError:
+                if check_expiry:
+                    raise
+                # Expired, so PyJWT found ``exp`` well-formed (an integer) before it compared
+                # it: decode again without that comparison, never without the format check.
+                claims = jwt.decode(token, self._key, algorithms=self._algorithms,
+                                    leeway=self._leeway_s, options={**options, "verify_exp": False})
         except jwt.ExpiredSignatureError:
             raise access_denied("token expired") from None
         except (jwt.PyJWTError, ValueError, TypeError) as exc:

@@ -221,3 +221,53 @@ def test_an_expired_jwt_still_ends_a_subscription_with_the_key(stream_server):
     assert s.http.get(s.server.layer_url(doc, "x") + "/records",
                       headers={"Authorization": f"Bearer {expired}"}).status_code == 403
     stream.close()
+
+
+def test_a_replaces_key_that_no_stream_could_have_tells_nothing_about_the_id(stream_server):
+    """``{"replaces": id, "key": "\\ud800"}`` (a lone surrogate, valid JSON): ignored as any
+    wrong key, whether the id is open or not. It answered 500 for an open id and 200 for an
+    unknown one (the key could not be encoded for the comparison), which told anyone with a
+    JWT whether a stream id is still open, and opened no stream for the client."""
+    s = stream_server
+    doc = s.server.new_document()
+    victim = s.open(doc)
+    token = s.server.token(doc)
+    for target in (victim.stream_id, "no-such-stream"):
+        body = ('{"replaces": "%s", "key": "\\ud800\\udc00x\\udfff"}' % target).encode()
+        replacing = EventStream(s.server.url, token, read=False, body=body)
+        try:
+            replacing.start()  # (its hello, or it fails)
+            assert replacing.status == 200, target
+        finally:
+            replacing.close()
+    rev = s.push(doc, "still-open")
+    assert s.subscribe(victim, doc, since=rev - 1).status_code == 200
+    assert victim.next("changes")["revision"] == rev
+    victim.close()
+
+
+def test_unsubscribe_refuses_a_malformed_exp_as_every_route_does(stream_server):
+    """Unsubscribe checks its JWT with ``verify(check_expiry=False)``; a JWT (validly signed)
+    whose ``exp`` is no integer is refused 403 there as on every other route, not a 500 (the
+    verifier's cache converted the unchecked ``exp`` with int())."""
+    from layersync_server.tokens import mint_token
+    s = stream_server
+    doc = s.server.new_document()
+    stream = s.open(doc)
+    assert s.subscribe(stream, doc, "x").status_code == 200
+    for exp in ("soon", "1e3", [1], {"at": 1}):
+        token = mint_token(s.server.private_pem, doc, layer="x", expires_in_s=None, exp=exp)
+        elsewhere = s.http.get(s.server.layer_url(doc, "x") + "/records",
+                               headers={"Authorization": f"Bearer {token}"})
+        assert elsewhere.status_code == 403, (exp, elsewhere.text)
+        with httpx.Client(base_url=s.server.url, timeout=10) as http:  # (a 500 closes the connection)
+            r = http.delete(f"/sync/v2/stream/{stream.stream_id}/subscriptions",
+                            params={"document_id": doc, "layer": "x"},
+                            headers={"Authorization": f"Bearer {token}",
+                                     "LayerSync-Stream-Key": stream.stream_key})
+        assert r.status_code == 403, (exp, r.status_code, r.text)
+        assert r.json()["error"] == elsewhere.json()["error"], exp
+    # nothing was ended
+    rev = s.push(doc, "kept", "x")
+    assert stream.next("changes")["revision"] == rev
+    stream.close()

@@ -21,6 +21,7 @@ from layersync.devserver import ReferenceServer
 
 from conftest import WAIT_S, corpus_pdf
 from procstat import established_connections, threads
+from stallproxy import StallProxy
 from test_change_stream import (behind_stall_proxy, local_ids, metric, note, own_server, post_server_note,  # noqa: F401
                                 wait_until)
 
@@ -229,5 +230,72 @@ def test_a_dead_stream_of_several_users_is_replaced_by_the_next_one(make_client,
         assert metric(srv, "layersync_open_streams") == 1, "a stream the client gave up is still open on the server"
         assert stream_opens(srv) == 2
         assert client.listening_transport == "stream"
+    finally:
+        proxy.close()
+
+
+class _PausingProxy(StallProxy):
+    """A :class:`StallProxy` whose :meth:`pause_existing` holds the connections open at that
+    moment (their bytes wait in the proxy) until :meth:`resume`: a path that is slow for a
+    moment, not lost."""
+
+    def pause_existing(self) -> None:
+        self.stall_existing()
+
+    def resume(self) -> None:
+        with self.lock:
+            self.stalled_up_to = 0
+
+
+def _jwt(srv: ReferenceServer, doc_id: str, layer: str, user_id: str, jti: str) -> str:
+    """A JWT of ``user_id`` for ``layer`` with a ``jti`` (so that it can be revoked)."""
+    from layersync_server.tokens import mint_token
+    return mint_token(srv.private_key.read_bytes(), doc_id, layer=layer, user_id=user_id, jti=jti)
+
+
+def test_a_revocation_overtaken_by_a_reauthentication_ends_nothing(make_client, own_server):
+    """Bob's JWT of layer "b" is revoked: the server ends that subscription and writes
+    `unsubscribed` (token_revoked) on the stream, which is slow for a moment. Meanwhile the app
+    reauthenticates "b" with bob's new JWT, which subscribes it again on the same stream. The
+    stale `unsubscribed` that arrives then is about the revoked JWT's subscription, which is gone:
+    it must not end the new one (no did_fail_authentication for the new JWT, "b" keeps
+    listening). The other users' layers are untouched all along."""
+    srv = own_server()
+    doc_id = "revokedreauth"
+    srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
+    proxy = _PausingProxy(srv.url)
+    try:
+        client = make_client(server_url=proxy.url)
+        client.wait_validated(timeout=WAIT_S)
+        revoked = _jwt(srv, doc_id, "b", "bob", "bob-1")
+        docs = {"a": listening(client, srv, doc_id, "a", "alice"), "c": listening(client, srv, doc_id, "c", "carol")}
+        docs["b"] = client.document_for_jwt(revoked)
+        docs["b"].download(wait=True, timeout=WAIT_S)
+        docs["b"].start_listening()
+        wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 3, "every layer subscribed")
+        port = urllib.parse.urlparse(srv.url).port
+        wait_until(lambda: established_connections(port) == 1, "only the stream's connection to be left", timeout=20)
+        subscribes = requests_answered(srv, SUBSCRIPTIONS_ROUTE, status="200")
+        since = client.mark()
+
+        proxy.pause_existing()  # the stream is slow for a moment; new connections pass
+        srv.admin_request("/api/revoke", method="POST", json_body={"jwts": [revoked]})
+        wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == 2, "the revoked JWT's subscription to end")
+        docs["b"].reauthenticate(_jwt(srv, doc_id, "b", "bob", "bob-2"), wait=True, timeout=WAIT_S)
+        wait_until(lambda: requests_answered(srv, SUBSCRIPTIONS_ROUTE, status="200") > subscribes,
+                   "b subscribed again with bob's new JWT")
+        proxy.resume()  # the stale `unsubscribed` arrives now, then the new subscription's ack
+
+        after = client.mark()
+        for layer in ("a", "c", "b"):  # (the stale event is handled before a's and c's changes)
+            if layer == "b":
+                failed = [e for e in client.events(since=since) if e.name == "did_fail_authentication"]
+                assert failed == [], f"the stale unsubscribed ended the new JWT's subscription: {failed}"
+            record_id = post_server_note(srv, doc_id, layer, f"{layer} listens on")
+            client.wait_for("did_receive_changes", since=after, document=docs[layer], timeout=WAIT_S,
+                            predicate=lambda e, r=record_id: r in e.args[0].get("created", []))
+        assert metric(srv, "layersync_stream_subscriptions") == 3
+        assert metric(srv, "layersync_open_streams") == 1
+        assert {layer: doc.listening_transport for layer, doc in docs.items()} == {layer: "stream" for layer in docs}
     finally:
         proxy.close()
