@@ -336,8 +336,11 @@ typedef enum {
      * written to stderr; the stream is tried again after 5 minutes (doubled per failed
      * try, at most an hour) and takes the layers back when it works (also written to
      * stderr). For one document (`layersync_document_listening_transport`) also: the
-     * server took no more subscriptions on the stream (its `max_subscriptions`, 429), so
-     * that layer long-polls on its own and is subscribed again later.
+     * stream refused that layer's subscription (429: the server's `max_subscriptions`;
+     * 404 while the stream is open and the layer exists: the request reached another
+     * server process than the one holding the stream, or a proxy stripped its
+     * `LayerSync-Stream-Key` header), so that layer long-polls on its own and is
+     * subscribed again later (and on the next stream).
      */
     LAYERSYNC_LISTENING_LONG_POLL = 1,
 } layersync_listening_transport_t;
@@ -702,9 +705,11 @@ layersync_document_state_t layersync_document_state(const layersync_document *do
 
 /**
  * Whether this layer is listened to on the client's change stream or with its own
- * long-poll (the client fell back, or the server refused the layer's subscription: its
- * subscription limit per stream); meaningful while listening.
- * `LAYERSYNC_LISTENING_STREAM` for NULL. LayerSync's own.
+ * long-poll (the client fell back, or the stream refused the layer's subscription: 429,
+ * the server's subscription limit per stream, or 404 while the stream is open: the
+ * request reached another server process than the one holding the stream, or lost its key
+ * on the way); meaningful while listening. `LAYERSYNC_LISTENING_STREAM` for NULL.
+ * LayerSync's own.
  *
  * @param document The document. Must not be NULL.
  */

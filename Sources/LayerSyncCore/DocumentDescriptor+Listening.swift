@@ -37,8 +37,8 @@ extension DocumentDescriptor {
     public var isListening: Bool { mutableState.withLock { $0.listener.isRunning } }
 
     /// How this layer is listened to: on the client's change stream, or with its own long-poll
-    /// (the client fell back, or the stream cannot take this layer: the server's subscription
-    /// limit). Meaningful while listening.
+    /// (the client fell back, or the stream refused this layer: the server's subscription limit,
+    /// or a 404 while the stream is open, see ``StreamListener``). Meaningful while listening.
     public var listeningTransport: ListeningTransport { context.stream.transport(of: self) }
 
     func beginListening() {

@@ -45,10 +45,14 @@ public enum ListeningTransport: Sendable, Equatable {
 /// Buffering, a server that does not advertise the stream, or a 404 to it move all listening to
 /// per-layer long-polls (logged on stderr, ``SyncClient/listeningTransport``; no stream is held
 /// then); the stream is tried again after ``streamRetrySeconds`` (doubled per failed try) and
-/// takes the layers back when it works. A layer whose subscription the server refuses with 429
-/// (its `max_subscriptions` per stream) long-polls on its own (logged,
+/// takes the layers back when it works. A layer whose subscription the open stream refuses
+/// (429: the server's `max_subscriptions` per stream; 404 while the stream is still open and the
+/// layer exists: the request reached another server process than the one holding the stream, or
+/// lost its key on the way) long-polls on its own (logged,
 /// ``DocumentDescriptor/listeningTransport``) and is subscribed again after
-/// ``subscriptionRetrySeconds`` (doubled), or at once when another layer's subscription ends.
+/// ``subscriptionRetrySeconds`` (doubled), at once when another layer's subscription ends, or
+/// on the next stream (its `hello`). A 404 from a stream that has ended meanwhile refuses
+/// nothing: the next stream subscribes the layer.
 final class StreamListener: Sendable {
     /// Seconds after it is due within which an event must arrive on the stream.
     static let eventDeadlineSeconds = 5.0
@@ -61,7 +65,7 @@ final class StreamListener: Sendable {
     static let probeTimeoutSeconds = 10.0
     /// First pause before trying the stream again after a fallback, and the longest.
     static let streamRetrySeconds = (first: 300.0, longest: 3600.0)
-    /// First pause before subscribing again a layer the server refused (429), and the longest.
+    /// First pause before subscribing again a layer the stream refused (429, 404), and the longest.
     static let subscriptionRetrySeconds = (first: 60.0, longest: 900.0)
 
     private struct Subscription {
@@ -320,13 +324,22 @@ final class StreamListener: Sendable {
                 forget(descriptor, generation: subscription.generation)
                 descriptor.streamFailedAuthentication(error, token: token, generation: subscription.generation)
             } catch where error.code == .invalidDocument && error.httpStatus == 404 {
-                // An unknown stream (it ended: the loop resubscribes on the next one) or a missing layer.
+                // A missing layer, or no open stream of this id and key where the request arrived:
+                // the stream ended (``refuse(_:_:on:reason:context:)`` does nothing then and the
+                // next stream's `hello` subscribes the layer), or it is open and the request
+                // reached another server process than the one holding it, or lost its key on the way.
                 if descriptor.isMissingOnServer(token: token, session: controlSession, cancellation: context.lifetime) {
                     forget(descriptor, generation: subscription.generation)
                     descriptor.streamLayerIsMissing(error, generation: subscription.generation)
+                } else {
+                    refuse(layer, subscription, on: streamID,
+                           reason: "the server answers 404 to its subscription on the open change stream (\(error.message)): the request "
+                               + "reached another server process than the one holding the stream, or lost its \(SyncServer.streamKeyHeader) "
+                               + "header on the way", context: context)
                 }
             } catch where error.httpStatus == 429 {
-                refuse(layer, subscription, reason: "the server takes no more subscriptions on this stream (\(error.message))", context: context)
+                refuse(layer, subscription, on: streamID, reason: "the server takes no more subscriptions on this stream (\(error.message))",
+                       context: context)
             } catch {
                 let delay = DocumentDescriptor.backoffSeconds(failures: attempt + 1)
                 controlQueue.asyncAfter(deadline: .now() + delay) { [self] in
@@ -345,12 +358,15 @@ final class StreamListener: Sendable {
         }
     }
 
-    /// The server refused `layer`'s subscription (429: its limit per stream): the layer
-    /// long-polls on its own (logged, ``transport(of:)``) until ``retrySubscription(_:context:)``
-    /// gets it onto the stream.
-    private func refuse(_ layer: StreamLayer, _ subscription: Subscription, reason: String, context: ClientContext) {
+    /// The stream `streamID` refused `layer`'s subscription (429: the server's limit per stream;
+    /// 404 while that stream is open: the request did not reach the process holding it, or came
+    /// without its key): the layer long-polls on its own (logged, ``transport(of:)``) until
+    /// ``retrySubscription(_:context:)`` gets it onto the stream, after a backoff, when a place
+    /// frees up or when a new stream opens (its `hello`). Nothing when `streamID` is not the
+    /// current stream any more (the next one's `hello` subscribes the layer).
+    private func refuse(_ layer: StreamLayer, _ subscription: Subscription, on streamID: String, reason: String, context: ClientContext) {
         let refusals = state.withLock { state -> Int? in
-            guard state.subscriptions[layer]?.generation == subscription.generation else { return nil }
+            guard state.isCurrent(streamID), state.subscriptions[layer]?.generation == subscription.generation else { return nil }
             state.subscriptions[layer]?.refusal = reason
             state.subscriptions[layer]?.subscribed = nil
             state.subscriptions[layer]?.refusals += 1
@@ -697,18 +713,24 @@ final class StreamListener: Sendable {
         }
         switch message {
         case .hello(let streamID, let key):
-            let hello = state.withLock { state -> (layers: [StreamLayer], fellBack: String?)? in
+            let hello = state.withLock { state -> (layers: [StreamLayer], refused: [StreamLayer], fellBack: String?)? in
                 guard state.transfer === transfer else { return nil }
                 state.stream = (streamID, key)
                 state.lastStream = (streamID, key)
                 state.failures = 0
                 state.helloDue = nil
                 defer { state.fallbackReason = nil }
-                return (state.subscriptions.filter { $0.value.refusal == nil }.map(\.key), state.fallbackReason)
+                return (state.subscriptions.filter { $0.value.refusal == nil }.map(\.key),
+                        state.subscriptions.filter { $0.value.refusal != nil }.map(\.key), state.fallbackReason)
             }
             guard let hello else { return false }
-            let subscribing = hello.fellBack.map { comeBack($0, context: context) } ?? hello.layers
-            for layer in subscribing { subscribe(layer, on: streamID, context: context) }
+            if let fellBack = hello.fellBack {
+                for layer in comeBack(fellBack, context: context) { subscribe(layer, on: streamID, context: context) }
+            } else {
+                for layer in hello.layers { subscribe(layer, on: streamID, context: context) }
+                // A refusal was the previous stream's: the layers it refused try this one (after the others).
+                for layer in hello.refused { retrySubscription(layer, context: context) }
+            }
         case .subscribed(let layer):
             state.withLock { state in
                 let owed = (state.acks[layer]?.owed ?? 0) - 1

@@ -357,8 +357,10 @@ class Document(CallsIntoC):
     @property
     def listening_transport(self) -> str:
         """How this layer is listened to: ``"stream"`` (the client's change stream) or
-        ``"long-poll"`` (its own long-poll: the client fell back, or the server took no more
-        subscriptions on the stream; the reason is written to stderr)."""
+        ``"long-poll"`` (its own long-poll: the client fell back, or the stream refused the
+        layer's subscription: 429, the server takes no more on the stream, or 404 while the
+        stream is open, the request did not reach the process holding it or lost its key on
+        the way; the reason is written to stderr)."""
         value = self._invoke("layersync_document_listening_transport")
         return "long-poll" if value == _ffi.LAYERSYNC_LISTENING_LONG_POLL else "stream"
 

@@ -8,25 +8,37 @@ Each request gets its own upstream connection with ``Connection: close``, so "th
 answer" is the server closing that connection. One thread per connection, loopback only,
 stopped by :meth:`close`. ``requests`` lists the request lines seen. Unlike FaultProxy
 it forwards the change stream's requests too (it is the buffering box in front of a v2 server).
+
+With ``pass_first=PASS_ALL`` it buffers nothing, and ``rewrite`` changes requests on their way
+(a proxy that strips headers it does not know, or a load balancer that sends a request to
+another server process): the box in front of a v2 server that passes the stream but not every
+subscription.
 """
 from __future__ import annotations
 
 import socket
+import sys
+from typing import Callable
 
-from faultproxy import FaultProxy, _read_request
+from faultproxy import FaultProxy, Request, _read_request
 
 HOLD_BYTES = 64 * 1024
+#: ``pass_first`` of a proxy that passes every answer as it arrives (buffers nothing)
+PASS_ALL = sys.maxsize
 
 
 class BufferingProxy(FaultProxy):
     """FaultProxy's listener and bookkeeping (``close``, ``cut_all``), with its own answer
     path: every request forwarded, every answer held as above."""
 
-    def __init__(self, upstream_url: str, pass_first: int = 0) -> None:
+    def __init__(self, upstream_url: str, pass_first: int = 0,
+                 rewrite: Callable[[Request], Request] | None = None) -> None:
         """``pass_first``: bytes of each answer passed at once before the buffering starts
-        (a proxy that lets the head and the stream's ``hello`` through, then holds)."""
+        (a proxy that lets the head and the stream's ``hello`` through, then holds).
+        ``rewrite(request)``: the request forwarded instead of ``request`` (``None``: as is)."""
         self.requests: list[str] = []
         self.pass_first = pass_first
+        self.rewrite = rewrite
         super().__init__(upstream_url)
 
     def count(self, fragment: str) -> int:  # type: ignore[override]
@@ -41,6 +53,9 @@ class BufferingProxy(FaultProxy):
                 return
             with self.lock:
                 self.requests.append(f"{request.method} {request.path}")
+                rewrite = self.rewrite
+            if rewrite is not None:
+                request = rewrite(request)
             upstream = socket.create_connection(self.upstream, timeout=None)
             with self.lock:
                 self.connections.add(upstream)

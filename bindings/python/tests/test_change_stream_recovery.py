@@ -2,16 +2,23 @@
 issue 16; the review's findings 1, 3, 4 and 5): a network stall is not taken for buffering and
 listening comes back to the stream; a proxy that passes the hello and then buffers is detected
 by the subscriptions' acknowledgements; layers past the server's subscription limit long-poll
-on their own and move to the stream when it has room; a cursor ahead of a server restored from
+on their own and move to the stream when it has room, and so does a layer whose subscription
+gets 404 while the stream is open (a proxy strips its key; another server process got it); a cursor ahead of a server restored from
 a backup re-bases on the stream as on a long-poll; a stream whose path went silent while the
 server still sees it acknowledged is closed on the server when the client replaces it (the
 review's last finding). Uses stallproxy.py and bufferingproxy.py."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 import time
+from typing import Callable
 
-from bufferingproxy import BufferingProxy
+import pytest
+
+from bufferingproxy import PASS_ALL, BufferingProxy
+from faultproxy import Request
 from conftest import WAIT_S, corpus_pdf
 from test_change_stream import (behind_stall_proxy, free_port, listen_through, local_ids, metric, open_layers, own_server,  # noqa: F401
                                 post_server_note, wait_until)
@@ -134,6 +141,67 @@ def test_layers_past_the_servers_max_subscriptions_still_receive_changes(make_cl
     record_id = post_server_note(srv, doc_id, refused[0].layer_name, "on the stream now")
     wait_until(lambda: record_id in local_ids(refused[0]), "the change on the stream")
     wait_until(lambda: metric(srv, "layersync_open_long_polls") == 0, "its long-poll to end")
+
+
+def strip_stream_key(stripped: Callable[[str], bool]) -> Callable[[Request], Request]:
+    """A ``BufferingProxy`` rewrite: a subscribe request of a layer for which ``stripped(layer)``
+    is true loses its ``LayerSync-Stream-Key`` header (a proxy that strips headers it does not
+    know); everything else passes as is."""
+    def rewrite(request: Request) -> Request:
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/subscriptions"):
+            return request
+        if not stripped(json.loads(request.body).get("layer")):
+            return request
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "layersync-stream-key"}
+        return dataclasses.replace(request, headers=headers)
+    return rewrite
+
+
+@pytest.mark.parametrize("stripped", [("b",), ("a", "b")], ids=["one-layer", "every-layer"])
+def test_a_subscription_refused_404_on_the_open_stream_long_polls_on_its_own(make_client, own_server, capfd, stripped):
+    """A subscribe request answered 404 while the client's stream is open and reads heartbeats,
+    for a layer that exists: it did not reach the stream as the server holds it (another server
+    process got it; here a proxy strips its LayerSync-Stream-Key, for layer b or for every
+    layer). That layer long-polls on its own, as one refused with 429 (said on stderr and in
+    its listening_transport); the other layers stay on the stream. (It was never subscribed
+    and got no live change, with nothing reported.) When the stream is reopened the layer tries
+    it again and, its requests passing now, moves to it (its changes come on the stream, no
+    more long-polls)."""
+    srv = own_server()
+    doc_id = "nokey"
+    srv.upload(corpus_pdf("pdfjs-pr20043.pdf"), doc_id)
+    layers = ["a", "b"]
+    stripping = set(stripped)
+    proxy = BufferingProxy(srv.url, pass_first=PASS_ALL, rewrite=strip_stream_key(lambda layer: layer in stripping))
+    try:
+        client, docs = listen_through(make_client, proxy.url, srv, doc_id, layers)
+        wait_until(lambda: metric(srv, "layersync_open_streams") == 1, "the stream")
+        ids = {layer: post_server_note(srv, doc_id, layer, "live") for layer in layers}
+        for layer, doc in zip(layers, docs):
+            wait_until(lambda d=doc, l=layer: ids[l] in local_ids(d), f"layer {layer} to receive its change", timeout=20)
+        assert client.listening_transport == "stream"
+        assert [doc.listening_transport for doc in docs] == ["long-poll" if layer in stripped else "stream" for layer in layers]
+        wait_until(lambda: metric(srv, "layersync_open_long_polls") == len(stripped), "the stripped layers' long-polls on the server")
+        assert (metric(srv, "layersync_open_streams"), metric(srv, "layersync_stream_subscriptions")) == (1, len(layers) - len(stripped))
+        err = capfd.readouterr().err
+        for layer in layers:
+            said = f"{doc_id}/{layer} uses its own long-poll: the server answers 404" in err
+            assert said == (layer in stripped), err
+        # The key passes again; a new stream (the old one's connection cut) takes the layers back.
+        stripping.clear()
+        proxy.cut_all()
+        wait_until(lambda: [doc.listening_transport for doc in docs] == ["stream"] * len(layers), "every layer on the new stream",
+                   timeout=30)
+        wait_until(lambda: metric(srv, "layersync_stream_subscriptions") == len(layers), "every subscription on the new stream")
+        # (the server holds a cancelled long-poll's proxied request until its wait ends)
+        long_polls = proxy.count("/changes")
+        ids = {layer: post_server_note(srv, doc_id, layer, "on the stream now") for layer in layers}
+        for layer, doc in zip(layers, docs):
+            wait_until(lambda d=doc, l=layer: ids[l] in local_ids(d), f"layer {layer}'s change on the stream")
+        assert proxy.count("/changes") == long_polls, "a change came by long-poll"
+        assert client.listening_transport == "stream"
+    finally:
+        proxy.close()
 
 
 def test_a_proxy_that_passes_the_hello_then_buffers_is_detected(make_client, server, uploaded):
