@@ -61,7 +61,7 @@ package struct JWTClaims: Sendable, Equatable {
             payloadValue = try JSONValue.parse(bytes: payloadBytes)
         } catch {
             // The parser's reason, e.g. a lone surrogate escape, which no string can hold (the
-            // server refuses one in collaboration_permissions too).
+            // server refuses a token with one in any claim too: 403, protocol.md "Authentication").
             throw invalid("payload is not base64url JSON object (\(error.message))")
         }
         guard case .object(let payload) = payloadValue else { throw invalid("payload is not base64url JSON object") }
