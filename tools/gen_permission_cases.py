@@ -86,6 +86,9 @@ GRANT_CLAIMS = [None, ["annotations:*:all", "comments:*:all", "form-fields:*:all
                 # Instant's landlord/tenant: fill scoped by the form field's group, or its creator
                 ["annotations:view:all", "form-fields:view:all", "form-fields:fill:group=g"],
                 ["form-fields:view:all", "form-fields:fill:createdBy=other"],
+                # fill of every field, view of those in g only: a field the token may not view
+                # (the user's in no group, the third's in h) fills no value (fill needs its view)
+                ["form-fields:view:group=g", "form-fields:fill:all", "form-fields:set-group:group=g"],
                 ["annotations:view:all", "annotations:edit:all", "annotations:set-group:group=caf\u00e9"]]
 
 

@@ -282,7 +282,9 @@ package struct PermissionGrant: Sendable, Equatable {
 
     /// `fill` of a form field value (the server's `_may_fill`): judged by its form field's
     /// ownership (`field`; Instant scopes `fill` by the field's group and creator), or, when no
-    /// such field is known, by the value's own (`createdBy`, `group`).
+    /// such field is known, by the value's own (`createdBy`, `group`). Through a field it is an
+    /// action on the field, so ``allows(_:_:)`` also needs `view` of the field: a field the token
+    /// may not view fills no value (the server never sends one; only a local create can put one in the store).
     package func mayFill(field: RecordOwnership?, createdBy: String?, group: String?) -> Bool {
         if let field { return allows(.fill, field) }
         return allows(.fill, RecordOwnership(type: CollaborationPermissions.formFieldValueType, createdBy: createdBy, group: group))

@@ -22,7 +22,8 @@ update needs ``edit`` (``fill`` for a form field value), even one that changes n
 it is a pure group change (``set-group``: content the same JSON as stored, by
 :func:`~layersync_formats.values.same_json`, so ``false`` over ``0`` is a change). ``fill`` is judged by the value's form field (the
 live ``pspdfkit/form-field/*`` record whose ``name`` the value's names: its ``createdBy`` and
-``group``, as Instant scopes it), or by the value itself when the layer has no such field; a
+``group``, as Instant scopes it; with ``view`` of the field, as every action needs), or by the
+value itself when the layer has no such field; a
 value created without ``group`` gets its field's group (:func:`default_group_of`). Deleting a root deletes its thread: the user needs
 ``delete`` on every live reply too, else the delete is refused as a whole, and the refusal
 names a reply only when the user may view it (:func:`forbidden_change`).
@@ -269,7 +270,10 @@ def default_group_of(grant, content: dict | None, field=None) -> str | None:
 def _may_fill(grant, field, created_by: str | None, group: str | None) -> bool:
     """``fill`` of a form field value: judged by its form field's ownership (``field``;
     Instant scopes ``fill`` by the field's group and creator), or, when the layer has no
-    such field, by the value's own (``created_by``, ``group``)."""
+    such field, by the value's own (``created_by``, ``group``). Through a field it is an
+    action on the field, so :func:`allows` also needs ``view`` of the field: a field the
+    token may not view fills no value, and is not taken for an absent one (the value would
+    fill it in the export; docs/protocol.md, "A field the token may not view")."""
     if field is not None:
         return allows(grant.collaboration, grant.user_id, "fill", _type(field.content),
                       field.created_by, field.group)

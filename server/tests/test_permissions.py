@@ -370,6 +370,58 @@ def test_fill_scoped_by_the_form_fields_creator_and_a_value_without_a_field(srv)
     assert {r["id"]: r for r in records(srv, layer)["records"]}["vfree"]["group"] == "forms"
 
 
+def test_fill_needs_view_of_the_form_field(srv):
+    """``fill:all`` without ``view`` of a field's group fills no value of that field: a create
+    and an update are refused as any fill is (the value would otherwise take the hidden
+    field's group and fill it in the PDF export), and so is renaming a value onto it; with
+    ``view`` of the group the same changes are accepted. A name no field has is judged by the
+    value itself (accepted here): what a token that may create values can tell apart
+    (docs/protocol.md, "Filling a form field")."""
+    layer = "fillview-" + uuid.uuid4().hex[:8]
+    made = sync(srv, layer, [grouped("create", "w-hid", widget("hidden"), group="X"),
+                             grouped("create", "f-hid", text_field("hidden", "w-hid"), group="X"),
+                             grouped("create", "w-shown", widget("shown"), group="Y"),
+                             grouped("create", "f-shown", text_field("shown", "w-shown"), group="Y"),
+                             grouped("create", "v-lead", value("hidden", "lead's"), group="Y")], user_id="lead")
+    assert len(made["accepted"]) == 5, made["rejected"]
+    lead_rev = made["accepted"][-1]["revision"]
+    blind = {"user_id": "u", "default_group": "Y",
+             "collaboration_permissions": ["form-fields:view:group=Y", "form-fields:fill:all",
+                                           "form-fields:set-group:group=Y"]}
+    created = sync(srv, layer, [change("create", "v-hid", value("hidden", "u")),
+                                grouped("create", "v-hid-x", value("hidden", "u"), group="X"),
+                                grouped("create", "v-hid-y", value("hidden", "u"), group="Y"),
+                                change("create", "v-shown", value("shown", "u")),
+                                change("create", "v-none", value("no-such-field", "u"))], **blind)
+    assert [a["id"] for a in created["accepted"]] == ["v-shown", "v-none"]
+    assert [(r["id"], r["reason"], r["message"], r["server_record"]) for r in created["rejected"]] == [
+        ("v-hid", "forbidden", "may not fill this form field", None),
+        ("v-hid-x", "forbidden", "may not fill this form field", None),
+        ("v-hid-y", "forbidden", "may not fill this form field", None)]
+    shown_rev = created["accepted"][0]["revision"]
+    # an update of a value the token may view, whose field it may not: refused, nothing stored
+    updated = sync(srv, layer, [change("update", "v-lead", value("hidden", "u's"), base=lead_rev),
+                                change("update", "v-shown", value("hidden", "u"), base=shown_rev)],
+                   since=10 ** 6, **blind)
+    assert updated["accepted"] == []
+    assert [(r["id"], r["reason"], r["message"]) for r in updated["rejected"]] == [
+        ("v-lead", "forbidden", "may not fill this record"), ("v-shown", "forbidden", "may not fill this record")]
+    assert updated["rejected"][0]["server_record"]["content"]["value"] == "lead's"
+    stored = {r["id"]: r for r in records(srv, layer)["records"]}
+    assert not {"v-hid", "v-hid-x", "v-hid-y"} & set(stored)
+    assert (stored["v-lead"]["content"]["value"], stored["v-shown"]["content"]["name"]) == ("lead's", "shown")
+    assert (stored["v-shown"]["group"], stored["v-none"]["group"]) == ("Y", "Y")
+    # with view of the field's group, the same changes are fills of a field the token sees
+    seeing = {**blind, "collaboration_permissions": blind["collaboration_permissions"] + ["form-fields:view:group=X"]}
+    again = sync(srv, layer, [change("create", "v-hid", value("hidden", "u")),
+                              grouped("create", "v-hid-y", value("hidden", "u"), group="Y"),
+                              change("update", "v-lead", value("hidden", "u's"), base=lead_rev),
+                              change("update", "v-shown", value("hidden", "u"), base=shown_rev)],
+                 since=10 ** 6, **seeing)
+    assert [a["id"] for a in again["accepted"]] == ["v-hid", "v-hid-y", "v-lead", "v-shown"], again["rejected"]
+    assert {r["id"]: r for r in records(srv, layer)["records"]}["v-hid"]["group"] == "X"  # the field's
+
+
 # -- batches and groups -------------------------------------------------------------------------
 
 def test_a_forbidden_change_in_a_batch_of_1000_is_rejected_alone(srv):

@@ -235,6 +235,47 @@ def test_tenant_fills_the_field_the_agent_assigned_to_its_group(make_client, ser
     assert agent.get_annotation(value["id"])["value"] == "Jane Doe"
 
 
+def test_a_field_the_token_may_not_view_is_filled_by_nobody_and_unknown_to_the_client(make_client, server, uploaded):
+    """``fill:all`` with ``view`` (and ``set-group``) of group g only (docs/protocol.md, "Filling a form field"): the
+    field in group h never reaches the client, so the client judges its widget and a value
+    naming it as it judges a value whose field is not there (by their own ownership:
+    ``isFillable`` true, the create allowed offline), and the server, which has the field,
+    refuses the fill: ``did_reject_changes`` forbidden, the local copy gone. A field in g is
+    fillable on both sides."""
+    doc_id = uploaded()
+    _, agent, _ = open_doc(make_client, server, doc_id, "agent", LEAD)
+    widgets = {}
+    for name, field_group in (("shown", "g"), ("hidden", "h")):
+        w = agent.create_annotation({"type": "pspdfkit/widget", "pageIndex": 0, "bbox": [50, 120, 100, 20],
+                                     "formFieldName": name, "group": "g"})
+        agent.create_annotation(_text_field(name, w["id"], field_group))
+        widgets[name] = w["id"]
+    agent.sync(wait=True, timeout=WAIT_S)
+    _, filler, changes = open_doc(make_client, server, doc_id, "filler",
+                                  ["form-fields:view:group=g", "form-fields:fill:all", "form-fields:set-group:group=g"],
+                                  default_group="g")
+    names = {a.get("name") for a in filler.list_annotations() if a["type"].startswith("pspdfkit/form-field/")}
+    assert names == {"shown"}  # the field in h is not sent
+    assert (filler.get_annotation(widgets["shown"])["isFillable"], filler.get_annotation(widgets["hidden"])["isFillable"]) \
+        == (True, True)
+    shown = filler.create_annotation({"v": 1, "type": "pspdfkit/form-field-value", "name": "shown", "value": "ok"})
+    # named group g (else the server's answer is the value's own view: it would get the field's h)
+    hidden = filler.create_annotation({"v": 1, "type": "pspdfkit/form-field-value", "name": "hidden", "value": "no",
+                                       "group": "g"})
+    assert (hidden["group"], hidden["isFillable"]) == ("g", True)  # judged as a value without a field
+    filler.sync(wait=True, timeout=WAIT_S)
+    assert [(r["id"], r["reason"]) for r in changes.rejected] == [(hidden["id"], "forbidden")]
+    assert changes.rejected[0]["code"] == layersync._ffi.LAYERSYNC_ERROR_FORBIDDEN
+    assert (changes.rejected[0]["local"]["value"], changes.rejected[0]["server"]) == ("no", None)
+    with pytest.raises(layersync.NoSuchAnnotationError):
+        filler.get_annotation(hidden["id"])
+    assert not filler.has_unsynced_changes
+    agent.sync(wait=True, timeout=WAIT_S)
+    assert agent.get_annotation(shown["id"])["value"] == "ok"
+    with pytest.raises(layersync.NoSuchAnnotationError):
+        agent.get_annotation(hidden["id"])
+
+
 def test_default_group_get_set_reset_and_persisted(make_client, server, uploaded, tmp_path):
     doc_id = uploaded()
     storage = tmp_path / "dg"
