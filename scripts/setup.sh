@@ -42,9 +42,13 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
   # server and bindings both import.
   # Strict editable mode (links in formats/build/) so mypy --strict on the bindings finds
   # it; a new module in formats/ changes req_hash, so the next setup links it.
+  # (setuptools warns at length about every editable install, on stderr of the build
+  # backend: that warning alone is silenced, through the environment the backend inherits.)
+  export PYTHONWARNINGS="ignore:Editable installation"
   "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -e formats --config-settings editable_mode=strict
   for pkg in server bindings/python; do
     if [ -f "$pkg/pyproject.toml" ]; then "$VENV/bin/python" -m pip install -q "${CONSTRAINTS[@]}" -e "$pkg"; fi
   done
+  unset PYTHONWARNINGS
   echo "$req_hash" > "$stamp"
 fi

@@ -266,9 +266,10 @@ def run_document(report: Report, server: Any, pdf: Path, index: int, a: Party, b
 
     A, B = a.doc, b.doc
     imported = A.list_annotations()
-    with step("B: start listening (long-poll)") as s:
+    with step("B: start listening") as s:
         B.start_listening()
-        s.detail = "did_receive_changes will report server changes"
+        s.detail = (f"on the {B.listening_transport} (did_receive_changes will report server "
+                    "changes)")
 
     # --- A offline + concurrent edits --------------------------------------------------
     created_a: dict[str, Any] = {}
