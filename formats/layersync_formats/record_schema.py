@@ -129,8 +129,12 @@ class _Compiler:
         types, enum, minimum, maximum, min_items, max_items, color, items, props, required, any_of = NODES[index]
         out = []
         if types:
-            accepted = self.constant(_accepted_types(types))
-            out.append(f"{pad}if type({value}) not in {accepted} and not _kind({value}) & {types}:")
+            accepted = _accepted_types(types)
+            if len(accepted) == 1:  # one identity test, cheaper than a set lookup
+                test = f"type({value}) is not {self.constant(next(iter(accepted)))}"
+            else:
+                test = f"type({value}) not in {self.constant(accepted)}"
+            out.append(f"{pad}if {test} and not _kind({value}) & {types}:")
             out.append(f"{pad}    return _type_problem({types}, {where})")
         if enum is not None:
             if any(isinstance(e, bool) for e in enum):
@@ -173,10 +177,10 @@ class _Compiler:
             for name in required:
                 lines += [f"if {name!r} not in {value}:",
                           f"    return _message(({where}, {name!r}), ' is required')"]
-            for name, child in props:
+            for name, child in props:  # ``in`` and a subscript: no method call
                 member = self.local()
-                lines.append(f"{member} = {value}.get({name!r}, _ABSENT)")
-                lines.append(f"if {member} is not _ABSENT:")
+                lines.append(f"if {name!r} in {value}:")
+                lines.append(f"    {member} = {value}[{name!r}]")
                 lines += [line[len(pad):] for line in
                           self.child(child, member, f"({where}, {name!r})", pad + "    ")]
             branches.append(("== 64", 64, lines))
