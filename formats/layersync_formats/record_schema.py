@@ -54,11 +54,13 @@ def _number_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def _is_color(value: str) -> bool:
-    return len(value) == 7 and value[0] == "#" and _HEX.issuperset(value[1:])
+_HEX = frozenset("0123456789abcdefABCDEF")  # a color is "#" and 6 of them
 
 
-_HEX = frozenset("0123456789abcdefABCDEF")
+def _position(items: list, item: object) -> int:
+    """The index of the array item a check refused: the first that is ``item`` (an
+    earlier item that is the same object would have been refused first)."""
+    return next(position for position, candidate in enumerate(items) if candidate is item)
 
 
 def _accepted_types(types: int) -> frozenset:
@@ -89,11 +91,13 @@ def _in_enum(value: object, enum: tuple) -> bool:
 
 
 class _Compiler:
-    """The tables as Python source, compiled once at import: one function per object,
-    array or ``anyOf`` node (``_n<index>(value, where)``: why ``value`` breaks it, or
-    None); the checks of every other node are written inline where its parent reads the
-    value. Field paths are formatted only for a message (:func:`_path`). The checks and
-    their order are those of the table walk the engine does (RecordSchema.swift)."""
+    """The tables as Python source, compiled once at import: one function per record
+    schema, per ``anyOf`` node and per alternative of one (``_n<index>(value, where)``:
+    why ``value`` breaks it, or None); the checks of every other node, objects and arrays
+    included, are written inline where its parent reads the value (a Python call costs
+    more than most checks). Field paths are formatted only for a message (:func:`_path`;
+    an array item's index is found then, :func:`_position`). The checks and their order
+    are those of the table walk the engine does (RecordSchema.swift)."""
 
     def __init__(self) -> None:
         self.constants: dict[str, object] = {}
@@ -111,8 +115,7 @@ class _Compiler:
 
     @staticmethod
     def needs_function(index: int) -> bool:
-        node = NODES[index]
-        return node[7] is not None or bool(node[8]) or bool(node[9]) or bool(node[10])
+        return bool(NODES[index][10])  # an anyOf node: its alternatives are called
 
     def function(self, index: int) -> str:
         if index not in self.functions:
@@ -129,8 +132,12 @@ class _Compiler:
         types, enum, minimum, maximum, min_items, max_items, color, items, props, required, any_of = NODES[index]
         out = []
         if types:
-            accepted = self.constant(_accepted_types(types))
-            out.append(f"{pad}if type({value}) not in {accepted} and not _kind({value}) & {types}:")
+            accepted = _accepted_types(types)
+            if len(accepted) == 1:  # one identity test, cheaper than a set lookup
+                test = f"type({value}) is not {self.constant(next(iter(accepted)))}"
+            else:
+                test = f"type({value}) not in {self.constant(accepted)}"
+            out.append(f"{pad}if {test} and not _kind({value}) & {types}:")
             out.append(f"{pad}    return _type_problem({types}, {where})")
         if enum is not None:
             if any(isinstance(e, bool) for e in enum):
@@ -152,7 +159,8 @@ class _Compiler:
                           f"    return _message({where}, {self.constant(f' must be ≤ {_number_text(maximum)}')})"]
             branches.append(("& 8", 12, lines))
         if color:
-            branches.append(("== 16", 16, [f"if not _is_color({value}):",
+            branches.append(("== 16", 16, [f"if not (len({value}) == 7 and {value}[0] == '#' "
+                                           f"and _HEX.issuperset({value}[1:])):",
                                            f"    return _message({where}, ' must be a color \"#rrggbb\"')"]))
         if min_items is not None or max_items is not None or items is not None:
             lines = []
@@ -162,21 +170,22 @@ class _Compiler:
             if max_items is not None:
                 lines += [f"if len({value}) > {max_items}:",
                           f"    return _message({where}, ' must have at most {max_items} items')"]
-            if items is not None:
-                element, position = self.local(), self.local()
-                lines.append(f"for {position}, {element} in enumerate({value}):")
+            if items is not None:  # (no enumerate: the index is found for a message only)
+                element = self.local()
+                lines.append(f"for {element} in {value}:")
                 lines += [line[len(pad):] for line in
-                          self.child(items, element, f"({where}, {position})", pad + "    ")]
+                          self.child(items, element, f"({where}, _position({value}, {element}))",
+                                     pad + "    ")]
             branches.append(("== 32", 32, lines))
         if props or required:
             lines = []
             for name in required:
                 lines += [f"if {name!r} not in {value}:",
                           f"    return _message(({where}, {name!r}), ' is required')"]
-            for name, child in props:
+            for name, child in props:  # ``in`` and a subscript: no method call
                 member = self.local()
-                lines.append(f"{member} = {value}.get({name!r}, _ABSENT)")
-                lines.append(f"if {member} is not _ABSENT:")
+                lines.append(f"if {name!r} in {value}:")
+                lines.append(f"    {member} = {value}[{name!r}]")
                 lines += [line[len(pad):] for line in
                           self.child(child, member, f"({where}, {name!r})", pad + "    ")]
             branches.append(("== 64", 64, lines))
@@ -210,7 +219,8 @@ class _Compiler:
                  for record_type, versions in RECORDS.items()}
         source = "\n\n".join("\n".join(lines) for lines in self.functions.values())
         namespace = {"_kind": _kind, "_path": _path, "_type_problem": _type_problem,
-                     "_enum_problem": _enum_problem, "_message": _message, "_in_enum": _in_enum, "_is_color": _is_color,
+                     "_enum_problem": _enum_problem, "_message": _message, "_in_enum": _in_enum,
+                     "_HEX": _HEX, "_position": _position,
                      "_ABSENT": _ABSENT, "_HASHED": frozenset((str, int, float)), **self.constants}
         exec(compile(source, "<record schema>", "exec"), namespace)
         self.source = source

@@ -34,6 +34,18 @@ def test_invalid_cases_name_the_field(case):
     assert f'"{case["field"]}"' in problem
 
 
+def test_an_item_refused_names_its_first_position():
+    # the same object twice in an array (a client's JSON never makes one, Python code
+    # may): the message names the first, as the walk does
+    bad = "12"
+    content = note("n", bbox=[0, bad, 2, bad])
+    assert record_schema_problem(content) == '"bbox[1]" must be a number'
+    lines = {"points": [[[0, 0], [1, bad]], [[2, bad]]], "intensities": [[0.5, 0.5], [0.5]]}
+    ink = {"v": 2, "type": "pspdfkit/ink", "pageIndex": 0, "bbox": [0, 0, 1, 1],
+           "lines": lines, "lineWidth": 1, "isDrawnNaturally": False, "isSignature": False}
+    assert record_schema_problem(ink) == '"lines.points[0][1][1]" must be a number'
+
+
 def test_the_generated_tables_are_closed_and_cover_every_annotation_type():
     for versions in RECORDS.values():
         assert all(0 <= i < len(NODES) for i in versions.values())

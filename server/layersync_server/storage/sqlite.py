@@ -30,6 +30,14 @@ __all__ = ["SCHEMA_VERSION", "SqliteStorage", "WriteWouldWait"]
 BUSY_TIMEOUT_MS = 30_000
 _SQLITE_BUSY = 5  # primary result code (extended codes keep it in the low byte)
 
+# ``sqlite3`` binds str, int, float and bytearray as they are, and looks every other
+# parameter up as an adaptable type first: for ``None`` two failing attribute lookups
+# with formatted AttributeErrors (~0.3 us each; a pushed record binds two, its rootId
+# and group: a sixth of the cost of inserting it). An adapter for ``None`` that returns
+# it (``{}.get(None)``, a C call) finds it in the adapters table instead; it is bound
+# as NULL exactly as before. (Process-wide, like every ``register_adapter``.)
+sqlite3.register_adapter(type(None), {}.get)
+
 
 class SqliteStorage(SqlStorage):
     """:class:`Storage` in one SQLite file (WAL). Thread-safe: a connection per thread."""
