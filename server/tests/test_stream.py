@@ -290,10 +290,9 @@ def test_catch_up_then_live_and_heartbeat(stream_server):
     live = stream.next("changes")
     assert live["since"] == 3 and live["revision"] == revision
     assert [r["id"] for r in live["records"]] == ["live"]
-    # a silent stream gets heartbeats (heartbeat_s = 2 here)
-    started = time.monotonic()
+    # a silent stream gets a heartbeat before a client would call it dead (2 * heartbeat_s,
+    # heartbeat_s = 2 here): the bound protocol.md promises, not the sweeper's usual timing
     assert stream.events.get(timeout=4) == ("hb", None)
-    assert time.monotonic() - started < 3.5
     stream.close()
 
 
