@@ -334,13 +334,14 @@ typedef enum {
      * offer the stream, or something between client and server buffers it (an event the
      * server sent is 5 s late while the server answers other requests). The reason is
      * written to stderr; the stream is tried again after 5 minutes (doubled per failed
-     * try, at most an hour) and takes the layers back when it works (also written to
-     * stderr). For one document (`layersync_document_listening_transport`) also: the
-     * stream refused that layer's subscription (429: the server's `max_subscriptions`;
-     * 404 while the stream is open and the layer exists: the request reached another
-     * server process than the one holding the stream, or a proxy stripped its
-     * `LayerSync-Stream-Key` header), so that layer long-polls on its own and is
-     * subscribed again later (and on the next stream).
+     * try, at most an hour), and at once when the network comes back
+     * (`layersync_client_set_network_available`), and takes the layers back when it works
+     * (also written to stderr). For one document
+     * (`layersync_document_listening_transport`) also: the stream refused that layer's
+     * subscription (429: the server's `max_subscriptions`; 404 while the stream is open
+     * and the layer exists: the request reached another server process than the one
+     * holding the stream, or a proxy stripped its `LayerSync-Stream-Key` header), so that
+     * layer long-polls on its own and is subscribed again later (and on the next stream).
      */
     LAYERSYNC_LISTENING_LONG_POLL = 1,
 } layersync_listening_transport_t;

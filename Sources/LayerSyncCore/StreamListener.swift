@@ -423,9 +423,15 @@ final class StreamListener: Sendable {
         streams.wakeUp()
     }
 
-    /// The network is back: a stream waiting out its backoff or the network is opened now.
+    /// The network is back: a stream waiting out its backoff or the network is opened now, and
+    /// after a fallback the stream is tried again now rather than at its next retry (the path
+    /// that came back may not be the one that buffered; a try that is buffered again falls
+    /// back again, and its retry backoff goes on doubling).
     func wakeUp() {
-        state.withLock { $0.retryAt = .now() }
+        state.withLock { state in
+            state.retryAt = .now()
+            if state.fallbackReason != nil { state.nextTry = .now() }
+        }
         streams.wakeUp()
     }
 

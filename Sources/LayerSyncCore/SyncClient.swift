@@ -159,7 +159,9 @@ public final class SyncClient: Sendable {
     /// How listening works: one change stream for every listened layer (protocol version 2,
     /// the default, whatever users the layers' JWTs name), or per-layer long-polls once the client fell back to them (the server
     /// does not offer the stream, or something between buffers it; the reason is also written
-    /// to stderr once). A fallback holds for the client's life.
+    /// to stderr once). After a fallback the stream is tried again after 5 minutes (doubled
+    /// per failed try, at most an hour), and at once when the network comes back
+    /// (``setNetworkAvailable(_:)``).
     public var listeningTransport: ListeningTransport { context.stream.transport }
 
     // MARK: Reachability hint

@@ -20,7 +20,7 @@ import pytest
 import layersync
 from layersync.devserver import ReferenceServer
 
-from bufferingproxy import BufferingProxy
+from bufferingproxy import PASS_ALL, BufferingProxy
 from procstat import established_connections, threads
 from stallproxy import StallProxy
 from conftest import REPO, WAIT_S, corpus_pdf
@@ -285,6 +285,30 @@ def test_a_buffering_proxy_makes_the_client_fall_back_to_long_poll(make_client, 
         assert proxy.count("POST /sync/v2/stream") == 1  # one try, then long-polls
         assert proxy.count("/changes?") >= 2
         assert "falls back to per-layer long-poll" in capfd.readouterr().err
+    finally:
+        proxy.close()
+
+
+def test_after_a_fallback_the_network_coming_back_tries_the_stream_at_once(make_client, server, uploaded, capfd):
+    """The host says the network is back (set_network_available) after a fallback: the path
+    may not be the one that buffered, so the stream is tried now, not 5 minutes later."""
+    doc_id = uploaded()
+    proxy = BufferingProxy(server.url)
+    try:
+        client, docs = listen_through(make_client, proxy.url, server, doc_id, ["u", "v"])
+        wait_until(lambda: client.listening_transport == "long-poll", "the fallback to long-poll", timeout=15)
+        proxy.pass_first = PASS_ALL  # the new path buffers nothing
+        client.set_network_available(False)
+        client.set_network_available(True)
+        wait_until(lambda: client.listening_transport == "stream", "the stream after the network came back",
+                   timeout=15)
+        assert proxy.requests.count("POST /sync/v2/stream") == 2  # the fallen-back try, the one now
+        since = client.mark()
+        for doc in docs:
+            record_id = post_server_note(server, doc_id, doc.layer_name, "on the stream again")
+            client.wait_for("did_receive_changes", since=since, document=doc, timeout=WAIT_S,
+                            predicate=lambda e, r=record_id: r in e.args[0].get("created", []))
+            assert doc.listening_transport == "stream"
     finally:
         proxy.close()
 
