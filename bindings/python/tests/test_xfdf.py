@@ -172,6 +172,25 @@ def test_an_exported_then_imported_xfdf_changes_no_record(downloaded):
     assert doc.get_annotation(made[0]["id"])["bbox"] == [10, 10, 24, 24]
 
 
+def test_a_reply_threads_root_is_unchanged_by_its_own_export(downloaded, server):
+    """A root made through the API has no ``isCommentThreadRoot``; its export (with the reply)
+    imported again, by another user of the document, changes no record: before, the reader
+    marked the root from the reply and the import made a revision of alice's note by bob."""
+    _, alice = downloaded()
+    note = alice.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 24, 24],
+                                    "icon": "comment", "text": {"format": "plain", "value": "alice's note"}})
+    alice.create_comment(note["id"], "a reply", creator_name="alice")
+    alice.sync(wait=True, timeout=WAIT_S)
+    assert "isCommentThreadRoot" not in alice.get_annotation(note["id"])
+    _, bob = downloaded(alice.id, user_id="bob")
+    before = bob.list_annotations()
+    assert bob.import_xfdf(alice.export_xfdf()) == {"created": 0, "updated": 0, "deleted": 0}
+    assert bob.import_xfdf(bob.export_xfdf()) == {"created": 0, "updated": 0, "deleted": 0}
+    assert not bob.has_unsynced_changes and bob.list_annotations() == before
+    stored = server.admin_json(f"/api/documents/{alice.id}/annotations/{note['id']}")
+    assert stored["updatedBy"] == "alice" and "isCommentThreadRoot" not in stored["content"]
+
+
 def test_a_file_whose_later_annotation_is_invalid_applies_nothing(downloaded):
     """import_xfdf checks every record it would write before the first write: a file whose
     second annotation breaks the record schema (here a three-number bbox, in the extension
