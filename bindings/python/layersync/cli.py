@@ -22,7 +22,7 @@ from typing import Any, Callable, NoReturn, Sequence, TextIO
 from . import _ffi
 from ._library import LibraryLoadError, get_library
 from .client import Client, Document, Event
-from .document import record_content
+from .document import _xfdf_codec, record_content
 from .errors import (AccessDeniedError, AttachmentNotLoadedError, InvalidDocumentError, InvalidJWTError,
                      LayerSyncError, NoSuchAnnotationError, NoSuchAttachmentError, RequestFailedError,
                      UserIDMismatchError)
@@ -33,7 +33,9 @@ __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_
 
 #: Success.
 EXIT_OK = 0
-#: Any other LayerSync error (its code name and number are printed), or no library.
+#: Any other LayerSync error (its code name and number are printed), no library, or a
+#: missing package a command needs (layersync-formats for ``xfdf``; the message says how
+#: to install it).
 EXIT_ERROR = 1
 #: Bad command line or bad input (argparse's convention).
 EXIT_USAGE = 2
@@ -51,7 +53,8 @@ EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
-    EXIT_ERROR: "a LayerSync error not listed below (code name and number printed)",
+    EXIT_ERROR: "a LayerSync error not listed below (code name and number printed), no library, "
+                "or a missing package (`xfdf` needs layersync-formats: pip install ./formats)",
     EXIT_USAGE: "usage error: bad arguments or input that is not JSON",
     EXIT_NETWORK: "network: server unreachable or no answer in time (REQUEST_FAILED, timeout); "
                   "local edits stay stored and pending",
@@ -676,6 +679,8 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             return EXIT_OK
         if args.command == "rejected":
             return _rejected(doc, out, args)
+        if args.command == "xfdf":
+            _xfdf_codec()  # a missing layersync-formats is told before any download
         downloaded_now = _download(client, doc, out, args.timeout)
         if args.command == "download":
             if not downloaded_now:
@@ -841,6 +846,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report(exc, out.json, sys.stderr)
         return _exit_code(exc)
     except OSError as exc:  # e.g. export -o to an unwritable path
+        _report(exc, out.json, sys.stderr)
+        return EXIT_ERROR
+    except ImportError as exc:
+        if exc.name != "layersync_formats":  # the optional package (its message has the hint); not a bug's
+            raise
         _report(exc, out.json, sys.stderr)
         return EXIT_ERROR
 
