@@ -810,17 +810,40 @@ def _exit_code(exc: BaseException) -> int:
     return EXIT_ERROR
 
 
-def _report(exc: BaseException, out_json: bool, stream: TextIO) -> None:
+def _jwt_hint(exc: BaseException, jwt: str | None) -> str | None:
+    """For a malformed JWT given as is (not ``@FILE``) that looks like a file name, the
+    hint to write ``@FILE``: when it names an existing file or has no dot at all (a JWT
+    has two). None otherwise. The library's message stays as it is; the CLI adds this."""
+    if not isinstance(exc, InvalidJWTError) or not jwt or jwt.startswith("@"):
+        return None
+    value = jwt.strip()
+    try:
+        is_file = len(value) < 4096 and Path(value).is_file()
+    except (OSError, ValueError):  # name too long, NUL byte
+        is_file = False
+    if is_file:
+        return f"to read the token from the file {value}, write @{value}"
+    if "." not in value:
+        return "to read the token from a file, write @FILE"
+    return None
+
+
+def _report(exc: BaseException, out_json: bool, stream: TextIO, hint: str | None = None) -> None:
+    """Prints ``exc`` as one line (``layersync: ...``), or with --json one JSON object
+    ``{"error": {...}}``; ``hint`` (what to do instead) is appended in parentheses, or is
+    the object's ``"hint"``."""
     if out_json:
         body: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
         if isinstance(exc, LayerSyncError):
             body.update(code=exc.code, name=exc.code_name, message=exc.message,
                         http_status=exc.http_status or None, document_id=exc.document_id,
                         record_id=exc.record_id, attachment_id=exc.attachment_id)
+        if hint:
+            body["hint"] = hint
         print(json.dumps({"error": body}, ensure_ascii=False), file=stream, flush=True)
     else:
-        print(f"layersync: {exc}" if isinstance(exc, LayerSyncError) else f"layersync: {type(exc).__name__}: {exc}",
-              file=stream, flush=True)
+        text = f"layersync: {exc}" if isinstance(exc, LayerSyncError) else f"layersync: {type(exc).__name__}: {exc}"
+        print(text + (f" ({hint})" if hint else ""), file=stream, flush=True)
 
 
 def _usage_exit(parser: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -843,7 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         _usage_exit(parser, str(exc))
     except (LayerSyncError, LibraryLoadError, TimeoutError) as exc:
-        _report(exc, out.json, sys.stderr)
+        _report(exc, out.json, sys.stderr, _jwt_hint(exc, args.jwt))
         return _exit_code(exc)
     except OSError as exc:  # e.g. export -o to an unwritable path
         _report(exc, out.json, sys.stderr)
