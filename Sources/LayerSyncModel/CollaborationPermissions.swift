@@ -267,7 +267,7 @@ package struct PermissionGrant: Sendable, Equatable {
             return "may not fill this form field"
         }
         if groupGiven, !group.isExactly(inherited), !allows(.setGroup, RecordOwnership(type: type, createdBy: userID, group: group)) {
-            return "may not create a record in group \(Self.quoted(group))"
+            return "may not create a record in \(Self.groupWords(group))"
         }
         return nil
     }
@@ -340,7 +340,7 @@ package struct PermissionGrant: Sendable, Equatable {
         if groupGiven, !group.isExactly(current.group),
            !(allows(.setGroup, current)
              && allows(.setGroup, RecordOwnership(type: newType, createdBy: current.createdBy, group: group))) {
-            return "may not move this record to group \(Self.quoted(group))"
+            return "may not move this record to \(Self.groupWords(group))"
         }
         return nil
     }
@@ -362,8 +362,9 @@ package struct PermissionGrant: Sendable, Equatable {
         return nil
     }
 
-    /// Python's `repr` of a group, as the server's messages write it.
-    private static func quoted(_ group: String?) -> String { group.map { "'\($0)'" } ?? "None" }
+    /// A group as the messages name it: `group 'name'`, or `no group` for none (the server's
+    /// `permissions.group_words`, whose words the parity cases compare).
+    private static func groupWords(_ group: String?) -> String { group.map { "group '\($0)'" } ?? "no group" }
 }
 
 /// A string whose equality and hash are its code points (the server's Python `str`), not

@@ -11,7 +11,7 @@ import math
 import re
 import xml.etree.ElementTree as ET
 from copy import deepcopy
-from typing import Any
+from typing import Any, Mapping
 
 from layersync_formats.richtext import free_text_style, parse_css_style, xhtml_inner
 from layersync_formats.safexml import XmlRefused, local_name, namespace_of, parse_untrusted
@@ -45,14 +45,15 @@ def read_xfdf(data: bytes | str, *, pages: PageBoxes = None) -> XfdfChanges:
     record schema here (the caller does, as for Instant JSON)."""
     root = parse(data)
     changes = XfdfChanges()
+    stated: set[str] = set()  # ids whose <ls:instant-json> says isCommentThreadRoot (_thread_comments)
     for child in root:
         name = local_name(child.tag)
         if name == "annots":
-            changes.added += _records(child, pages, changes.attachments)
+            changes.added += _records(child, pages, changes.attachments, stated)
         elif name in ("add", "modify"):
             changes.is_command = True
             target = changes.added if name == "add" else changes.modified
-            target += _records(child, pages, changes.attachments)
+            target += _records(child, pages, changes.attachments, stated)
         elif name == "delete":
             changes.is_command = True
             changes.deleted += [(i.text or "").strip() for i in child if local_name(i.tag) == "id"
@@ -68,7 +69,7 @@ def read_xfdf(data: bytes | str, *, pages: PageBoxes = None) -> XfdfChanges:
             if record["id"] in seen:  # which one would win is a guess: refused
                 raise XfdfError(f"annotation name {record['id'][:128]!r} is used twice")
             seen.add(record["id"])
-    _thread_comments(changes.records)
+    _thread_comments(changes.records, stated)
     return changes
 
 
@@ -97,7 +98,9 @@ def _page_index_in_range(record: dict, pages: PageBoxes) -> None:
         raise XfdfError(problem)
 
 
-def _records(container: ET.Element, pages: PageBoxes, attachments: dict) -> list[dict]:
+def _records(container: ET.Element, pages: PageBoxes, attachments: dict, stated: set[str]) -> list[dict]:
+    """The records of ``container``'s annotation elements; adds to ``stated`` the id of each
+    whose ``<ls:instant-json>`` sets or unsets ``isCommentThreadRoot``."""
     elements = [e for e in container if namespace_of(e.tag) in ("", XFDF_NS)]
     partners = replace_text_groups(elements)
     folded = {id(caret) for caret in partners.values()}
@@ -108,7 +111,21 @@ def _records(container: ET.Element, pages: PageBoxes, attachments: dict) -> list
         record = record_of(element, pages, attachments, partners.get(id(element)))
         if record is not None:
             out.append(record)
+            if isinstance(record.get("id"), str) and THREAD_ROOT_KEY in _extension_keys(element):
+                stated.add(record["id"])
     return out
+
+
+def _extension_keys(element: ET.Element) -> set[str]:
+    """The fields an annotation element's ``<ls:instant-json>`` sets or unsets (none without
+    one; :func:`record_of` has refused a malformed one already)."""
+    keys: set[str] = set()
+    for child in element:
+        if namespace_of(child.tag) == LS_NS and local_name(child.tag) == "instant-json":
+            ext = _extension_json(child)
+            keys = set(ext.get("set", {}) if isinstance(ext.get("set", {}), dict) else ())
+            keys |= {k for k in ext.get("unset", []) if isinstance(k, str)} if isinstance(ext.get("unset"), list) else set()
+    return keys
 
 
 def replace_text_groups(elements: list[ET.Element]) -> dict[int, ET.Element]:
@@ -154,10 +171,16 @@ def _text_of(element: ET.Element) -> dict:
     return {"format": "xhtml", "value": rich} if rich is not None else {"format": "plain", "value": contents or ""}
 
 
-def _thread_comments(records: list[dict]) -> None:
+#: The field a thread's root carries in Instant JSON (``true``).
+THREAD_ROOT_KEY = "isCommentThreadRoot"
+
+
+def _thread_comments(records: list[dict], stated: set[str]) -> None:
     """A reply to a reply (Acrobat threads that way) joins its thread's root
     (:func:`~layersync_formats.threads.thread_root`); a root in the same document is marked
-    ``isCommentThreadRoot``."""
+    ``isCommentThreadRoot`` (:func:`thread_roots`) unless its ``<ls:instant-json>`` says
+    what the record holds (``stated``: LayerSync's writer says it whenever the record
+    differs from what the replies imply, so a record without the field reads back without it)."""
     parent = {r["id"]: r.get("rootId") for r in records if r.get("type") == "pspdfkit/comment" and "id" in r}
     by_id = {r["id"]: r for r in records if "id" in r}
     for record in records:
@@ -168,8 +191,26 @@ def _thread_comments(records: list[dict]) -> None:
             raise XfdfError(f"reply {record.get('id')!r} is in a cycle of replies (inreplyto) "
                             f"or more than {MAX_REPLY_DEPTH} deep")
         record["rootId"] = root
-        if root in by_id and by_id[root].get("type") != "pspdfkit/comment":
-            by_id[root]["isCommentThreadRoot"] = True
+    for root in thread_roots(records) - stated:
+        by_id[root][THREAD_ROOT_KEY] = True
+
+
+def thread_roots(records: list[Mapping[str, Any]]) -> set[str]:
+    """Ids of the records of one XFDF document that the reader marks ``isCommentThreadRoot``
+    when their element does not say otherwise: each record, not a comment, that a
+    comment's thread (``rootId``, followed through replies to replies) leads to. The
+    writer (:func:`~layersync_formats.xfdf_writer.write_xfdf`) uses it to know what the
+    reader will give back."""
+    kinds = {r["id"]: r.get("type") for r in records if isinstance(r.get("id"), str)}
+    parent = {i: r.get("rootId") for r in records if r.get("type") == "pspdfkit/comment"
+              and isinstance(i := r.get("id"), str) and isinstance(r.get("rootId"), str)}
+    roots = set()
+    for record in records:
+        if record.get("type") == "pspdfkit/comment" and isinstance(record.get("rootId"), str):
+            root = thread_root(record["rootId"], parent.get)
+            if root is not None and root in kinds and kinds[root] != "pspdfkit/comment":
+                roots.add(root)
+    return roots
 
 
 def _read_fields(element: ET.Element, path: tuple[str, ...], out: dict) -> None:

@@ -14,7 +14,7 @@ from layersync_formats.values import (LINE_CAPS, PageBox, PageBoxes, color_of, d
                                       iso_to_pdf_date, number_text)
 from layersync_formats.xfdf import (ELEMENTS, EXTENSION_TYPES, FLAGS, FLAG_ORDER, JUSTIFICATION, LS_NS,
                                     XFDF_NS, strip_xfdf_namespace)
-from layersync_formats.xfdf_reader import record_of
+from layersync_formats.xfdf_reader import THREAD_ROOT_KEY, record_of, thread_roots
 
 
 def write_xfdf(records: Iterable[Mapping[str, Any]], *, pages: PageBoxes = None,
@@ -39,8 +39,11 @@ def write_xfdf(records: Iterable[Mapping[str, Any]], *, pages: PageBoxes = None,
     by_id = {r.get("id"): r for r in records if r.get("id")}
     root = ET.Element("xfdf", {"xmlns": XFDF_NS, "xml:space": "preserve"})
     annots = ET.SubElement(root, "annots")
+    # the roots the reader will mark isCommentThreadRoot from this document's replies
+    replied = thread_roots([r for r in records if _writable(r)])
     for record in records:
-        annots.extend(annotation_elements(record, pages, attachments or {}, by_id))
+        annots.extend(annotation_elements(record, pages, attachments or {}, by_id,
+                                          replied=record.get("id") in replied))
     if form_field_values:
         root.append(fields_element(form_field_values))
     carried = [r for r in records if _carried(r)]
@@ -70,12 +73,17 @@ def _writable(record: Mapping[str, Any]) -> bool:
 
 def annotation_elements(record: Mapping[str, Any], pages: PageBoxes = None,
                         attachments: Mapping[str, bytes] | None = None,
-                        by_id: Mapping[str, Mapping] | None = None) -> list[ET.Element]:
+                        by_id: Mapping[str, Mapping] | None = None, *,
+                        replied: bool = False) -> list[ET.Element]:
     """One record as its XFDF elements (none when XFDF cannot express its type): one
     element, or for a strikeout with ``replaceTextCaret`` Acrobat's "replace text" pair
     (``<caret>``, then the ``<strikeout inreplyto=caret replyType="group">``). The
     annotation element gets an ``<ls:instant-json>`` child for whatever the elements cannot
-    carry, so that :func:`record_of` gives ``record`` back."""
+    carry, so that :func:`record_of` gives ``record`` back; ``replied`` says that the
+    document holds replies to the record (the reader then marks it ``isCommentThreadRoot``,
+    :func:`~layersync_formats.xfdf_reader.thread_roots`), so a record without that field
+    (a root made through the API) gets it unset and one with ``false`` gets it set: an
+    exported XFDF read again gives the stored record, whatever its thread flag."""
     if not _writable(record):
         return []
     kind = record["type"]
@@ -88,6 +96,8 @@ def annotation_elements(record: Mapping[str, Any], pages: PageBoxes = None,
         element = _mapped_element(record, pages, attachments or {}, by_id or {})
         caret = _caret_element(record, element, pages)
     back = record_of(element, pages, caret=caret)
+    if replied:
+        back[THREAD_ROOT_KEY] = True  # what the reader's _thread_comments adds
     extra = {k: v for k, v in record.items() if k not in back or back[k] != v}
     unset = sorted(k for k in back if k not in record)
     if extra or unset:

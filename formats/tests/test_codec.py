@@ -179,6 +179,29 @@ def test_comments_threads_and_form_field_values_round_trip(roots, fields):
     assert not any(k for k in extension_keys(xfdf).values() if k - NOT_IN_XFDF)
 
 
+@pytest.mark.parametrize("flag", [None, False, True])
+def test_a_roots_thread_flag_reads_back_as_stored(flag):
+    """A root with replies reads back with the ``isCommentThreadRoot`` it was written with:
+    absent (a root made through the API, ``create_comment``), ``false`` or ``true``. The
+    reader marks a root from its replies (Acrobat's XFDF says nothing else) unless the
+    element's ``<ls:instant-json>`` says otherwise; the writer says so whenever the record
+    differs from what the replies imply (an exported XFDF applied again changes nothing)."""
+    root = {"v": 2, "type": "pspdfkit/note", "id": "root", "name": "root", "pageIndex": 0, "bbox": [10, 10, 24, 24],
+            "icon": "comment", "text": {"format": "plain", "value": "root"}}
+    if flag is not None:
+        root["isCommentThreadRoot"] = flag
+    reply = {"v": 2, "type": "pspdfkit/comment", "id": "reply", "rootId": "root", "pageIndex": 0,
+             "text": {"format": "plain", "value": "a reply"}}
+    lone = {"v": 2, "type": "pspdfkit/note", "id": "lone", "name": "lone", "pageIndex": 0, "bbox": [40, 10, 24, 24],
+            "icon": "comment", "text": {"format": "plain", "value": "no replies"}}
+    xfdf = write_xfdf([root, reply, lone], pages=PAGES)
+    back = read_xfdf(xfdf, pages=PAGES).records
+    assert same_json(back, [root, reply, lone], typed_numbers=False), back
+    assert extension_keys(xfdf).get("root", set()) == (set() if flag is True else {"isCommentThreadRoot"})
+    # the same root without its reply in the file: no reply implies nothing, the record says it
+    assert same_json(read_xfdf(write_xfdf([root], pages=PAGES), pages=PAGES).records, [root], typed_numbers=False)
+
+
 def test_file_attachment_carries_its_bytes():
     data = b"\x00binary\xffdata"
     sha = __import__("hashlib").sha256(data).hexdigest()

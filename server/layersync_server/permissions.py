@@ -310,7 +310,7 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
             return "may not fill this form field"
         if group_given and group != inherited and not allows(
                 perms, user, "set-group", new_type, user, group):
-            return f"may not create a record in group {group!r}"
+            return f"may not create a record in {group_words(group)}"
         return None
     if not may(grant, "view", current):
         return "may not view this record"
@@ -343,8 +343,14 @@ def forbidden_change(grant, op: str, current, content: dict | None, group: objec
     if group_given and group != current.group and not (
             may(grant, "set-group", current)
             and allows(perms, user, "set-group", new_type, current.created_by, group)):
-        return f"may not move this record to group {group!r}"
+        return f"may not move this record to {group_words(group)}"
     return None
+
+
+def group_words(group: str | None) -> str:
+    """A group as the messages name it: ``group 'name'``, or ``no group`` for none (the
+    client's mirror, ``CollaborationPermissions.groupWords``, writes the same)."""
+    return "no group" if group is None else f"group '{group}'"
 
 
 def regranted_records(storage, document_id: str, layer: str, up_to: int, grant,

@@ -448,7 +448,11 @@ def test_group_changes_need_set_group_at_both_ends(srv):
     content = records(srv, layer)["records"][0]["content"]
     refused = sync(srv, layer, [grouped("update", "r", content, base=1, group="public")], **plain)
     assert refused["rejected"][0]["reason"] == "forbidden"
+    assert refused["rejected"][0]["message"] == "may not move this record to group 'public'"
     assert refused["rejected"][0]["server_record"]["group"] == "draft"
+    # out of every group: the words say "no group" (not Python's None); the client's mirror alike
+    ungrouped = sync(srv, layer, [grouped("update", "r", content, base=1, group=None)], **mover)
+    assert ungrouped["rejected"][0]["message"] == "may not move this record to no group", ungrouped
     nowhere = sync(srv, layer, [grouped("update", "r", content, base=1, group="secret")], **mover)
     assert nowhere["rejected"][0]["reason"] == "forbidden"
     moved = sync(srv, layer, [grouped("update", "r", content, base=1, group="public")], **mover)

@@ -397,22 +397,41 @@ def test_an_exported_then_reapplied_xfdf_changes_no_record(server):
     square = {"v": 2, "type": "pspdfkit/shape/rectangle", "pageIndex": 0, "bbox": [10, 30, 20, 20],
               "strokeWidth": 2.0, "strokeColor": "#ff0000", "opacity": 1.0,
               "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z"}
+    exported = _reapplied_unchanged(server, doc, layer, {
+        "ints": note("ints"), "floats": note("floats", bbox=[10.0, 40.5, 20.0, 20.0]), "ink": ink, "square": square})
+    changed = _apply(server, doc, exported.replace(b">ints<", b">edited<"), layer)
+    assert changed.json()["data"]["updated"] == 1 and changed.json()["data"]["unchanged"] == 3
+
+
+def test_a_reply_threads_root_is_unchanged_by_its_reapplied_export(server):
+    """A root pushed without ``isCommentThreadRoot`` (as clients' ``create_comment`` leaves it)
+    and its reply: the layer's XFDF applied again changes neither (before, the reader marked
+    the root from the reply: one update, one revision). A root with ``false`` keeps it."""
+    doc = server.new_document("pdfjs-issue13447.pdf")
+    layer = "t-" + uuid.uuid4().hex[:6]
+    reply = {"v": 2, "type": "pspdfkit/comment", "rootId": "root", "pageIndex": 0,
+             "text": {"format": "plain", "value": "a reply"}, "createdAt": "2025-01-01T00:00:00Z"}
+    _reapplied_unchanged(server, doc, layer, {
+        "root": note("root"), "reply": reply,
+        "unmarked": dict(note("x"), isCommentThreadRoot=False), "reply2": dict(reply, rootId="unmarked")})
+
+
+def _reapplied_unchanged(server, doc: str, layer: str, contents: dict[str, dict]) -> bytes:
+    """Pushes ``contents`` (id → content) as creates, applies the layer's XFDF export to it
+    and checks that nothing changed: every record "unchanged", no revision, the same records.
+    Returns the export."""
     created = server.http.post(server.layer_url(doc, layer) + "/sync", headers=server.auth(doc, layer), json={
-        "epoch": None, "since": 0, "changes": [
-            {"change_id": "c1", "op": "create", "id": "ints", "content": note("ints")},
-            {"change_id": "c2", "op": "create", "id": "floats",
-             "content": note("floats", bbox=[10.0, 40.5, 20.0, 20.0])},
-            {"change_id": "c3", "op": "create", "id": "ink", "content": ink},
-            {"change_id": "c4", "op": "create", "id": "square", "content": square}]})
-    assert created.status_code == 200 and len(created.json()["accepted"]) == 4, created.text
+        "epoch": None, "since": 0, "changes": [{"change_id": f"c{i}", "op": "create", "id": record_id,
+                                                "content": content}
+                                               for i, (record_id, content) in enumerate(contents.items())]})
+    assert created.status_code == 200 and len(created.json()["accepted"]) == len(contents), created.text
     before = server.records(doc, layer=layer)
     exported = _xfdf(server, doc, layer)
     assert exported.status_code == 200, exported.text
     again = _apply(server, doc, exported.content, layer)
     assert again.status_code == 200, again.text
     assert again.json()["data"] | {"revision": 0} == {"created": 0, "updated": 0, "deleted": 0,
-                                                       "unchanged": 4, "revision": 0}
+                                                       "unchanged": len(contents), "revision": 0}
     assert again.json()["data"]["revision"] == before["revision"]
     assert server.records(doc, layer=layer)["records"] == before["records"]  # ints stay ints
-    changed = _apply(server, doc, exported.content.replace(b">ints<", b">edited<"), layer)
-    assert changed.json()["data"]["updated"] == 1 and changed.json()["data"]["unchanged"] == 3
+    return exported.content

@@ -22,17 +22,20 @@ from typing import Any, Callable, NoReturn, Sequence, TextIO
 from . import _ffi
 from ._library import LibraryLoadError, get_library
 from .client import Client, Document, Event
-from .document import record_content
+from .document import _xfdf_codec, record_content
 from .errors import (AccessDeniedError, AttachmentNotLoadedError, InvalidDocumentError, InvalidJWTError,
                      LayerSyncError, NoSuchAnnotationError, NoSuchAttachmentError, RequestFailedError,
                      UserIDMismatchError)
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_NETWORK",
-           "EXIT_AUTH", "EXIT_NOT_FOUND", "EXIT_INTERRUPTED", "EXIT_CODES", "INSTANT_JSON_FORMAT"]
+           "EXIT_AUTH", "EXIT_NOT_FOUND", "EXIT_REJECTED", "EXIT_INTERRUPTED", "EXIT_CODES",
+           "INSTANT_JSON_FORMAT"]
 
 #: Success.
 EXIT_OK = 0
-#: Any other LayerSync error (its code name and number are printed), or no library.
+#: Any other LayerSync error (its code name and number are printed), no library, or a
+#: missing package a command needs (layersync-formats for ``xfdf``; the message says how
+#: to install it).
 EXIT_ERROR = 1
 #: Bad command line or bad input (argparse's convention).
 EXIT_USAGE = 2
@@ -42,17 +45,23 @@ EXIT_NETWORK = 3
 EXIT_AUTH = 4
 #: No such annotation or attachment, or no such document/layer on the server.
 EXIT_NOT_FOUND = 5
+#: The command synced and the server rejected some of the changes it sent (each one's
+#: server version was kept; the conflict reports stay stored: ``layersync rejected``).
+EXIT_REJECTED = 6
 #: Interrupted by Ctrl-C (SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
-    EXIT_ERROR: "a LayerSync error not listed below (code name and number printed)",
+    EXIT_ERROR: "a LayerSync error not listed below (code name and number printed), no library, "
+                "or a missing package (`xfdf` needs layersync-formats: pip install ./formats)",
     EXIT_USAGE: "usage error: bad arguments or input that is not JSON",
     EXIT_NETWORK: "network: server unreachable or no answer in time (REQUEST_FAILED, timeout); "
                   "local edits stay stored and pending",
     EXIT_AUTH: "authentication: JWT rejected or malformed (ACCESS_DENIED, INVALID_JWT, USER_ID_MISMATCH)",
     EXIT_NOT_FOUND: "not found: no such annotation, attachment, document or layer",
+    EXIT_REJECTED: "rejected: the sync ran and the server refused some of the changes it sent "
+                   "(its versions kept; the reasons are printed, `layersync rejected` lists them)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
@@ -87,6 +96,7 @@ examples:
   layersync deleted                                  # deleted records (server)
   layersync restore 01JC0…
   layersync sync                                    # two-way: send pending edits, receive others'
+  layersync rejected                                # local changes the server refused; --ack-all clears
   layersync listen --json | jq .                    # one JSON line per change until Ctrl-C
   layersync status --json
   layersync default-group review                    # new annotations go to group "review"
@@ -210,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(sub, "download", "download the document's PDF and layer (prints the PDF's local path)",
         "example:\n  layersync download --server URL --jwt @token.jwt")
     add(sub, "sync", "run a two-way sync cycle: send pending local edits, receive server changes",
+        "output (--json): the status (`layersync status`) and \"rejected\": [{\"report_id\", \"id\",\n"
+        "  \"reason\", \"code\"}], the changes of this sync the server refused (exit status 6 if any)\n"
         "example:\n  layersync sync --json   # {\"state\": \"CLEAN\", \"pending_changes\": false, ...}")
     add(sub, "listen", "print server changes live until Ctrl-C (exit status 130)",
         "output: one line per created/updated/deleted annotation; with --json one object per\n"
@@ -241,8 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(xsub, "export", "write the local layer (annotations, comments as replies, form field values) as XFDF",
             "example:\n  layersync xfdf export -o layer.xfdf")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
-    p = add(xsub, "import", "apply an XFDF document (plain or <add>/<modify>/<delete> commands) as local edits",
-            "output (--json): {\"created\", \"updated\", \"deleted\"}\n"
+    p = add(xsub, "import", "apply an XFDF document (plain or <add>/<modify>/<delete> commands) as local edits, "
+                           "then sync them",
+            "output (--json): {\"created\", \"updated\", \"deleted\": the local edits the file made,\n"
+            "  \"synced\": bool (false with --no-sync: the edits are queued, sent by the next sync),\n"
+            "  \"rejected\": [{\"report_id\", \"id\", \"reason\", \"code\"}] the server refused}\n"
+            "Exit status 6 when the server rejected any of them (their server versions are kept);\n"
+            "`layersync rejected` lists the reports.\n"
             "example:\n  layersync xfdf import review.xfdf")
     p.add_argument("file", metavar="FILE|-", help="XFDF file, or - for stdin")
     p.add_argument("--no-sync", action="store_true", help="only store the edits locally (they stay pending)")
@@ -328,6 +345,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(sub, "restore", "bring a deleted annotation back with its last content (on the server and locally)",
             "example:\n  layersync restore 01JC0…")
     p.add_argument("id", help="annotation id")
+    p = add(sub, "rejected", "list the local changes the server rejected (conflict reports), or acknowledge them",
+            "A change the server refuses (a conflict, a taken id, the collaboration permissions) is\n"
+            "replaced by the server's version and a report is kept until acknowledged. Reads the\n"
+            "local store only.\n"
+            "output (--json): [{\"report_id\", \"change_id\", \"id\", \"reason\", \"code\", \"local\",\n"
+            "  \"server\", \"delivered\"}], oldest first; with --ack/--ack-all {\"acknowledged\": [report ids]}\n"
+            "example:\n  layersync rejected\n  layersync rejected --ack-all")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--ack", metavar="REPORT_ID", nargs="+", help="acknowledge (delete) these reports")
+    g.add_argument("--ack-all", action="store_true", help="acknowledge every listed report")
     return parser
 
 
@@ -452,14 +479,53 @@ def _status(doc: Document) -> dict[str, Any]:
     return status
 
 
-def _sync_after_edit(client: Client, doc: Document, out: _Output, args: argparse.Namespace) -> None:
+def _sync_after_edit(client: Client, doc: Document, out: _Output, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Syncs the edit just made (unless ``--no-sync``). Returns the conflict reports the sync
+    stored (``Document.rejected_changes`` not there before: the changes the server refused),
+    ``[{"report_id", "id", "reason", "code"}]``; the caller reports them (:func:`_rejected_exit`)."""
     if args.no_sync:
-        return
+        return []
     try:
-        _sync(client, doc, out, args.timeout)
+        return _sync_rejected(client, doc, out, args.timeout)
     except (RequestFailedError, TimeoutError):
         out.note("layersync: the edit is stored locally and pending; it is sent by the next `layersync sync`")
         raise
+
+
+def _sync_rejected(client: Client, doc: Document, out: _Output, timeout: float) -> list[dict[str, Any]]:
+    """:func:`_sync`, then the conflict reports it stored: ``[{"report_id", "id", "reason",
+    "code"}]``, the changes the server refused (reports already stored before are not its)."""
+    before = {r.get("report_id") for r in doc.rejected_changes()}
+    _sync(client, doc, out, timeout)
+    return [{k: r.get(k) for k in ("report_id", "id", "reason", "code")}
+            for r in doc.rejected_changes() if r.get("report_id") not in before]
+
+
+def _rejected_exit(out: _Output, rejected: list[dict[str, Any]], in_output: bool = False) -> int:
+    """Tells what the server refused (stderr: a count by reason and one line per record;
+    with --json one object ``{"rejected": [...]}``, unless ``in_output``: the command's JSON
+    output carries them) and gives the exit status: EXIT_REJECTED when anything was, else
+    EXIT_OK."""
+    if not rejected:
+        return EXIT_OK
+    if out.json and in_output:
+        return EXIT_REJECTED
+    if out.json:
+        print(json.dumps({"rejected": rejected}, ensure_ascii=False), file=sys.stderr, flush=True)
+        return EXIT_REJECTED
+    reasons: dict[str, int] = {}
+    for r in rejected:
+        reasons[str(r.get("reason") or "conflict")] = reasons.get(str(r.get("reason") or "conflict"), 0) + 1
+    by_reason = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+    noun = "change" if len(rejected) == 1 else "changes"
+    print(f"layersync: the server rejected {len(rejected)} {noun} ({by_reason}); its versions are kept "
+          "(`layersync rejected` lists the reports, `--ack-all` clears them):", file=sys.stderr)
+    for r in rejected[:20]:
+        print(f"  {r.get('id')}: {r.get('reason') or 'conflict'}", file=sys.stderr)
+    if len(rejected) > 20:
+        print(f"  ... and {len(rejected) - 20} more", file=sys.stderr)
+    sys.stderr.flush()
+    return EXIT_REJECTED
 
 
 def _short(value: Any) -> str:
@@ -501,8 +567,7 @@ def _attachments(client: Client, doc: Document, out: _Output, args: argparse.Nam
         ctype = args.content_type or (mimetypes.guess_type(name)[0] if name else None) or "application/octet-stream"
         att_id = doc.add_attachment(data, ctype)
         out.data({"attachment_id": att_id, "content_type": ctype, "size_bytes": len(data)}, att_id)
-        _sync_after_edit(client, doc, out, args)
-        return EXIT_OK
+        return _rejected_exit(out, _sync_after_edit(client, doc, out, args))
     try:
         att = doc.attachment(args.id)
     except AttachmentNotLoadedError:
@@ -612,6 +677,10 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             group = doc.default_group
             out.data({"default_group": group}, group or "")
             return EXIT_OK
+        if args.command == "rejected":
+            return _rejected(doc, out, args)
+        if args.command == "xfdf":
+            _xfdf_codec()  # a missing layersync-formats is told before any download
         downloaded_now = _download(client, doc, out, args.timeout)
         if args.command == "download":
             if not downloaded_now:
@@ -621,10 +690,11 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             return EXIT_OK
         if args.command == "sync":
             _wait_validated(client, args.timeout)
-            _sync(client, doc, out, args.timeout)
+            rejected = _sync_rejected(client, doc, out, args.timeout)
             status = _status(doc)
-            out.data(status, f"synced {doc.id}: {status['state']}, {status['annotations']} annotations")
-            return EXIT_OK
+            out.data({**status, "rejected": rejected},
+                     f"synced {doc.id}: {status['state']}, {status['annotations']} annotations")
+            return _rejected_exit(out, rejected, in_output=True)
         if args.command == "listen":
             return _listen(client, doc, out)
         if args.command in ("history", "rollback", "deleted", "restore"):
@@ -645,8 +715,7 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
                     raise _UsageError("the comment must be a JSON object")
             comment = doc.create_comment(args.root_id, body, creator_name=args.creator)
             out.data(comment, str(comment.get("id")))
-            _sync_after_edit(client, doc, out, args)
-            return EXIT_OK
+            return _rejected_exit(out, _sync_after_edit(client, doc, out, args))
         if args.command == "export":
             # An Instant JSON document holds the records' content (no ownership, no flags).
             document = {"format": INSTANT_JSON_FORMAT,
@@ -673,7 +742,7 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
                 raise _UsageError("the annotation must be a JSON object")
             stored = doc.create_annotation(value)
             out.data(stored, str(stored.get("id")))
-            _sync_after_edit(client, doc, out, args)
+            return _rejected_exit(out, _sync_after_edit(client, doc, out, args))
         elif args.action == "update":
             changes = _json_arg(args.changes)
             if not isinstance(changes, dict):
@@ -681,7 +750,7 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             current = doc.get_annotation(args.id)
             stored = doc.update_annotation({**current, **changes, "id": args.id})
             out.data(stored, str(stored.get("id")))
-            _sync_after_edit(client, doc, out, args)
+            return _rejected_exit(out, _sync_after_edit(client, doc, out, args))
         elif args.action == "search":
             found = doc.search_annotations(" ".join(args.words), limit=args.limit)
             out.data(found, _table(found, "match"))
@@ -689,7 +758,7 @@ def _run(args: argparse.Namespace, out: _Output) -> int:
             for ann_id in args.ids:
                 doc.delete_annotation(ann_id)
             out.data({"deleted": args.ids}, "\n".join(args.ids))
-            _sync_after_edit(client, doc, out, args)
+            return _rejected_exit(out, _sync_after_edit(client, doc, out, args))
         return EXIT_OK
 
 
@@ -704,8 +773,30 @@ def _xfdf(client: Client, doc: Document, out: _Output, args: argparse.Namespace)
         return EXIT_OK
     data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     counts = doc.import_xfdf(data)
-    out.data(counts, ", ".join(f"{v} {k}" for k, v in counts.items()))
-    _sync_after_edit(client, doc, out, args)
+    edits = ", ".join(f"{v} {k}" for k, v in counts.items())
+    if args.no_sync:
+        out.data({**counts, "synced": False, "rejected": []},
+                 f"queued {edits} locally (pending: sent by the next `layersync sync`)")
+        return EXIT_OK
+    rejected = _sync_after_edit(client, doc, out, args)
+    sent = sum(counts.values())
+    human = f"synced {edits}" if not rejected else \
+        f"{edits} locally; the server rejected {len(rejected)} of the {sent} changes sent"
+    out.data({**counts, "synced": True, "rejected": rejected}, human)
+    return _rejected_exit(out, rejected, in_output=True)
+
+
+def _rejected(doc: Document, out: _Output, args: argparse.Namespace) -> int:
+    """``layersync rejected``: lists the stored conflict reports, or acknowledges them."""
+    reports = doc.rejected_changes()
+    if args.ack or args.ack_all:
+        ids = [r["report_id"] for r in reports] if args.ack_all else list(args.ack)
+        doc.acknowledge_rejected_changes(ids)
+        out.data({"acknowledged": ids}, f"acknowledged {len(ids)} report{'' if len(ids) == 1 else 's'}")
+        return EXIT_OK
+    rows = [(str(r.get("report_id", "")), str(r.get("id", "")), str(r.get("reason", "")), str(r.get("code", "")))
+            for r in reports]
+    out.data(reports, _grid(("REPORT", "ID", "REASON", "CODE"), rows, "rejected change"))
     return EXIT_OK
 
 
@@ -719,17 +810,40 @@ def _exit_code(exc: BaseException) -> int:
     return EXIT_ERROR
 
 
-def _report(exc: BaseException, out_json: bool, stream: TextIO) -> None:
+def _jwt_hint(exc: BaseException, jwt: str | None) -> str | None:
+    """For a malformed JWT given as is (not ``@FILE``) that looks like a file name, the
+    hint to write ``@FILE``: when it names an existing file or has no dot at all (a JWT
+    has two). None otherwise. The library's message stays as it is; the CLI adds this."""
+    if not isinstance(exc, InvalidJWTError) or not jwt or jwt.startswith("@"):
+        return None
+    value = jwt.strip()
+    try:
+        is_file = len(value) < 4096 and Path(value).is_file()
+    except (OSError, ValueError):  # name too long, NUL byte
+        is_file = False
+    if is_file:
+        return f"to read the token from the file {value}, write @{value}"
+    if "." not in value:
+        return "to read the token from a file, write @FILE"
+    return None
+
+
+def _report(exc: BaseException, out_json: bool, stream: TextIO, hint: str | None = None) -> None:
+    """Prints ``exc`` as one line (``layersync: ...``), or with --json one JSON object
+    ``{"error": {...}}``; ``hint`` (what to do instead) is appended in parentheses, or is
+    the object's ``"hint"``."""
     if out_json:
         body: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
         if isinstance(exc, LayerSyncError):
             body.update(code=exc.code, name=exc.code_name, message=exc.message,
                         http_status=exc.http_status or None, document_id=exc.document_id,
                         record_id=exc.record_id, attachment_id=exc.attachment_id)
+        if hint:
+            body["hint"] = hint
         print(json.dumps({"error": body}, ensure_ascii=False), file=stream, flush=True)
     else:
-        print(f"layersync: {exc}" if isinstance(exc, LayerSyncError) else f"layersync: {type(exc).__name__}: {exc}",
-              file=stream, flush=True)
+        text = f"layersync: {exc}" if isinstance(exc, LayerSyncError) else f"layersync: {type(exc).__name__}: {exc}"
+        print(text + (f" ({hint})" if hint else ""), file=stream, flush=True)
 
 
 def _usage_exit(parser: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -752,9 +866,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         _usage_exit(parser, str(exc))
     except (LayerSyncError, LibraryLoadError, TimeoutError) as exc:
-        _report(exc, out.json, sys.stderr)
+        _report(exc, out.json, sys.stderr, _jwt_hint(exc, args.jwt))
         return _exit_code(exc)
     except OSError as exc:  # e.g. export -o to an unwritable path
+        _report(exc, out.json, sys.stderr)
+        return EXIT_ERROR
+    except ImportError as exc:
+        if exc.name != "layersync_formats":  # the optional package (its message has the hint); not a bug's
+            raise
         _report(exc, out.json, sys.stderr)
         return EXIT_ERROR
 

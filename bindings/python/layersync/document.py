@@ -62,12 +62,13 @@ def record_content(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def _xfdf_codec() -> Any:
     """The XFDF codec (``layersync_formats``, the repository's formats/ package, shared with the
-    server); ImportError with a hint when it is not installed."""
+    server); ImportError with a hint when it is not installed (its ``name`` is
+    ``"layersync_formats"``, which the CLI tells from other ImportErrors)."""
     try:
         import layersync_formats
     except ImportError:
         raise ImportError("XFDF needs the layersync-formats package: pip install ./formats "
-                          "(or the bindings' [xfdf] extra)") from None
+                          "(or the bindings' [xfdf] extra)", name="layersync_formats") from None
     return layersync_formats
 
 #: ``sync_delay`` value that turns automatic syncing after local edits off.

@@ -159,12 +159,35 @@ def test_network_error_exit_3(cli_env, tmp_path):
 def test_auth_errors_exit_4(cli_env, server):
     malformed = run("status", "--jwt", "not-a-jwt", env=cli_env)
     assert malformed.returncode == cli.EXIT_AUTH and "INVALID_JWT" in malformed.stderr
+    assert "write @FILE" in malformed.stderr  # no dot at all: surely not a JWT
     good = server.mint_token(cli_env["DOC_ID"], user_id="cli")
     head, payload, signature = good.split(".")
     forged = ".".join([head, payload, ("A" if signature[0] != "A" else "B") + signature[1:]])
     refused = run("download", "--jwt", forged, "--json", env=cli_env)
     assert refused.returncode == cli.EXIT_AUTH, refused.stderr
     assert json.loads(refused.stderr.strip().splitlines()[-1])["error"]["name"] == "ACCESS_DENIED"
+
+
+def test_a_jwt_file_named_without_its_at_gets_a_hint(cli_env, tmp_path):
+    """LAYERSYNC_JWT=alice.jwt (a file name, no @): the library's INVALID_JWT message as it
+    is, plus the hint to write @alice.jwt, exit 4; --json puts it in "hint". A value with
+    two dots that names no file is only malformed (no hint)."""
+    token_file = cli_env["LAYERSYNC_JWT"][1:]
+    (tmp_path / "alice.jwt").write_text(Path(token_file).read_text())
+    env = {**cli_env, "LAYERSYNC_JWT": "alice.jwt"}
+    proc = subprocess.run([*COMMAND, "status"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, **env}, timeout=60)
+    assert proc.returncode == cli.EXIT_AUTH, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "layersync: [INVALID_JWT 32] malformed JWT: expected 3 dot-separated parts, found 2 "
+        "(to read the token from the file alice.jwt, write @alice.jwt)"]
+    proc = subprocess.run([*COMMAND, "status", "--json"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, **env}, timeout=60)
+    error = json.loads(proc.stderr.strip().splitlines()[-1])["error"]
+    assert error["hint"] == "to read the token from the file alice.jwt, write @alice.jwt"
+    assert error["message"] == "malformed JWT: expected 3 dot-separated parts, found 2"
+    plain = run("status", "--jwt", "a.b.c", env=cli_env)
+    assert plain.returncode == cli.EXIT_AUTH and "write @" not in plain.stderr
 
 
 def _read_line(proc: subprocess.Popen[str], stream: Any, timeout: float) -> str:

@@ -2,6 +2,8 @@
 layersync-formats) and ``layersync xfdf export|import``, against the real server."""
 from __future__ import annotations
 
+import json
+
 import layersync_formats
 import pytest
 from layersync_formats import XFDF_NS, read_xfdf
@@ -84,6 +86,41 @@ def test_cli_xfdf_export_and_import(cli_env, tmp_path):
     bad.write_text(XXE)
     refused = run("xfdf", "import", str(bad), env=cli_env)
     assert refused.returncode != 0 and "DTD" in refused.stderr
+
+
+def test_cli_xfdf_import_tells_what_the_server_rejected(server, uploaded, tmp_path):
+    """A user limited to group team-b imports the server's full XFDF export: every record is
+    new to its local layer (it may view none of them) and taken on the server. The import
+    says so: the rejected count and reason ("exists"), exit status 6 (EXIT_REJECTED), in
+    --json too; before, it printed "created" and exited 0. --no-sync says "queued".
+    ``layersync rejected`` lists the reports and --ack-all clears them."""
+    from layersync import cli
+    doc_id = uploaded("pdfjs-comments.pdf")
+    full = tmp_path / "full.xfdf"
+    full.write_bytes(server.admin_request(f"/api/documents/{doc_id}/document.xfdf"))
+    records = read_xfdf(full.read_bytes()).records
+    assert records
+    token = tmp_path / "team-b.jwt"
+    token.write_text(server.mint_token(doc_id, user_id="tb", default_group="team-b",
+                                       collaboration_permissions=["annotations:*:group=team-b",
+                                                                  "comments:*:group=team-b"]))
+    env = {"LAYERSYNC_SERVER": server.url, "LAYERSYNC_JWT": f"@{token}", "LAYERSYNC_STORAGE": str(tmp_path / "s")}
+    human = run("xfdf", "import", str(full), env=env)
+    assert human.returncode == cli.EXIT_REJECTED, (human.stdout, human.stderr)
+    assert f"the server rejected {len(records)} changes ({len(records)} exists)" in human.stderr
+    assert "synced" not in human.stdout and f"rejected {len(records)} of the {len(records)}" in human.stdout
+    again = run("xfdf", "import", str(full), "--json", env=env)
+    assert again.returncode == cli.EXIT_REJECTED, again.stderr
+    body = json.loads(again.stdout)
+    assert body["synced"] is True and len(body["rejected"]) == len(records)
+    assert {r["reason"] for r in body["rejected"]} == {"exists"}
+    queued = run("xfdf", "import", str(full), "--no-sync", env=env)
+    assert queued.returncode == cli.EXIT_OK and queued.stdout.startswith("queued ") and "pending" in queued.stdout
+    listed = run("rejected", "--json", env=env)
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 2 * len(records)
+    acked = run("rejected", "--ack-all", "--json", env=env)
+    assert acked.returncode == 0 and len(json.loads(acked.stdout)["acknowledged"]) == 2 * len(records)
+    assert json.loads(run("rejected", "--json", env=env).stdout) == []
 
 
 LEAD = ["annotations:*:all", "comments:*:all", "form-fields:*:all"]
@@ -170,6 +207,25 @@ def test_an_exported_then_imported_xfdf_changes_no_record(downloaded):
     assert doc.import_xfdf(doc.export_xfdf()) == {"created": 0, "updated": 0, "deleted": 0}
     assert not doc.has_unsynced_changes and doc.list_annotations() == before
     assert doc.get_annotation(made[0]["id"])["bbox"] == [10, 10, 24, 24]
+
+
+def test_a_reply_threads_root_is_unchanged_by_its_own_export(downloaded, server):
+    """A root made through the API has no ``isCommentThreadRoot``; its export (with the reply)
+    imported again, by another user of the document, changes no record: before, the reader
+    marked the root from the reply and the import made a revision of alice's note by bob."""
+    _, alice = downloaded()
+    note = alice.create_annotation({"type": "pspdfkit/note", "pageIndex": 0, "bbox": [10, 10, 24, 24],
+                                    "icon": "comment", "text": {"format": "plain", "value": "alice's note"}})
+    alice.create_comment(note["id"], "a reply", creator_name="alice")
+    alice.sync(wait=True, timeout=WAIT_S)
+    assert "isCommentThreadRoot" not in alice.get_annotation(note["id"])
+    _, bob = downloaded(alice.id, user_id="bob")
+    before = bob.list_annotations()
+    assert bob.import_xfdf(alice.export_xfdf()) == {"created": 0, "updated": 0, "deleted": 0}
+    assert bob.import_xfdf(bob.export_xfdf()) == {"created": 0, "updated": 0, "deleted": 0}
+    assert not bob.has_unsynced_changes and bob.list_annotations() == before
+    stored = server.admin_json(f"/api/documents/{alice.id}/annotations/{note['id']}")
+    assert stored["updatedBy"] == "alice" and "isCommentThreadRoot" not in stored["content"]
 
 
 def test_a_file_whose_later_annotation_is_invalid_applies_nothing(downloaded):
