@@ -95,6 +95,33 @@ def test_the_guard_bounds_guesses_and_lockouts_and_forgets_old_addresses():
         AdminSecretGuard(3, 0)
 
 
+def test_guesses_sent_at_once_are_counted_one_after_another():
+    """Twelve wrong secrets at once from one address (the admin dependency runs in worker
+    threads): 3 are checked, 9 refused 429, as if sent one by one (each used to pass the
+    count before any was recorded, so all 12 were checked)."""
+    import threading
+    guard = AdminSecretGuard(3, 60.0)
+    checked, refused, start = [], [], threading.Barrier(12)
+
+    def wrong() -> bool:
+        checked.append(1)
+        time.sleep(0.05)  # the checks of the others overlap this one's, unless they queue
+        return False
+
+    def guess() -> None:
+        start.wait()
+        try:
+            guard.attempt("a", wrong)
+        except ApiError as exc:
+            refused.append(exc.status)
+    threads = [threading.Thread(target=guess) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (len(checked), refused) == (3, [429] * 9)
+
+
 def test_the_settings_reach_the_guard(tmp_path, keys):
     from layersync_server.app import create_app
     from layersync_server.settings import Settings
