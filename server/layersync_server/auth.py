@@ -230,6 +230,8 @@ class AdminSecretGuard:
 
     def attempt(self, address: str, check: Callable[[], bool]) -> bool:
         """``check()`` (whether the secret sent is the admin secret), counted for ``address``.
+        ``check`` runs under the guard's lock (so concurrent guesses are counted one after
+        another): it must be quick and must not call the guard.
 
         Raises:
             ApiError: 429 ``too_many_attempts`` (``Retry-After``: whole seconds until the
@@ -238,6 +240,9 @@ class AdminSecretGuard:
         """
         if self.max_failures == 0:
             return check()
+        # One lock around the count, the check and the new failure: with the check outside
+        # it, guesses sent at once all passed the count before any failed (a check is one
+        # compare_digest of a few bytes, so they queue for microseconds).
         with self._lock:
             now = self._clock()
             times = self._failures.get(address)
@@ -249,8 +254,7 @@ class AdminSecretGuard:
                     raise ApiError(429, "too_many_attempts",
                                    f"too many failed admin secrets from this address; try again in {wait} s",
                                    {"retry_after_s": wait}, headers={"Retry-After": str(wait)})
-        ok = check()
-        with self._lock:
+            ok = check()
             if ok:
                 self._failures.pop(address, None)
                 return True

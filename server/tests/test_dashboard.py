@@ -174,6 +174,34 @@ def test_login_logout_and_delete_refuse_large_bodies_before_parsing_them(server)
     assert response.status_code == 303 and not _document_exists(server, doc)
 
 
+def _utf7_form(**fields: bytes) -> dict:
+    """A multipart body that names the charset UTF-7, whose decoder turns ``+2AA-`` into a
+    lone surrogate (Starlette decodes each field with the charset the body names)."""
+    body = b"".join(b'--B\r\nContent-Disposition: form-data; name="' + name.encode() + b'"\r\n\r\n'
+                    + value + b"\r\n" for name, value in fields.items()) + b"--B--\r\n"
+    return {"content": body, "headers": {"Content-Type": "multipart/form-data; charset=utf-7; boundary=B"}}
+
+
+def test_a_form_field_holding_a_lone_surrogate_is_400_on_login_logout_delete_and_upload(server):
+    """Not 500: the login form (open to anyone: the secret, the next path), and the CSRF
+    token of the forms behind the session."""
+    plain = httpx.Client(base_url=server.url, timeout=30)
+    for fields in ({"secret": b"+2AA-", "next": b"/dashboard"}, {"secret": b"x", "next": b"/dashboard+2AA-"}):
+        response = plain.post("/dashboard/login", **_utf7_form(**fields))
+        assert response.status_code == 400 and "lone surrogate" in response.text, response.text
+        assert "set-cookie" not in response.headers
+    client = _logged_in(server)
+    doc = server.new_document()
+    for path in (f"/dashboard/documents/{doc}/delete", "/dashboard/logout", "/dashboard/documents"):
+        response = client.post(path, **_utf7_form(csrf=b"+2AA-"))
+        assert response.status_code == 400, (path, response.text)
+    assert _document_exists(server, doc)
+    # a form in UTF-7 without one still works
+    response = plain.post("/dashboard/login", **_utf7_form(secret=ADMIN_TOKEN.encode(), next=b"/dashboard"),
+                          follow_redirects=False)
+    assert response.status_code == 303, response.text
+
+
 def test_scripts_may_use_the_admin_header_instead_of_the_cookie(server):
     headers = server.admin()
     response = server.http.get("/dashboard", headers=headers)

@@ -48,6 +48,24 @@ def test_revocation_by_jti(server):
     assert server.http.get(url, headers=server.auth(doc, jti=uuid.uuid4().hex)).status_code == 200
 
 
+@pytest.mark.parametrize("payload", [b'{"jti":"\\ud800"}',  # a lone surrogate: no text store takes it
+                                     b'{"jti":' + b"[" * 5000 + b"]" * 5000 + b"}"])  # past the parser's depth
+def test_revoking_a_jwt_whose_payload_no_server_accepts_lists_it_as_failing(server, payload):
+    """``/api/revoke`` reads the ``jti`` of each JWT without checking the signature: a payload
+    nesting past the JSON parser's recursion limit or a ``jti`` holding a lone surrogate
+    (a token every route refuses 403) is "not a JWT with a jti claim" (both were 500)."""
+    import base64
+
+    def part(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    jwt = part(b'{"alg":"ES256"}') + "." + part(payload) + ".c2ln"
+    good = server.token(server.new_document(), jti=uuid.uuid4().hex)
+    answer = server.http.post("/api/revoke", json={"jwts": [jwt, good]}, headers=server.admin())
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"] == [good] and answer.json()["failingPaths"] == [
+        {"path": "$.jwts[0]", "details": "not a JWT with a jti claim"}]
+
+
 @pytest.mark.parametrize("path", [
     "/sync/v1/documents/{doc}/layers/..%2F..%2Fetc/records",
     "/sync/v1/documents/{doc}/layers/a%5Cb/records",

@@ -31,8 +31,9 @@ from layersync_server.context import (DEFAULT_LAYER_SEGMENT, AppContext, check_d
                                       layer_from_segment, read_body, replayed_request, run_in_worker)
 from layersync_server.dashboard import backend, session
 from layersync_server.dashboard.render import PageImages, app_page_images
-from layersync_server.errors import ApiError, not_found, unauthorized
+from layersync_server.errors import ApiError, invalid_request, not_found, unauthorized
 from layersync_server.storage import DocumentInfo, LayerState, StoredRecord, is_postgres_url
+from layersync_server.wire_json import json_problem
 
 _HERE = Path(__file__).parent
 _TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(_HERE / "templates"),
@@ -135,10 +136,25 @@ async def _small_form(request: Request):
     would spool file parts of any size to disk).
 
     Raises:
-        ApiError: 413 ``payload_too_large``.
+        ApiError: 413 ``payload_too_large``; 400 as :func:`_unicode_form`.
     """
     body = await read_body(request, FORM_MAX_BYTES)
-    return await replayed_request(request, body).form()
+    return _unicode_form(await replayed_request(request, body).form())
+
+
+def _unicode_form(form):
+    """``form`` when every field's name and text value is Unicode text.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` for a lone surrogate, which a multipart body
+            makes by naming a charset whose decoder yields one (``charset=utf-7``,
+            ``+2AA-``): no comparison with the secret or CSRF token and no page could
+            encode it (it was 500, before the secret was counted).
+    """
+    for name, value in form.multi_items():
+        if json_problem(name, None) or (isinstance(value, str) and json_problem(value, None)):
+            raise invalid_request("form field holds invalid Unicode (lone surrogate)")
+    return form
 
 
 def _next_path(value: object) -> str:
@@ -228,7 +244,7 @@ async def upload(request: Request, viewer: session.Viewer = Depends(api_viewer))
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data"):
         raise ApiError(400, "invalid_request", "send multipart/form-data with a 'file' part")
-    form = await replayed_request(request, body).form()
+    form = _unicode_form(await replayed_request(request, body).form())
     viewer.check(request, form.get("csrf"))
     await form.close()
     try:

@@ -22,6 +22,7 @@ from layersync_server.context import AppContext
 from layersync_server.errors import invalid_request
 from layersync_server.openapi_bodies import media
 from layersync_server.routes.admin.common import admin_router, json_body, require_admin
+from layersync_server.wire_json import json_problem
 
 
 router = admin_router()
@@ -32,16 +33,20 @@ MAX_JTI_CHARS = 256
 
 def _jti_of(jwt: object) -> str | None:
     """The ``jti`` claim of a compact JWT, read without checking its signature (revoking
-    an id is harmless whoever names it); None when it has none or is no JWT."""
+    an id is harmless whoever names it); None when it has none or is no JWT, also when the
+    payload nests too deep for the parser or the ``jti`` holds a lone surrogate (no server
+    accepts such a token, and no text store takes the id: both were 500)."""
     if not isinstance(jwt, str) or jwt.count(".") != 2:
         return None
     payload = jwt.split(".")[1]
     try:
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (ValueError, binascii.Error):
+    except (ValueError, binascii.Error, RecursionError):
         return None
     jti = claims.get("jti") if isinstance(claims, dict) else None
-    return jti if isinstance(jti, str) and 0 < len(jti) <= MAX_JTI_CHARS else None
+    if not isinstance(jti, str) or not 0 < len(jti) <= MAX_JTI_CHARS or json_problem(jti, None):
+        return None
+    return jti
 
 
 _REVOKE_BODY = bodies.json_body({"type": "object", "properties": {
