@@ -11,6 +11,7 @@ refused by the routes (they ask storage, so revocation reaches every process).
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import math
 import re
 import threading
@@ -221,6 +222,22 @@ class AdminSecretGuard:
     #: Addresses remembered at most (the least recently failed are forgotten first).
     MAX_ADDRESSES = 10_000
 
+    @staticmethod
+    def counted_as(address: str) -> str:
+        """The key ``address``'s failures are counted under: an IPv6 address counts as its
+        /64 (one client, a home or a host, is handed a whole /64, so per address it would get
+        ``max_failures`` guesses 2^64 times over), an IPv4-mapped one (``::ffff:a.b.c.d``) as
+        that IPv4 address, an IPv4 address and anything that is not an address as it is."""
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return address
+        if isinstance(ip, ipaddress.IPv6Address):
+            if ip.ipv4_mapped is not None:
+                return str(ip.ipv4_mapped)
+            return str(ipaddress.IPv6Network((ip, 64), strict=False))
+        return str(ip)
+
     def __init__(self, max_failures: int, window_s: float, clock: Callable[[], float] = time.monotonic):
         if max_failures < 0 or not 0 < window_s < float("inf"):
             raise ValueError("admin_max_failures must be >= 0 and admin_failure_window_s a positive number")
@@ -229,8 +246,8 @@ class AdminSecretGuard:
         self._lock = threading.Lock()
 
     def attempt(self, address: str, check: Callable[[], bool]) -> bool:
-        """``check()`` (whether the secret sent is the admin secret), counted for ``address``.
-        ``check`` runs under the guard's lock (so concurrent guesses are counted one after
+        """``check()`` (whether the secret sent is the admin secret), counted for ``address``
+        (as :meth:`counted_as` says). ``check`` runs under the guard's lock (so concurrent guesses are counted one after
         another): it must be quick and must not call the guard.
 
         Raises:
@@ -240,6 +257,7 @@ class AdminSecretGuard:
         """
         if self.max_failures == 0:
             return check()
+        address = self.counted_as(address)
         # One lock around the count, the check and the new failure: with the check outside
         # it, guesses sent at once all passed the count before any failed (a check is one
         # compare_digest of a few bytes, so they queue for microseconds).

@@ -133,11 +133,15 @@ def test_the_settings_reach_the_guard(tmp_path, keys):
                               "LAYERSYNC_SERVER_ADMIN_FAILURE_WINDOW_S": "1.5"}).admin_failure_window_s == 1.5
 
 
-@pytest.mark.xfail(strict=True, reason="break2: the limit counts per exact address; an IPv6 client "
-                   "holds a whole /64 (2^64 addresses), so it gets max_failures guesses per address "
-                   "and evicts the table's entries at will. Counting IPv6 by its /64 (and an "
-                   "IPv4-mapped address as the IPv4 one) is a decision for the lead")
 def test_ipv6_addresses_of_one_slash_64_share_a_limit(limited):
     right = limited.admin()["Authorization"].split('"')[1]
     assert [_documents(limited, "guess", f"2001:db8::{n}").status_code for n in (1, 2, 3)] == [401] * 3
     assert _documents(limited, right, "2001:db8::4").status_code == 429
+    assert _documents(limited, right, "2001:db8:0:1::1").status_code == 200  # another /64
+
+
+def test_an_ipv4_mapped_address_counts_as_its_ipv4_address(limited):
+    right = limited.admin()["Authorization"].split('"')[1]
+    assert [_documents(limited, "guess", "192.0.2.7").status_code for _ in range(3)] == [401] * 3
+    assert _documents(limited, right, "::ffff:192.0.2.7").status_code == 429
+    assert _documents(limited, right, "192.0.2.8").status_code == 200

@@ -71,6 +71,19 @@ def _xfdf_codec() -> Any:
                           "(or the bindings' [xfdf] extra)", name="layersync_formats") from None
     return layersync_formats
 
+def _partial_import_error(exc: LayerSyncError, record_id: object, applied: list[str]) -> LayerSyncError:
+    """``exc`` (the engine refused XFDF annotation ``record_id`` while
+    :meth:`Document.import_xfdf` wrote the file) again, same class, code and fields, its
+    message saying which writes before it stay applied (``applied``: ``"created 'ID'"`` ...,
+    in order) or that nothing was."""
+    done = (f"{len(applied)} write(s) before it stay applied and queued: {', '.join(applied)}"
+            if applied else "nothing was applied")
+    return type(exc)(f"XFDF annotation {record_id!r}: {exc.message}; {done}", code=exc.code,
+                     sqlite_extended_code=exc.sqlite_extended_code, http_status=exc.http_status,
+                     document_id=exc.document_id, record_id=exc.record_id,
+                     attachment_id=exc.attachment_id)
+
+
 #: ``sync_delay`` value that turns automatic syncing after local edits off.
 SYNC_DISABLED: float = _ffi.LAYERSYNC_SYNC_DISABLED
 
@@ -823,7 +836,9 @@ class Document(CallsIntoC):
             InvalidArgumentError (not XFDF, or an ``<add>`` of an existing annotation),
             NoSuchAnnotationError (a ``<modify>`` of a missing one), InvalidJSONStructureError
             (a record the schema refuses: the message names the annotation and the field;
-            nothing applied), the errors of :meth:`create_annotation`, ImportError
+            nothing applied), the errors of :meth:`create_annotation` (a refusal at write
+            time: the same class and code, its message naming the annotation and the writes
+            before it that stay applied and queued, or "nothing was applied"), ImportError
             (``layersync-formats`` not installed).
         """
         codec = _xfdf_codec()
@@ -870,16 +885,20 @@ class Document(CallsIntoC):
         for data in changes.attachments.values():
             self.add_attachment(data, "application/octet-stream")
         counts = {"created": 0, "updated": 0, "deleted": 0}
-        for op, record in writes:
-            if op == "update":
-                self.update_annotation(record)
-                counts["updated"] += 1
-            else:
-                self.create_annotation(record)
-                counts["created"] += 1
-        for record_id in deletes:
-            self.delete_annotation(record_id)
-            counts["deleted"] += 1
+        applied: list[str] = []  # "created ID" ... in order, for the error of a write that fails
+        steps = [(op, record, record.get("id")) for op, record in writes] + [("delete", None, i) for i in deletes]
+        for op, record, record_id in steps:
+            try:
+                if op == "update":
+                    self.update_annotation(record)
+                elif op == "create":
+                    self.create_annotation(record)
+                else:
+                    self.delete_annotation(record_id)
+            except LayerSyncError as exc:
+                raise _partial_import_error(exc, record_id, applied) from exc
+            counts[op + "d"] += 1
+            applied.append(f"{op}d {record_id!r}")
         return counts
 
     def _page_boxes(self, pages: Any) -> Any:
