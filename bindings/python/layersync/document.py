@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -885,20 +886,20 @@ class Document(CallsIntoC):
         for data in changes.attachments.values():
             self.add_attachment(data, "application/octet-stream")
         counts = {"created": 0, "updated": 0, "deleted": 0}
-        applied: list[str] = []  # "created ID" ... in order, for the error of a write that fails
-        steps = [(op, record, record.get("id")) for op, record in writes] + [("delete", None, i) for i in deletes]
-        for op, record, record_id in steps:
+        applied: list[str] = []  # "created 'ID'" ... in order, for the error of a write that fails
+
+        def apply(op: str, record_id: object, write: Callable[[], object]) -> None:
             try:
-                if op == "update":
-                    self.update_annotation(record)
-                elif op == "create":
-                    self.create_annotation(record)
-                else:
-                    self.delete_annotation(record_id)
+                write()
             except LayerSyncError as exc:
                 raise _partial_import_error(exc, record_id, applied) from exc
             counts[op + "d"] += 1
             applied.append(f"{op}d {record_id!r}")
+        for op, record in writes:
+            write = self.update_annotation if op == "update" else self.create_annotation
+            apply(op, record.get("id"), functools.partial(write, record))
+        for record_id in deletes:
+            apply("delete", record_id, functools.partial(self.delete_annotation, record_id))
         return counts
 
     def _page_boxes(self, pages: Any) -> Any:
