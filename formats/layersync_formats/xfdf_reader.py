@@ -119,13 +119,29 @@ def _records(container: ET.Element, pages: PageBoxes, attachments: dict, stated:
 def _extension_keys(element: ET.Element) -> set[str]:
     """The fields an annotation element's ``<ls:instant-json>`` sets or unsets (none without
     one; :func:`record_of` has refused a malformed one already)."""
-    keys: set[str] = set()
+    found = _extension(element)
+    return set() if found is None else set(found[0]) | {k for k in found[1] if isinstance(k, str)}
+
+
+def _extension(element: ET.Element) -> tuple[dict, list] | None:
+    """An annotation element's ``<ls:instant-json>`` (its last, as a writer appends): its
+    ``set`` object and its ``unset`` list (``[]`` when not a list); None without one. The
+    one reading of it, for :func:`record_of` and :func:`_extension_keys`.
+
+    Raises:
+        XfdfError: ``set`` is not a JSON object.
+    """
+    extension = None
     for child in element:
         if namespace_of(child.tag) == LS_NS and local_name(child.tag) == "instant-json":
-            ext = _extension_json(child)
-            keys = set(ext.get("set", {}) if isinstance(ext.get("set", {}), dict) else ())
-            keys |= {k for k in ext.get("unset", []) if isinstance(k, str)} if isinstance(ext.get("unset"), list) else set()
-    return keys
+            extension = child
+    if extension is None:
+        return None
+    ext = _extension_json(extension)
+    if not isinstance(ext.get("set", {}), dict):
+        raise XfdfError("<ls:instant-json> must hold a JSON object")
+    unset = ext.get("unset", [])
+    return ext.get("set", {}), unset if isinstance(unset, list) else []
 
 
 def replace_text_groups(elements: list[ET.Element]) -> dict[int, ET.Element]:
@@ -232,10 +248,6 @@ def record_of(element: ET.Element, pages: PageBoxes = None, attachments: dict | 
     not annotations. Embedded files go to ``attachments``;
     ``caret`` is the ``<caret>`` of a "replace text" strikeout (:func:`replace_text_groups`)."""
     tag = local_name(element.tag)
-    extension = None
-    for child in element:
-        if namespace_of(child.tag) == LS_NS and local_name(child.tag) == "instant-json":
-            extension = child
     if tag in TYPES or (tag == "text" and element.get("inreplyto")):
         record = _mapped_record(element, tag, pages, attachments if attachments is not None else {})
         if caret is not None and tag == "strikeout":
@@ -244,12 +256,9 @@ def record_of(element: ET.Element, pages: PageBoxes = None, attachments: dict | 
         record = _raw_record(element, tag, pages)
     else:
         return None
-    if extension is not None:
-        ext = _extension_json(extension)
-        if not isinstance(ext.get("set", {}), dict):
-            raise XfdfError("<ls:instant-json> must hold a JSON object")
-        unset = ext.get("unset", []) if isinstance(ext.get("unset", []), list) else []
-        sets = _content_only(ext.get("set", {}))
+    found = _extension(element)
+    if found is not None:
+        sets, unset = _content_only(found[0]), found[1]
         kept = KEPT_FIELDS if sets.get("type", record.get("type")) != "pspdfkit/comment" else ("type", "id")
         if removed := [k for k in kept if k in record and (k in unset or (k in sets and sets[k] is None))]:
             raise XfdfError(f"<ls:instant-json> must not unset {', '.join(removed)}: an annotation has them")

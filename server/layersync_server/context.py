@@ -47,7 +47,8 @@ def get_context(request: Request) -> AppContext:
 def client_address(request: Request) -> str:
     """The request's client address (host only; behind a trusted proxy, uvicorn's proxy
     headers made it the ``X-Forwarded-For`` one), "" when unknown: what the admin-secret
-    limit counts by."""
+    limit counts by (so every request without one shares a count: an in-process ASGI
+    client; the server itself listens on TCP, where uvicorn always knows the peer)."""
     return request.client.host if request.client is not None else ""
 
 

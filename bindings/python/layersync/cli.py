@@ -494,7 +494,9 @@ def _sync_after_edit(client: Client, doc: Document, out: _Output, args: argparse
 
 def _sync_rejected(client: Client, doc: Document, out: _Output, timeout: float) -> list[dict[str, Any]]:
     """:func:`_sync`, then the conflict reports it stored: ``[{"report_id", "id", "reason",
-    "code"}]``, the changes the server refused (reports already stored before are not its)."""
+    "code"}]``, the changes the server refused (reports already stored before are not its;
+    a report another process's sync of this layer stored meanwhile can not be: one process
+    owns a layer's store, rules.md rule 8)."""
     before = {r.get("report_id") for r in doc.rejected_changes()}
     _sync(client, doc, out, timeout)
     return [{k: r.get(k) for k in ("report_id", "id", "reason", "code")}

@@ -875,7 +875,7 @@ class Document(CallsIntoC):
             record_id = record.get("id")
             if record_id in planned and same(planned[record_id], record):
                 continue
-            problem = record_schema_problem(dict(record, v=record.get("v", 2)))
+            problem = record_schema_problem(record)
             if problem:
                 raise InvalidJSONStructureError(f"XFDF annotation {record_id!r}: {problem}; nothing was applied",
                                                 document_id=self.id, record_id=record_id if isinstance(record_id, str) else None)
