@@ -109,6 +109,17 @@ class _Compiler:
         self.constants[name] = value
         return name
 
+    def limits(self, measured: str, where: str, low: object, high: object,
+               low_words: str | None, high_words: str | None) -> list[str]:
+        """Lines returning ``low_words`` when ``measured`` (an expression) is below ``low`` and
+        ``high_words`` when above ``high``; a bound of None is not checked."""
+        lines: list[str] = []
+        for bound, op, words in ((low, "<", low_words), (high, ">", high_words)):
+            if bound is not None:
+                lines += [f"if {measured} {op} {bound!r}:",
+                          f"    return _message({where}, {self.constant(words)})"]
+        return lines
+
     def local(self) -> str:
         self.names += 1
         return f"x{self.names}"
@@ -150,26 +161,17 @@ class _Compiler:
             out.append(f"{pad}    return _enum_problem({self.constant(enum)}, {where})")
         branches = []  # (kind test, lines): at most one applies to a value
         if minimum is not None or maximum is not None:
-            lines = []
-            if minimum is not None:
-                lines += [f"if {value} < {minimum!r}:",
-                          f"    return _message({where}, {self.constant(f' must be ≥ {_number_text(minimum)}')})"]
-            if maximum is not None:
-                lines += [f"if {value} > {maximum!r}:",
-                          f"    return _message({where}, {self.constant(f' must be ≤ {_number_text(maximum)}')})"]
+            lines = self.limits(value, where, minimum, maximum,
+                                None if minimum is None else f" must be ≥ {_number_text(minimum)}",
+                                None if maximum is None else f" must be ≤ {_number_text(maximum)}")
             branches.append(("& 8", 12, lines))
         if color:
             branches.append(("== 16", 16, [f"if not (len({value}) == 7 and {value}[0] == '#' "
                                            f"and _HEX.issuperset({value}[1:])):",
                                            f"    return _message({where}, ' must be a color \"#rrggbb\"')"]))
         if min_items is not None or max_items is not None or items is not None:
-            lines = []
-            if min_items is not None:
-                lines += [f"if len({value}) < {min_items}:",
-                          f"    return _message({where}, ' must have at least {min_items} items')"]
-            if max_items is not None:
-                lines += [f"if len({value}) > {max_items}:",
-                          f"    return _message({where}, ' must have at most {max_items} items')"]
+            lines = self.limits(f"len({value})", where, min_items, max_items,
+                                f" must have at least {min_items} items", f" must have at most {max_items} items")
             if items is not None:  # (no enumerate: the index is found for a message only)
                 element = self.local()
                 lines.append(f"for {element} in {value}:")

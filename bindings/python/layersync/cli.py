@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import collections
 import importlib
 import mimetypes
 import json
@@ -515,15 +516,13 @@ def _rejected_exit(out: _Output, rejected: list[dict[str, Any]], in_output: bool
     if out.json:
         print(json.dumps({"rejected": rejected}, ensure_ascii=False), file=sys.stderr, flush=True)
         return EXIT_REJECTED
-    reasons: dict[str, int] = {}
-    for r in rejected:
-        reasons[str(r.get("reason") or "conflict")] = reasons.get(str(r.get("reason") or "conflict"), 0) + 1
-    by_reason = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+    reasons = [str(r.get("reason") or "conflict") for r in rejected]
+    by_reason = ", ".join(f"{n} {reason}" for reason, n in collections.Counter(reasons).items())
     noun = "change" if len(rejected) == 1 else "changes"
     print(f"layersync: the server rejected {len(rejected)} {noun} ({by_reason}); its versions are kept "
           "(`layersync rejected` lists the reports, `--ack-all` clears them):", file=sys.stderr)
-    for r in rejected[:20]:
-        print(f"  {r.get('id')}: {r.get('reason') or 'conflict'}", file=sys.stderr)
+    for r, reason in list(zip(rejected, reasons))[:20]:
+        print(f"  {r.get('id')}: {reason}", file=sys.stderr)
     if len(rejected) > 20:
         print(f"  ... and {len(rejected) - 20} more", file=sys.stderr)
     sys.stderr.flush()
