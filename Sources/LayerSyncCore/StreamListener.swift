@@ -144,6 +144,12 @@ final class StreamListener: Sendable {
 
         /// Whether `streamID` is the current stream.
         func isCurrent(_ streamID: String) -> Bool { stream?.id == streamID }
+
+        /// One subscribe request of `layer` on the current stream is settled (``unacknowledged``).
+        mutating func settle(_ layer: StreamLayer) {
+            guard let count = unacknowledged[layer] else { return }
+            unacknowledged[layer] = count > 1 ? count - 1 : nil
+        }
     }
 
     /// An unsubscribe request to send: the stream's path, id and key, the token subscribed with.
@@ -353,8 +359,7 @@ final class StreamListener: Sendable {
     /// or its answer asks for none (a failure, a reset). See ``State/unacknowledged``.
     private func noteAcknowledged(_ layer: StreamLayer, on streamID: String) {
         state.withLock { state in
-            guard state.isCurrent(streamID), let count = state.unacknowledged[layer] else { return }
-            state.unacknowledged[layer] = count > 1 ? count - 1 : nil
+            if state.isCurrent(streamID) { state.settle(layer) }
         }
     }
 
@@ -741,7 +746,7 @@ final class StreamListener: Sendable {
             state.withLock { state in
                 let owed = (state.acks[layer]?.owed ?? 0) - 1
                 state.acks[layer] = owed == 0 ? nil : (owed, state.acks[layer]?.due ?? .now())
-                if let count = state.unacknowledged[layer] { state.unacknowledged[layer] = count > 1 ? count - 1 : nil }
+                state.settle(layer)
             }
         case .changes(let layer, let since, let page):
             guard let subscription = subscription(layer) else { break }
